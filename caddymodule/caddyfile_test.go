@@ -1,0 +1,172 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+)
+
+func TestAppUnmarshalCaddyfile(t *testing.T) {
+	d := caddyfile.NewTestDispenser(`queen {
+		database_url {env.DB}
+		base_domain eu1.example.com eu2.example.com
+		pool_max_conns 4
+		database_timeout 2s
+		cache_ttl 10s
+		key_negative_ttl 1s
+		stale_grace 1m
+		skip_migrations
+	}`)
+	var a App
+	if err := a.UnmarshalCaddyfile(d); err != nil {
+		t.Fatal(err)
+	}
+	if a.DatabaseURL != "{env.DB}" || len(a.BaseDomains) != 2 || a.PoolMaxConns != 4 ||
+		a.DatabaseTimeout != caddy.Duration(2*time.Second) || a.CacheTTL != caddy.Duration(10*time.Second) ||
+		a.KeyNegativeTTL != caddy.Duration(time.Second) || a.StaleGrace != caddy.Duration(time.Minute) || !a.SkipMigrations {
+		t.Fatalf("parsed %+v", a)
+	}
+}
+
+func TestCaddyfileErrorsNameTheLine(t *testing.T) {
+	cases := []struct {
+		name, input, want string
+		gateway           bool
+	}{
+		{"unknown app option", "queen {\n\tdatabse_url x\n}", `queen: unknown option "databse_url", at Testfile:2`, false},
+		{"missing value", "queen {\n\tdatabase_url\n}", "at Testfile:2", false},
+		{"bad pool size", "queen {\n\tpool_max_conns zero\n}", `pool_max_conns: "zero" is not a positive integer`, false},
+		{"bad duration", "queen {\n\n\tcache_ttl soon\n}", `cache_ttl: "soon" is not a duration`, false},
+		{"negative duration", "queen {\n\tstale_grace -1s\n}", "must not be negative", false},
+		{"argument on option", "queen extra", "at Testfile:1", false},
+		{"unknown gateway option", "queen_gateway {\n\tupstream_timout 1s\n}", `queen_gateway: unknown option "upstream_timout", at Testfile:2`, true},
+		{"bad gateway duration", "queen_gateway {\n\tlong_poll_max forever\n}", `long_poll_max: "forever" is not a duration`, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := caddyfile.NewTestDispenser(tc.input)
+			var err error
+			if tc.gateway {
+				err = new(Gateway).UnmarshalCaddyfile(d)
+			} else {
+				err = new(App).UnmarshalCaddyfile(d)
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestDirectiveExpandsToTheOrderedChain adapts a Caddyfile and checks that
+// queen_gateway became the gateway handler followed by reverse_proxy with
+// the queen upstreams, in that order.
+func TestDirectiveExpandsToTheOrderedChain(t *testing.T) {
+	input := `{
+	queen {
+		database_url {env.QUEENGATE_DATABASE_URL}
+	}
+}
+http://*.eu1.example.com {
+	queen_gateway {
+		upstream_timeout 20s
+		dial_timeout 2s
+	}
+}`
+	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(input), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Apps struct {
+			Queen App `json:"queen"`
+		} `json:"apps"`
+	}
+	if err := json.Unmarshal(out, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Apps.Queen.DatabaseURL != "{env.QUEENGATE_DATABASE_URL}" {
+		t.Fatalf("queen app not configured: %s", out)
+	}
+	chain := findChain(t, out)
+	if len(chain) != 2 {
+		t.Fatalf("chain has %d handlers, want 2: %s", len(chain), out)
+	}
+	var first struct {
+		Handler         string         `json:"handler"`
+		UpstreamTimeout caddy.Duration `json:"upstream_timeout"`
+	}
+	var second struct {
+		Handler          string `json:"handler"`
+		DynamicUpstreams struct {
+			Source string `json:"source"`
+		} `json:"dynamic_upstreams"`
+		Transport struct {
+			Protocol    string         `json:"protocol"`
+			DialTimeout caddy.Duration `json:"dial_timeout"`
+		} `json:"transport"`
+	}
+	_ = json.Unmarshal(chain[0], &first)
+	_ = json.Unmarshal(chain[1], &second)
+	if first.Handler != "queen_gateway" || first.UpstreamTimeout != caddy.Duration(20*time.Second) {
+		t.Errorf("first handler %s", chain[0])
+	}
+	if second.Handler != "reverse_proxy" || second.DynamicUpstreams.Source != "queen" ||
+		second.Transport.Protocol != "http" || second.Transport.DialTimeout != caddy.Duration(2*time.Second) {
+		t.Errorf("second handler %s", chain[1])
+	}
+}
+
+func TestAppValidate(t *testing.T) {
+	if err := (&App{PoolMaxConns: 1}).Validate(); err == nil || !strings.Contains(err.Error(), "database_url is required") {
+		t.Fatalf("err = %v", err)
+	}
+	if err := (&App{DatabaseURL: "postgres://x", PoolMaxConns: 1, BaseDomains: []string{"*.eu1.example.com"}}).Validate(); err == nil {
+		t.Fatal("a wildcard base domain must be refused")
+	}
+}
+
+// findChain returns the handler list that holds the queen_gateway handler.
+func findChain(t *testing.T, config []byte) []json.RawMessage {
+	t.Helper()
+	var walk func(v any) []json.RawMessage
+	walk = func(v any) []json.RawMessage {
+		switch v := v.(type) {
+		case map[string]any:
+			if list, ok := v["handle"].([]any); ok {
+				for _, h := range list {
+					if m, ok := h.(map[string]any); ok && m["handler"] == "queen_gateway" {
+						var out []json.RawMessage
+						for _, h := range list {
+							b, _ := json.Marshal(h)
+							out = append(out, b)
+						}
+						return out
+					}
+				}
+			}
+			for _, child := range v {
+				if found := walk(child); found != nil {
+					return found
+				}
+			}
+		case []any:
+			for _, child := range v {
+				if found := walk(child); found != nil {
+					return found
+				}
+			}
+		}
+		return nil
+	}
+	var root any
+	if err := json.Unmarshal(config, &root); err != nil {
+		t.Fatal(err)
+	}
+	return walk(root)
+}

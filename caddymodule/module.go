@@ -1,0 +1,19 @@
+// Package caddymodule is queengate's Caddy glue: it registers the queen app,
+// the queen_gateway handler and its Caddyfile directive, and the dynamic
+// upstream that sends each request to its cluster's cell. The logic lives in
+// tenancy, limits and meter; this package only wires it into Caddy.
+package caddymodule
+
+import (
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+)
+
+func init() {
+	caddy.RegisterModule(new(App))
+	caddy.RegisterModule(new(Gateway))
+	caddy.RegisterModule(new(Upstreams))
+	httpcaddyfile.RegisterGlobalOption("queen", parseAppOption)
+	httpcaddyfile.RegisterDirective("queen_gateway", parseGatewayDirective)
+	httpcaddyfile.RegisterDirectiveOrder("queen_gateway", httpcaddyfile.Before, "reverse_proxy")
+}

@@ -1,0 +1,91 @@
+// Package apierror is the one place where the gateway's error contract
+// lives: the machine-readable codes clients switch on, and the JSON envelope
+// every gateway-generated error is written in.
+package apierror
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// Code is a machine-readable error code. Codes are a wire contract shared
+// with queen_proxy: add new ones here, never ad hoc.
+type Code string
+
+// The error codes of the contract.
+const (
+	Unauthorized           Code = "unauthorized"
+	Forbidden              Code = "forbidden"
+	RateLimited            Code = "rate_limited"
+	QuotaExceeded          Code = "quota_exceeded"
+	StorageQuotaExceeded   Code = "storage_quota_exceeded"
+	ClusterSuspended       Code = "cluster_suspended"
+	PushBlocked            Code = "push_blocked"
+	FeatureGated           Code = "feature_gated"
+	RouteBlocked           Code = "route_blocked"
+	ClusterUnknown         Code = "cluster_unknown"
+	PayloadTooLarge        Code = "payload_too_large"
+	BadGateway             Code = "bad_gateway"
+	UpstreamTimeout        Code = "upstream_timeout"
+	InvalidRequest         Code = "invalid_request"
+	BadRequest             Code = "bad_request"
+	RequestHeadersTooLarge Code = "request_headers_too_large"
+)
+
+// Error is one gateway-generated refusal: the status, the code and a short
+// human message.
+type Error struct {
+	Status  int
+	Code    Code
+	Message string
+	// RetryAfter, when positive, is sent as the Retry-After header in
+	// whole seconds.
+	RetryAfter int
+}
+
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+
+// Write sends e as the JSON envelope {"error","code","request_id"}.
+func Write(w http.ResponseWriter, e *Error, requestID string) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	var b strings.Builder
+	b.Grow(64 + len(e.Message) + len(requestID))
+	b.WriteString(`{"error":`)
+	writeJSONString(&b, e.Message)
+	b.WriteString(`,"code":`)
+	writeJSONString(&b, string(e.Code))
+	b.WriteString(`,"request_id":`)
+	writeJSONString(&b, requestID)
+	b.WriteString("}")
+	h.Set("Content-Length", strconv.Itoa(b.Len()))
+	w.WriteHeader(e.Status)
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// writeJSONString writes s as a JSON string. Messages are the gateway's own
+// constants, but escape fully anyway so no caller can break the envelope.
+func writeJSONString(b *strings.Builder, s string) {
+	const hex = "0123456789abcdef"
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20:
+			b.WriteString(`\u00`)
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&0xf])
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+}

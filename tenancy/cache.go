@@ -1,0 +1,159 @@
+package tenancy
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Source is where the cluster cache reads from; *Store is the production
+// Source.
+type Source interface {
+	ClusterBySlug(ctx context.Context, slug string) (*Cluster, error)
+	ClusterByID(ctx context.Context, id string) (*Cluster, error)
+	APIKeyByHash(ctx context.Context, hash string) (*APIKey, error)
+}
+
+// CacheConfig tunes the cluster cache. Zero values take the defaults noted
+// on each field.
+type CacheConfig struct {
+	TTL             time.Duration    // fresh life of a found cluster or key; default 30s
+	KeyNegativeTTL  time.Duration    // life of an unknown-key answer; default 5s
+	MaxNegativeKeys int              // cap on cached unknown keys; default 10,000
+	StaleGrace      time.Duration    // how long a known entry outlives its TTL while the database does not answer; default 10m
+	RefreshBackoff  time.Duration    // pause between refresh attempts of one entry; default 1s
+	LookupTimeout   time.Duration    // bound on one database lookup; default 5s
+	Now             func() time.Time // clock, for tests; default time.Now
+}
+
+func (c *CacheConfig) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.TTL, 30*time.Second)
+	def(&c.KeyNegativeTTL, 5*time.Second)
+	def(&c.StaleGrace, 10*time.Minute)
+	def(&c.RefreshBackoff, time.Second)
+	def(&c.LookupTimeout, 5*time.Second)
+	if c.MaxNegativeKeys <= 0 {
+		c.MaxNegativeKeys = 10000
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// ClusterCache keeps clusters (by host slug and by id) and API keys (by
+// hash) close to the request path. Unknown hosts are never cached; unknown
+// keys are cached briefly. See swrCache for the freshness rules.
+type ClusterCache struct {
+	clusters *swrCache[*Cluster]
+	keys     *swrCache[*APIKey]
+
+	log           *zap.Logger
+	lastStaleWarn atomic.Int64
+}
+
+// clusterIDPrefix namespaces id lookups in the cluster table; a slug cannot
+// contain ':' so the two can never collide.
+const clusterIDPrefix = "id:"
+
+// NewClusterCache returns a cache reading from src.
+func NewClusterCache(src Source, cfg CacheConfig, log *zap.Logger) *ClusterCache {
+	cfg.setDefaults()
+	if log == nil {
+		log = zap.NewNop()
+	}
+	cc := &ClusterCache{log: log}
+	cc.clusters = &swrCache[*Cluster]{
+		load: func(ctx context.Context, key string) (*Cluster, error) {
+			if id, ok := strings.CutPrefix(key, clusterIDPrefix); ok {
+				return src.ClusterByID(ctx, id)
+			}
+			return src.ClusterBySlug(ctx, key)
+		},
+		ttl: cfg.TTL, grace: cfg.StaleGrace, refreshBackoff: cfg.RefreshBackoff,
+		lookupTimeout: cfg.LookupTimeout, now: cfg.Now, onStale: cc.warnStale,
+		entries: map[string]*cacheEntry[*Cluster]{}, flights: map[string]*flight[*Cluster]{},
+	}
+	cc.keys = &swrCache[*APIKey]{
+		load: src.APIKeyByHash,
+		ttl:  cfg.TTL, negativeTTL: cfg.KeyNegativeTTL, maxNegatives: cfg.MaxNegativeKeys,
+		grace: cfg.StaleGrace, refreshBackoff: cfg.RefreshBackoff,
+		lookupTimeout: cfg.LookupTimeout, now: cfg.Now, onStale: cc.warnStale,
+		entries: map[string]*cacheEntry[*APIKey]{}, flights: map[string]*flight[*APIKey]{},
+	}
+	return cc
+}
+
+// ClusterBySlug returns the cluster a host label names. It returns an error
+// wrapping ErrNotFound when there is no such cluster, or ErrUnavailable when
+// the database did not answer and no known-good entry is within its grace.
+func (cc *ClusterCache) ClusterBySlug(ctx context.Context, slug string) (*Cluster, error) {
+	if slug == "" || strings.Contains(slug, ":") {
+		return nil, ErrNotFound
+	}
+	return cc.clusters.get(ctx, slug)
+}
+
+// ClusterByID returns the cluster with the given id, under the same rules as
+// ClusterBySlug.
+func (cc *ClusterCache) ClusterByID(ctx context.Context, id string) (*Cluster, error) {
+	if id == "" {
+		return nil, ErrNotFound
+	}
+	return cc.clusters.get(ctx, clusterIDPrefix+id)
+}
+
+// APIKey returns the live key whose plaintext is presented, with its
+// cluster. Only the key's SHA-256 is looked up or kept.
+func (cc *ClusterCache) APIKey(ctx context.Context, presented string) (*APIKey, error) {
+	return cc.keys.get(ctx, HashAPIKey(presented))
+}
+
+// InvalidateCluster drops every cached entry of one cluster: its host and id
+// entries and its keys. Cached unknown keys stay until they expire.
+func (cc *ClusterCache) InvalidateCluster(id string) {
+	cc.clusters.invalidate(func(c *Cluster) bool { return c.ID == id })
+	cc.keys.invalidate(func(k *APIKey) bool { return k.Cluster.ID == id })
+}
+
+// InvalidateAll drops every cached cluster and key, for when invalidation
+// messages may have been missed.
+func (cc *ClusterCache) InvalidateAll() {
+	cc.clusters.invalidate(func(*Cluster) bool { return true })
+	cc.keys.invalidate(func(*APIKey) bool { return true })
+}
+
+// Sizes reports how many clusters, keys and unknown keys are cached.
+func (cc *ClusterCache) Sizes() (clusters, keys, unknownKeys int) {
+	clusters, _ = cc.clusters.len()
+	keys, unknownKeys = cc.keys.len()
+	return clusters, keys, unknownKeys
+}
+
+// warnStale logs, at most once per 10 s, that the database did not answer a
+// lookup, so an outage is visible without flooding the log.
+func (cc *ClusterCache) warnStale(key string, err error) {
+	now := time.Now().UnixNano()
+	last := cc.lastStaleWarn.Load()
+	if now-last < int64(10*time.Second) || !cc.lastStaleWarn.CompareAndSwap(last, now) {
+		return
+	}
+	cc.log.Warn("control-plane lookup failed; serving known clusters from cache within the stale grace",
+		zap.Error(err))
+}
+
+// HashAPIKey returns the lowercase SHA-256 hex of a presented key, the only
+// form in which keys are stored or cached.
+func HashAPIKey(presented string) string {
+	sum := sha256.Sum256([]byte(presented))
+	return hex.EncodeToString(sum[:])
+}

@@ -1,0 +1,204 @@
+package tenancy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrUnavailable wraps every lookup failure in which the database did not
+// answer (or answered with something that could not be decoded), as opposed
+// to ErrNotFound, where it answered "no such row".
+var ErrUnavailable = errors.New("control-plane database unavailable")
+
+// swrCache is a read-through cache with the semantics the gateway needs for
+// control-plane rows: fresh entries for ttl; after that, stale entries served
+// for up to grace while one background refresh runs; one lookup in flight
+// per key; "no such row" always fails closed; a database that does not
+// answer keeps known-good entries alive for the grace window.
+type swrCache[V any] struct {
+	load           func(ctx context.Context, key string) (V, error)
+	ttl            time.Duration
+	negativeTTL    time.Duration // 0: misses are never cached
+	maxNegatives   int
+	grace          time.Duration
+	refreshBackoff time.Duration
+	lookupTimeout  time.Duration
+	now            func() time.Time
+	onStale        func(key string, err error)
+
+	mu        sync.Mutex
+	entries   map[string]*cacheEntry[V]
+	flights   map[string]*flight[V]
+	negatives int
+	// generation is bumped by every invalidation; a lookup that started
+	// before one does not store what it read, because it may predate the
+	// change that caused the invalidation.
+	generation uint64
+}
+
+type cacheEntry[V any] struct {
+	value        V
+	found        bool
+	expires      time.Time
+	refreshAfter time.Time
+}
+
+type flight[V any] struct {
+	done  chan struct{}
+	value V
+	err   error
+}
+
+func (c *swrCache[V]) get(ctx context.Context, key string) (V, error) {
+	var zero V
+	now := c.now()
+	c.mu.Lock()
+	if e := c.entries[key]; e != nil {
+		if now.Before(e.expires) {
+			c.mu.Unlock()
+			if e.found {
+				return e.value, nil
+			}
+			return zero, ErrNotFound
+		}
+		if e.found && now.Before(e.expires.Add(c.grace)) {
+			if !now.Before(e.refreshAfter) {
+				e.refreshAfter = now.Add(c.refreshBackoff)
+				if c.flights[key] == nil {
+					c.startLookupLocked(key)
+				}
+			}
+			c.mu.Unlock()
+			return e.value, nil
+		}
+	}
+	f := c.flights[key]
+	if f == nil {
+		f = c.startLookupLocked(key)
+	}
+	c.mu.Unlock()
+
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+	if f.err != nil {
+		return zero, f.err
+	}
+	return f.value, nil
+}
+
+// startLookupLocked runs the lookup for key in its own goroutine, detached
+// from any one request, and stores its outcome itself. c.mu must be held.
+func (c *swrCache[V]) startLookupLocked(key string) *flight[V] {
+	f := &flight[V]{done: make(chan struct{})}
+	c.flights[key] = f
+	gen := c.generation
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				f.err = fmt.Errorf("%w: lookup panicked: %v", ErrUnavailable, r)
+			}
+			c.finish(key, f, gen)
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), c.lookupTimeout)
+		defer cancel()
+		v, err := c.load(ctx, key)
+		switch {
+		case err == nil:
+			f.value = v
+		case errors.Is(err, ErrNotFound):
+			f.err = ErrNotFound
+		default:
+			f.err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+	}()
+	return f
+}
+
+func (c *swrCache[V]) finish(key string, f *flight[V], gen uint64) {
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	defer close(f.done)
+	delete(c.flights, key)
+	switch {
+	case f.err == nil:
+		if gen == c.generation {
+			c.putLocked(key, &cacheEntry[V]{value: f.value, found: true, expires: now.Add(c.ttl), refreshAfter: now.Add(c.ttl)})
+		}
+	case errors.Is(f.err, ErrNotFound):
+		// A clean miss always replaces what was there, so a revoked key or
+		// a deleted cluster can never be resurrected by the grace window.
+		c.deleteLocked(key)
+		if c.negativeTTL > 0 && c.roomForNegativeLocked(now) {
+			c.putLocked(key, &cacheEntry[V]{expires: now.Add(c.negativeTTL)})
+		}
+	default:
+		if e := c.entries[key]; e != nil && e.found {
+			e.refreshAfter = now.Add(c.refreshBackoff)
+			if now.Before(e.expires.Add(c.grace)) {
+				// Serve the known-good value to the requests that waited.
+				f.value, f.err = e.value, nil
+			}
+		}
+		if c.onStale != nil {
+			c.onStale(key, f.err)
+		}
+	}
+}
+
+func (c *swrCache[V]) putLocked(key string, e *cacheEntry[V]) {
+	c.deleteLocked(key)
+	c.entries[key] = e
+	if !e.found {
+		c.negatives++
+	}
+}
+
+func (c *swrCache[V]) deleteLocked(key string) {
+	if old := c.entries[key]; old != nil {
+		if !old.found {
+			c.negatives--
+		}
+		delete(c.entries, key)
+	}
+}
+
+// roomForNegativeLocked keeps the number of cached misses bounded: at the
+// cap, expired misses are pruned; if the cap is still reached, the new miss
+// is simply not cached.
+func (c *swrCache[V]) roomForNegativeLocked(now time.Time) bool {
+	if c.negatives < c.maxNegatives {
+		return true
+	}
+	for k, e := range c.entries {
+		if !e.found && !now.Before(e.expires) {
+			c.deleteLocked(k)
+		}
+	}
+	return c.negatives < c.maxNegatives
+}
+
+// invalidate drops every positive entry whose value matches; cached misses
+// are left alone.
+func (c *swrCache[V]) invalidate(match func(V) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.generation++
+	for k, e := range c.entries {
+		if e.found && match(e.value) {
+			c.deleteLocked(k)
+		}
+	}
+}
+
+func (c *swrCache[V]) len() (positives, negatives int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.entries) - c.negatives, c.negatives
+}
