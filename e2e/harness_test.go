@@ -17,8 +17,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
-	"github.com/caddyserver/certmagic"
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/certmagic"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	_ "github.com/caddyserver/caddy/v2/modules/standard"

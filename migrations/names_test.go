@@ -1,0 +1,87 @@
+package migrations
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The names queen_proxy records; an existing queen_proxy database must be
+// recognised as migrated.
+var referenceNames = []string{
+	"001_init", "002_functions", "003_limit_override", "004_lifecycle", "005_usage_prune",
+	"006_operator", "007_tenant_delete", "008_bootstrap_password", "009_default_families",
+	"010_user_name", "011_user_last_login",
+}
+
+func TestNamesMatchReference(t *testing.T) {
+	got := Names()
+	if strings.Join(got, ",") != strings.Join(referenceNames, ",") {
+		t.Fatalf("Names() = %v, want %v", got, referenceNames)
+	}
+}
+
+func TestFilesWellFormed(t *testing.T) {
+	ms, err := load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := regexp.MustCompile(`^(\d{3})_[a-z0-9_]+$`)
+	seen := map[string]bool{}
+	last := 0
+	for _, m := range ms {
+		if seen[m.name] {
+			t.Errorf("duplicate migration %s", m.name)
+		}
+		seen[m.name] = true
+		p := prefix.FindStringSubmatch(m.name)
+		if p == nil {
+			t.Errorf("%s: name is not NNN_lower_snake", m.name)
+			continue
+		}
+		n, _ := strconv.Atoi(p[1])
+		if n <= last {
+			t.Errorf("%s: prefix %03d does not increase strictly (previous %03d)", m.name, n, last)
+		}
+		last = n
+		if strings.TrimSpace(stripComments(m.sql)) == "" {
+			t.Errorf("%s: no statements", m.name)
+		}
+		if strings.Contains(strings.ToUpper(stripComments(m.sql)), "COMMIT;") {
+			t.Errorf("%s: must not manage its own transaction", m.name)
+		}
+	}
+}
+
+// stripComments drops -- comments.
+func stripComments(sql string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(sql, "\n") {
+		if i := strings.Index(line, "--"); i >= 0 {
+			line = line[:i]
+		}
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// TestEveryStatementIdempotent runs every file a second time on a migrated
+// database: nothing may fail and nothing may change the default plans.
+func TestEveryStatementIdempotent(t *testing.T) {
+	pool := db(t)
+	ms, err := load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := scalar[string](t, pool, "SELECT jsonb_agg(p ORDER BY code)::text FROM queen_proxy.plans p")
+	for _, m := range ms {
+		if _, err := pool.Exec(ctxT(t), m.sql); err != nil {
+			t.Errorf("re-running %s: %v", m.name, err)
+		}
+	}
+	if after := scalar[string](t, pool, "SELECT jsonb_agg(p ORDER BY code)::text FROM queen_proxy.plans p"); after != before {
+		t.Errorf("re-running the migrations changed the plans:\n%s\n%s", before, after)
+	}
+}
