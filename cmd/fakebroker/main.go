@@ -1,0 +1,56 @@
+// Command fakebroker serves queengate's in-memory fake Queen broker, for
+// development and manual testing of the gateway without a real broker.
+//
+//	fakebroker -listen 127.0.0.1:6632 [-name cell-a] [-require-tenant] [-token SECRET]
+//
+// Everything is kept in memory and lost when the process exits.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/queengate/queengate/internal/fakebroker"
+)
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:6632", "address to listen on")
+	name := flag.String("name", "", "server id reported by /health (default \"fakebroker\")")
+	requireTenant := flag.Bool("require-tenant", false, "refuse tenant-scoped requests without the x-queen-tenant header")
+	token := flag.String("token", "", "require \"Authorization: Bearer <token>\" (default: no auth, like the recorded broker)")
+	kvBytes := flag.Bool("report-kv-bytes", false, "add kvBytes/timerBytes to GET /api/v1/resources/queues")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "fakebroker: unexpected arguments %q\n", flag.Args())
+		flag.Usage()
+		os.Exit(2)
+	}
+
+	b := fakebroker.New(fakebroker.Options{
+		Name:               *name,
+		RequireTenant:      *requireTenant,
+		Token:              *token,
+		ReportKVTimerBytes: *kvBytes,
+	})
+	l, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Fatalf("fakebroker: %v", err)
+	}
+	log.Printf("queengate fake broker (in-memory, for development only) listening on http://%s", l.Addr())
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		log.Printf("fakebroker: shutting down")
+		_ = b.Close()
+	}()
+	if err := b.Serve(l); err != nil {
+		log.Fatalf("fakebroker: %v", err)
+	}
+}

@@ -1,0 +1,218 @@
+package fakebroker
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// TenantHeader is the request header that selects the tenant a request acts for.
+const TenantHeader = "x-queen-tenant"
+
+// DefaultTenant is the tenant of requests that carry no TenantHeader.
+const DefaultTenant = "00000000-0000-0000-0000-000000000001"
+
+// QueueMode is the consumer group name the broker uses for plain queue
+// consumption (no consumerGroup parameter).
+const QueueMode = "__QUEUE_MODE__"
+
+// Options configures a Broker. The zero value is a usable configuration.
+type Options struct {
+	// Name identifies the broker instance. /health and the shared-state
+	// routes report it as server_id, so tests can tell two cells apart.
+	// Empty means "fakebroker".
+	Name string
+
+	// RequireTenant makes every tenant-scoped route answer 400
+	// {"error":"x-queen-tenant header is required"} when the request has no
+	// TenantHeader, instead of falling back to DefaultTenant.
+	RequireTenant bool
+
+	// Token, when not empty, makes every route except OPTIONS and /health
+	// answer 401 {"error":"Unauthorized"} unless the request carries
+	// "Authorization: Bearer <Token>". The recorded broker ran with auth off,
+	// so this shape is not from the fixtures.
+	Token string
+
+	// RequestLogSize is how many requests Requests keeps (default 1000).
+	RequestLogSize int
+
+	// PartitionOrder, when set, replaces the partition-id order the broker
+	// uses wherever it ranks a queue's partitions (the candidates of a pop
+	// without a partition, the rows of consumer-groups/lagging): it reports
+	// whether partition a of queue comes before partition b. Partition ids
+	// are random, so tests that need a reproducible choice set this.
+	PartitionOrder func(queue, a, b string) bool
+
+	// ReportKVTimerBytes adds the top-level kvBytes, kvRows, timerBytes and
+	// timerRows fields of newer brokers to GET /api/v1/resources/queues
+	// (values set with SetKVTimerBytes, zero by default).
+	ReportKVTimerBytes bool
+}
+
+// Broker is an in-memory fake Queen broker. It implements http.Handler; use
+// Start, Listen or Serve to put it on a TCP port.
+type Broker struct {
+	opts    Options
+	ids     idGen
+	started time.Time
+
+	mu        sync.Mutex
+	tenants   map[string]*tenant
+	waiters   map[waitKey]chan struct{}
+	pushMode  PushOutcome
+	pushHook  func(PushItem) PushOutcome
+	popMaint  bool
+	migration migrationState
+	reqTotal  int64
+	msgTotal  int64
+
+	parked atomic.Int64
+	poll   time.Duration // re-check interval of parked pops
+	log    *requestLog
+
+	closed    chan struct{}
+	closeOnce sync.Once
+
+	srvMu sync.Mutex
+	srv   *http.Server
+	url   string
+}
+
+// New returns an empty broker.
+func New(opts Options) *Broker {
+	if opts.Name == "" {
+		opts.Name = "fakebroker"
+	}
+	if opts.RequestLogSize <= 0 {
+		opts.RequestLogSize = 1000
+	}
+	return &Broker{
+		opts:      opts,
+		started:   time.Now(),
+		tenants:   make(map[string]*tenant),
+		waiters:   make(map[waitKey]chan struct{}),
+		poll:      defaultPollInterval,
+		log:       newRequestLog(opts.RequestLogSize),
+		closed:    make(chan struct{}),
+		migration: migrationState{status: "idle"},
+	}
+}
+
+// Start serves the broker on a free port of 127.0.0.1 and returns its base
+// URL, for example "http://127.0.0.1:41234".
+func (b *Broker) Start() (string, error) {
+	return b.Listen("127.0.0.1:0")
+}
+
+// Listen serves the broker on addr in the background and returns its base URL.
+func (b *Broker) Listen(addr string) (string, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	url := "http://" + l.Addr().String()
+	go func() { _ = b.Serve(l) }()
+	return url, nil
+}
+
+// Serve serves the broker on l until Close is called. It returns nil after
+// Close, and the server's error otherwise.
+func (b *Broker) Serve(l net.Listener) error {
+	srv := &http.Server{Handler: b, ReadHeaderTimeout: 10 * time.Second}
+	b.srvMu.Lock()
+	select {
+	case <-b.closed:
+		b.srvMu.Unlock()
+		_ = l.Close()
+		return nil
+	default:
+	}
+	b.srv = srv
+	b.url = "http://" + l.Addr().String()
+	b.srvMu.Unlock()
+	err := srv.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// URL returns the base URL the broker is served on, or "" if it is not served.
+func (b *Broker) URL() string {
+	b.srvMu.Lock()
+	defer b.srvMu.Unlock()
+	return b.url
+}
+
+// Close stops serving, releases parked long-polls and hanging requests, and
+// closes open connections. It is safe to call more than once.
+func (b *Broker) Close() error {
+	b.closeOnce.Do(func() { close(b.closed) })
+	b.srvMu.Lock()
+	srv := b.srv
+	b.srv = nil
+	b.srvMu.Unlock()
+	if srv != nil {
+		return srv.Close()
+	}
+	return nil
+}
+
+// Parked returns how many pop requests are currently parked in a long-poll.
+func (b *Broker) Parked() int {
+	return int(b.parked.Load())
+}
+
+// SetKVTimerBytes sets the kvBytes and timerBytes reported for tenant
+// (empty = DefaultTenant) when Options.ReportKVTimerBytes is set.
+func (b *Broker) SetKVTimerBytes(tenantID string, kvBytes, timerBytes int64) {
+	if tenantID == "" {
+		tenantID = DefaultTenant
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := b.tenantLocked(tenantID)
+	t.kvBytes, t.timerBytes = kvBytes, timerBytes
+}
+
+// ServeHTTP records the request and answers it.
+func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, tooLarge := readBody(r)
+	b.log.add(r, body)
+	b.mu.Lock()
+	b.reqTotal++
+	b.mu.Unlock()
+
+	if r.Method == http.MethodOptions {
+		w.Header()["Content-Type"] = nil
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	rt, params := matchRoute(r.Method, r.URL.EscapedPath())
+	if rt == nil {
+		writeNotFound(w)
+		return
+	}
+	if b.opts.Token != "" && rt.pattern != "/health" &&
+		r.Header.Get("Authorization") != "Bearer "+b.opts.Token {
+		writeJSON(w, http.StatusUnauthorized, obj{"error": "Unauthorized"})
+		return
+	}
+	tenantID := r.Header.Get(TenantHeader)
+	if tenantID == "" {
+		if b.opts.RequireTenant && rt.scoped {
+			writeJSON(w, http.StatusBadRequest, obj{"error": "x-queen-tenant header is required"})
+			return
+		}
+		tenantID = DefaultTenant
+	}
+	if tooLarge {
+		writeJSON(w, http.StatusRequestEntityTooLarge, obj{"error": "Request body too large"})
+		return
+	}
+	rt.handler(b, &reqCtx{w: w, r: r, body: body, params: params, tenant: tenantID, query: r.URL.Query()})
+}
