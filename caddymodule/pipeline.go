@@ -43,7 +43,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	r = r.WithContext(ctx)
 	rewriteUpstreamHeaders(r.Header, cluster, rid)
 
-	rw := &responseStarted{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
+	rw := &responseStarted{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
 	err := next.ServeHTTP(rw, r)
 	if err == nil || rw.started {
 		return err
@@ -129,7 +129,7 @@ func (g *Gateway) upstreamFailure(w http.ResponseWriter, r *http.Request, rid st
 // responseStarted notes whether the upstream's response has begun, after
 // which a failure can no longer be answered with an error envelope.
 type responseStarted struct {
-	*caddyhttp.ResponseWriterWrapper
+	caddyhttp.ResponseWriterWrapper
 	started bool
 }
 
