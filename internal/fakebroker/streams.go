@@ -74,14 +74,8 @@ func (b *Broker) handleStreamCycle(rc *reqCtx) {
 	if !ok {
 		return
 	}
-	qid, _ := asString(m["query_id"])
-	if qid == "" {
-		badRequest(rc.w, "query_id is required")
-		return
-	}
-	pid, _ := asString(m["partition_id"])
-	if pid == "" {
-		badRequest(rc.w, "partition_id is required")
+	qid, pid, ok := streamTarget(rc, m)
+	if !ok {
 		return
 	}
 	ops, _ := asArray(m["state_ops"])
@@ -189,14 +183,8 @@ func (b *Broker) handleStreamStateGet(rc *reqCtx) {
 	if !ok {
 		return
 	}
-	qid, _ := asString(m["query_id"])
-	if qid == "" {
-		badRequest(rc.w, "query_id is required")
-		return
-	}
-	pid, _ := asString(m["partition_id"])
-	if pid == "" {
-		badRequest(rc.w, "partition_id is required")
+	qid, pid, ok := streamTarget(rc, m)
+	if !ok {
 		return
 	}
 	var keys []string
@@ -226,4 +214,20 @@ func (b *Broker) handleStreamStateGet(rc *reqCtx) {
 	}
 	b.mu.Unlock()
 	rc.ok(obj{"rows": list, "success": true})
+}
+
+// streamTarget reads the query_id and partition_id every stream route
+// requires, answering 400 when one is missing.
+func streamTarget(rc *reqCtx, m map[string]json.RawMessage) (qid, pid string, ok bool) {
+	qid, _ = asString(m["query_id"])
+	if qid == "" {
+		badRequest(rc.w, "query_id is required")
+		return "", "", false
+	}
+	pid, _ = asString(m["partition_id"])
+	if pid == "" {
+		badRequest(rc.w, "partition_id is required")
+		return "", "", false
+	}
+	return qid, pid, true
 }
