@@ -139,12 +139,11 @@ func (c *swrCache[V]) finish(key string, f *flight[V], gen uint64) {
 			c.putLocked(key, &cacheEntry[V]{expires: now.Add(c.negativeTTL)})
 		}
 	default:
+		// Requests that waited here had no entry within grace (get serves
+		// those without waiting), so they get the error; a known entry only
+		// backs off its next refresh.
 		if e := c.entries[key]; e != nil && e.found {
 			e.refreshAfter = now.Add(c.refreshBackoff)
-			if now.Before(e.expires.Add(c.grace)) {
-				// Serve the known-good value to the requests that waited.
-				f.value, f.err = e.value, nil
-			}
 		}
 		if c.onStale != nil {
 			c.onStale(key, f.err)
