@@ -1,0 +1,275 @@
+package tenancy
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+)
+
+type bodyCase struct {
+	name string
+	body string
+	want bool
+}
+
+func runBodyCases(t *testing.T, fn func([]byte) bool, fnName string, cases []bodyCase) {
+	t.Helper()
+	for _, c := range cases {
+		if got := fn([]byte(c.body)); got != c.want {
+			t.Errorf("%s: %s(%s) = %v, want %v", c.name, fnName, c.body, got, c.want)
+		}
+	}
+}
+
+func TestKVBatchIsCarveOut(t *testing.T) {
+	runBodyCases(t, KVBatchIsCarveOut, "KVBatchIsCarveOut", []bodyCase{
+		// Kafka facade.
+		{"kafka put, bare array", `[{"ns":"queen-kafka","op":"put","key":"qk:offsets/orders/0","value":"42"}]`, true},
+		{"kafka ops object", `{"operations":[{"ns":"queen-kafka","op":"getMany","keys":["qk:a","qk:b"]},{"ns":"queen-kafka","op":"delete","key":"qk:a"}]}`, true},
+		{"kafka getPrefix", `[{"ns":"queen-kafka","op":"getPrefix","prefix":"qk:group/"}]`, true},
+		{"kafka prefix equal to the reserved prefix", `[{"ns":"queen-kafka","op":"getPrefix","prefix":"qk:"}]`, true},
+		{"whitespace around", " \n\t[{\"ns\":\"queen-kafka\",\"op\":\"put\",\"key\":\"qk:x\"}]\r\n", true},
+		{"extra top-level fields", `{"atomic":true,"operations":[{"ns":"queen-kafka","op":"put","key":"qk:x"}]}`, true},
+		{"kafka get is not allowed", `[{"ns":"queen-kafka","op":"get","key":"qk:x"}]`, false},
+		{"kafka putIfAbsent is not allowed", `[{"ns":"queen-kafka","op":"putIfAbsent","key":"qk:x"}]`, false},
+		// S3 sink.
+		{"s3 get", `[{"ns":"queen-s3","op":"get","key":"s3:bucket/object"}]`, true},
+		{"s3 all ops", `{"operations":[
+			{"ns":"queen-s3","op":"get","key":"s3:a"},
+			{"ns":"queen-s3","op":"getMany","keys":["s3:a","s3:b"]},
+			{"ns":"queen-s3","op":"getPrefix","prefix":"s3:a/"},
+			{"ns":"queen-s3","op":"put","key":"s3:a","value":{"etag":"x"}},
+			{"ns":"queen-s3","op":"putIfAbsent","key":"s3:lock"},
+			{"ns":"queen-s3","op":"delete","key":"s3:a"}]}`, true},
+		{"s3 incr is not allowed", `[{"ns":"queen-s3","op":"incr","key":"s3:n"}]`, false},
+		// One key space per batch.
+		{"kafka and s3 mixed", `[{"ns":"queen-kafka","op":"put","key":"qk:x"},{"ns":"queen-s3","op":"put","key":"s3:x"}]`, false},
+		{"kafka ns with s3 prefix", `[{"ns":"queen-kafka","op":"put","key":"s3:x"}]`, false},
+		{"s3 ns with kafka prefix", `[{"ns":"queen-s3","op":"put","key":"qk:x"}]`, false},
+		// Namespace must match exactly.
+		{"wrong ns", `[{"ns":"sessions","op":"put","key":"qk:x"}]`, false},
+		{"ns differs in case", `[{"ns":"Queen-Kafka","op":"put","key":"qk:x"}]`, false},
+		{"ns with trailing space", `[{"ns":"queen-kafka ","op":"put","key":"qk:x"}]`, false},
+		{"ns missing", `[{"op":"put","key":"qk:x"}]`, false},
+		{"ns not a string", `[{"ns":["queen-kafka"],"op":"put","key":"qk:x"}]`, false},
+		{"ns key in other case", `[{"NS":"queen-kafka","op":"put","key":"qk:x"}]`, false},
+		// Op must be a string in the closed list.
+		{"op missing", `[{"ns":"queen-kafka","key":"qk:x"}]`, false},
+		{"op not a string", `[{"ns":"queen-kafka","op":1,"key":"qk:x"}]`, false},
+		{"op null", `[{"ns":"queen-kafka","op":null,"key":"qk:x"}]`, false},
+		{"op differs in case", `[{"ns":"queen-kafka","op":"PUT","key":"qk:x"}]`, false},
+		// One foreign operation spoils the batch.
+		{"foreign op in batch", `[{"ns":"queen-kafka","op":"put","key":"qk:x"},{"ns":"sessions","op":"put","key":"user:1"}]`, false},
+		{"non-object op", `[{"ns":"queen-kafka","op":"put","key":"qk:x"},"put"]`, false},
+		{"null op", `[null]`, false},
+		// Key fields.
+		{"no key field", `[{"ns":"queen-kafka","op":"put","value":"x"}]`, false},
+		{"key without prefix", `[{"ns":"queen-kafka","op":"put","key":"offsets"}]`, false},
+		{"key prefix in other case", `[{"ns":"queen-kafka","op":"put","key":"QK:x"}]`, false},
+		{"key not a string", `[{"ns":"queen-kafka","op":"put","key":7}]`, false},
+		{"key null", `[{"ns":"queen-kafka","op":"put","key":null}]`, false},
+		{"keys empty", `[{"ns":"queen-kafka","op":"getMany","keys":[]}]`, false},
+		{"keys one without prefix", `[{"ns":"queen-kafka","op":"getMany","keys":["qk:a","b"]}]`, false},
+		{"keys non-string element", `[{"ns":"queen-kafka","op":"getMany","keys":["qk:a",1]}]`, false},
+		{"keys not an array", `[{"ns":"queen-kafka","op":"getMany","keys":"qk:a"}]`, false},
+		{"keys null", `[{"ns":"queen-kafka","op":"getMany","keys":null}]`, false},
+		{"short prefix q", `[{"ns":"queen-kafka","op":"getPrefix","prefix":"q"}]`, false},
+		{"short prefix qk", `[{"ns":"queen-kafka","op":"getPrefix","prefix":"qk"}]`, false},
+		{"empty prefix", `[{"ns":"queen-kafka","op":"getPrefix","prefix":""}]`, false},
+		{"s3 short prefix", `[{"ns":"queen-s3","op":"getPrefix","prefix":"s3"}]`, false},
+		{"good key, bad prefix", `[{"ns":"queen-kafka","op":"getPrefix","key":"qk:x","prefix":"q"}]`, false},
+		{"good key, bad keys", `[{"ns":"queen-kafka","op":"getMany","key":"qk:x","keys":["x"]}]`, false},
+		{"all key fields good", `[{"ns":"queen-kafka","op":"getMany","key":"qk:x","keys":["qk:y"],"prefix":"qk:z"}]`, true},
+		{"escaped prefix in key", `[{"ns":"queen-kafka","op":"put","key":"\u0071k:x"}]`, true},
+		// Shapes that are not a batch.
+		{"empty array", `[]`, false},
+		{"empty operations", `{"operations":[]}`, false},
+		{"operations null", `{"operations":null}`, false},
+		{"operations not an array", `{"operations":{"ns":"queen-kafka","op":"put","key":"qk:x"}}`, false},
+		{"operations key in other case", `{"Operations":[{"ns":"queen-kafka","op":"put","key":"qk:x"}]}`, false},
+		{"single op object", `{"ns":"queen-kafka","op":"put","key":"qk:x"}`, false},
+		{"empty body", ``, false},
+		{"null body", `null`, false},
+		{"unparsable", `[{"ns":"queen-kafka","op":"put","key":"qk:x"}`, false},
+		{"trailing garbage", `[{"ns":"queen-kafka","op":"put","key":"qk:x"}] x`, false},
+		{"two documents", `[{"ns":"queen-kafka","op":"put","key":"qk:x"}][]`, false},
+	})
+}
+
+func TestBatchGrows(t *testing.T) {
+	runBodyCases(t, BatchGrows, "BatchGrows", []bodyCase{
+		{"reads and deletes", `[{"ns":"s","op":"get","key":"a"},{"ns":"s","op":"getPrefix","prefix":"a"},{"ns":"s","op":"delete","key":"a"}]`, false},
+		{"timer cancel", `{"operations":[{"op":"cancel","queue":"orders","key":"reminder-42"}]}`, false},
+		{"put", `[{"ns":"s","op":"get","key":"a"},{"ns":"s","op":"put","key":"a","value":1}]`, true},
+		{"putIfAbsent", `[{"ns":"s","op":"putIfAbsent","key":"a","value":1}]`, true},
+		{"incr", `{"operations":[{"ns":"s","op":"incr","key":"n"}]}`, true},
+		{"schedule", `{"operations":[{"op":"schedule","queue":"orders","key":"r","at":"2031-01-01T00:00:00Z"}]}`, true},
+		{"reschedule", `[{"op":"reschedule","queue":"orders","key":"r"}]`, true},
+		{"getMany is not in the non-growing set", `[{"ns":"s","op":"getMany","keys":["a"]}]`, true},
+		{"unknown op", `[{"op":"frobnicate"}]`, true},
+		{"missing op", `[{"ns":"s","key":"a"}]`, true},
+		{"non-string op", `[{"op":["get"]}]`, true},
+		{"null op", `[{"op":null}]`, true},
+		{"op in other case", `[{"op":"GET"}]`, true},
+		{"op key in other case", `[{"OP":"get"}]`, true},
+		{"non-object element", `[{"op":"get"},42]`, true},
+		{"null element", `[null]`, true},
+		{"empty array", `[]`, false},
+		{"empty operations", `{"operations":[]}`, false},
+		{"operations absent", `{"ops":[{"op":"put"}]}`, false},
+		{"operations not an array", `{"operations":{"op":"put"}}`, false},
+		{"empty body", ``, false},
+		{"unparsable", `[{"op":"put"`, false},
+		{"string body", `"put"`, false},
+		{"number body", `1`, false},
+	})
+}
+
+func TestCycleGrows(t *testing.T) {
+	runBodyCases(t, CycleGrows, "CycleGrows", []bodyCase{
+		{"one item", `{"query_id":"q1","push_items":[{"queue":"sink","payload":{"n":1}}]}`, true},
+		{"items with empty queue still grow", `{"push_items":[{"queue":""},{"queue":""}]}`, true},
+		{"non-object items still grow", `{"push_items":[1]}`, true},
+		{"whitespace", "\n {\"push_items\" : [ {} ] }\n", true},
+		{"empty push_items", `{"push_items":[],"acks":[{"id":"x"}]}`, false},
+		{"push_items absent", `{"acks":[{"id":"x"}],"state":{"k":"v"}}`, false},
+		{"push_items null", `{"push_items":null}`, false},
+		{"push_items object", `{"push_items":{"queue":"sink"}}`, false},
+		{"push_items string", `{"push_items":"[1]"}`, false},
+		{"push_items in other case", `{"Push_Items":[{"queue":"sink"}]}`, false},
+		{"array body", `[{"push_items":[1]}]`, false},
+		{"empty body", ``, false},
+		{"null body", `null`, false},
+		{"unparsable", `{"push_items":[1]`, false},
+		{"broken item", `{"push_items":[{"queue":}]}`, false},
+		{"trailing garbage", `{"push_items":[1]}}`, false},
+	})
+}
+
+// FuzzBatchSniffers checks the body sniffers against a plain model built on
+// a generic JSON decoding. The seed corpus lives in
+// testdata/fuzz/FuzzBatchSniffers.
+func FuzzBatchSniffers(f *testing.F) {
+	f.Fuzz(func(t *testing.T, body []byte) {
+		carve, grows, cycle := KVBatchIsCarveOut(body), BatchGrows(body), CycleGrows(body)
+		if !json.Valid(body) {
+			if carve || grows || cycle {
+				t.Fatalf("invalid JSON %q: carve-out %v, grows %v, cycle grows %v", body, carve, grows, cycle)
+			}
+			return
+		}
+		v := decodeGeneric(t, body)
+		if want := modelCarveOut(v); carve != want {
+			t.Fatalf("KVBatchIsCarveOut(%s) = %v, model says %v", body, carve, want)
+		}
+		if want := modelBatchGrows(v); grows != want {
+			t.Fatalf("BatchGrows(%s) = %v, model says %v", body, grows, want)
+		}
+		if want := modelCycleGrows(v); cycle != want {
+			t.Fatalf("CycleGrows(%s) = %v, model says %v", body, cycle, want)
+		}
+		if jsonKind(body) == '[' {
+			wrapped := append(append([]byte(`{"operations":`), body...), '}')
+			if KVBatchIsCarveOut(wrapped) != carve || BatchGrows(wrapped) != grows {
+				t.Fatalf("%s answers differently wrapped in an operations object", body)
+			}
+		}
+	})
+}
+
+func decodeGeneric(t *testing.T, body []byte) any {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber() // numbers out of float64 range are still valid JSON
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		t.Fatalf("json.Valid accepted %q but decoding failed: %v", body, err)
+	}
+	return v
+}
+
+func modelOps(v any) ([]any, bool) {
+	if arr, ok := v.([]any); ok {
+		return arr, true
+	}
+	if obj, ok := v.(map[string]any); ok {
+		arr, ok := obj["operations"].([]any)
+		return arr, ok
+	}
+	return nil, false
+}
+
+func modelCarveOut(v any) bool {
+	ops, ok := modelOps(v)
+	if !ok || len(ops) == 0 {
+		return false
+	}
+	all := func(ns, prefix string, allowed ...string) bool {
+		for _, o := range ops {
+			if !modelInSpace(o, ns, prefix, allowed) {
+				return false
+			}
+		}
+		return true
+	}
+	return all("queen-kafka", "qk:", "put", "delete", "getMany", "getPrefix") ||
+		all("queen-s3", "s3:", "get", "getMany", "getPrefix", "put", "putIfAbsent", "delete")
+}
+
+func modelInSpace(o any, ns, prefix string, allowed []string) bool {
+	obj, ok := o.(map[string]any)
+	if !ok || obj["ns"] != ns {
+		return false
+	}
+	name, ok := obj["op"].(string)
+	if !ok || !slices.Contains(allowed, name) {
+		return false
+	}
+	hasPrefix := func(x any) bool {
+		s, ok := x.(string)
+		return ok && strings.HasPrefix(s, prefix)
+	}
+	fields := 0
+	for _, f := range []string{"key", "prefix"} {
+		if x, ok := obj[f]; ok {
+			fields++
+			if !hasPrefix(x) {
+				return false
+			}
+		}
+	}
+	if x, ok := obj["keys"]; ok {
+		fields++
+		keys, ok := x.([]any)
+		if !ok || len(keys) == 0 {
+			return false
+		}
+		for _, k := range keys {
+			if !hasPrefix(k) {
+				return false
+			}
+		}
+	}
+	return fields > 0
+}
+
+func modelBatchGrows(v any) bool {
+	ops, _ := modelOps(v)
+	for _, o := range ops {
+		obj, _ := o.(map[string]any)
+		switch obj["op"] {
+		case "get", "getPrefix", "delete", "cancel":
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+func modelCycleGrows(v any) bool {
+	obj, _ := v.(map[string]any)
+	items, _ := obj["push_items"].([]any)
+	return len(items) > 0
+}
