@@ -1,6 +1,7 @@
 package fakebroker
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"net"
 	"net/http"
@@ -37,6 +38,17 @@ type Options struct {
 	// so this shape is not from the fixtures.
 	Token string
 
+	// JWTSecret (HS256) and JWTPublicKey (EdDSA), when either is set, make
+	// the broker authenticate like a Queen broker with JWT_ENABLED: every
+	// route except OPTIONS and /health needs "Authorization: Bearer <jwt>"
+	// signed so and carrying exp (30 s clock skew), else 401
+	// {"error":"Authentication required"} (no token) or
+	// {"error":"Invalid or expired token"}. The verified sub and role are
+	// logged on the Request, and pushed messages carry the sub as
+	// producerSub. Do not combine with Token.
+	JWTSecret    []byte
+	JWTPublicKey ed25519.PublicKey
+
 	// RequestLogSize is how many requests Requests keeps (default 1000).
 	RequestLogSize int
 
@@ -57,6 +69,7 @@ type Options struct {
 // Start, Listen or Serve to put it on a TCP port.
 type Broker struct {
 	opts    Options
+	jwt     *jwtAuth // nil when JWT authentication is off
 	ids     idGen
 	started time.Time
 
@@ -92,6 +105,7 @@ func New(opts Options) *Broker {
 	}
 	return &Broker{
 		opts:      opts,
+		jwt:       newJWTAuth(opts),
 		started:   time.Now(),
 		tenants:   make(map[string]*tenant),
 		waiters:   make(map[waitKey]chan struct{}),
@@ -182,7 +196,12 @@ func (b *Broker) SetKVTimerBytes(tenantID string, kvBytes, timerBytes int64) {
 // ServeHTTP records the request and answers it.
 func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, tooLarge := readBody(r)
-	b.log.add(r, body)
+	var ident jwtIdentity
+	var jwtErr error
+	if b.jwt != nil {
+		ident, jwtErr = b.jwt.verify(r)
+	}
+	b.log.add(r, body, ident)
 	b.mu.Lock()
 	b.reqTotal++
 	b.mu.Unlock()
@@ -202,6 +221,10 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusUnauthorized, obj{"error": "Unauthorized"})
 		return
 	}
+	if b.jwt != nil && rt.pattern != "/health" && jwtErr != nil {
+		writeJWTError(w, jwtErr)
+		return
+	}
 	tenantID := r.Header.Get(TenantHeader)
 	if tenantID == "" {
 		if b.opts.RequireTenant && rt.scoped {
@@ -214,5 +237,8 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusRequestEntityTooLarge, obj{"error": "Request body too large"})
 		return
 	}
-	rt.handler(b, &reqCtx{w: w, r: r, body: body, params: params, tenant: tenantID, query: r.URL.Query()})
+	rt.handler(b, &reqCtx{
+		w: w, r: r, body: body, params: params, tenant: tenantID, query: r.URL.Query(),
+		producerSub: ident.sub,
+	})
 }

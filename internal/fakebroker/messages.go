@@ -87,7 +87,7 @@ func messageRow(p *partition, m *message, now time.Time) obj {
 	return obj{
 		"busStatus": obj{"consumedBy": consumedBy, "totalGroups": q.busGroups()},
 		"createdAt": fmtMilli(m.createdAt), "id": m.id, "leaseExpiresAt": leaseExpiry(p, QueueMode, m, now),
-		"namespace": q.namespace, "partition": p.name, "partitionId": p.id, "producerSub": nil,
+		"namespace": q.namespace, "partition": p.name, "partitionId": p.id, "producerSub": m.producerSubJSON(),
 		"queue": q.name, "queuePath": q.name + "/" + p.name, "queuePriority": q.opts.priority,
 		"queueStatus": status, "status": status, "task": q.task, "traceId": m.traceID,
 		"transactionId": m.txn,
@@ -140,7 +140,7 @@ func (b *Broker) handleMessageGet(rc *reqCtx) {
 		"consumerGroups": groups, "createdAt": fmtMilli(m.createdAt), "errorMessage": errMsg,
 		"id": m.id, "isEncrypted": false, "leaseExpiresAt": leaseExpiry(p, QueueMode, m, now),
 		"mode": mode, "namespace": q.namespace, "partition": p.name, "partitionId": p.id,
-		"payload": m.data, "producerSub": nil, "queue": q.name,
+		"payload": m.data, "producerSub": m.producerSubJSON(), "queue": q.name,
 		"queueConfig": obj{
 			"leaseTime": q.opts.leaseTime, "priority": q.opts.priority, "retryDelay": q.opts.retryDelay,
 			"retryLimit": q.opts.retryLimit, "ttl": q.opts.ttl,
@@ -195,7 +195,7 @@ func (b *Broker) handleDLQ(rc *reqCtx) {
 		list = append(list, obj{
 			"consumerGroup": e.group, "createdAt": fmtMilli(e.msg.createdAt), "data": e.msg.data,
 			"errorMessage": e.errMessage, "failedAt": fmtMilli(e.failedAt), "id": e.msg.id,
-			"partition": e.p.name, "partitionId": e.p.id, "producerSub": nil, "queue": e.queueName,
+			"partition": e.p.name, "partitionId": e.p.id, "producerSub": e.msg.producerSubJSON(), "queue": e.queueName,
 			"retryCount": e.retryCount, "transactionId": e.msg.txn,
 		})
 	}

@@ -215,7 +215,7 @@ func (b *Broker) deliverLocked(t *tenant, q *queue, g *group, claims []claim, au
 			msgs = append(msgs, obj{
 				"consumerGroup": g.name, "createdAt": fmtMicro(m.createdAt), "data": m.data,
 				"id": m.id, "leaseId": leaseID, "partition": c.p.name, "partitionId": c.p.id,
-				"producerSub": nil, "traceId": m.traceID, "transactionId": m.txn,
+				"producerSub": m.producerSubJSON(), "traceId": m.traceID, "transactionId": m.txn,
 			})
 		}
 	}

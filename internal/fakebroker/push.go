@@ -56,17 +56,20 @@ func (b *Broker) SetPushHook(h func(PushItem) PushOutcome) {
 
 // pushItem is a validated item of a push request.
 type pushItem struct {
-	queue     string
-	partition string
-	txn       string
-	clientTxn bool
-	traceID   any
-	payload   json.RawMessage
+	queue       string
+	partition   string
+	txn         string
+	clientTxn   bool
+	traceID     any
+	payload     json.RawMessage
+	producerSub string
 }
 
 // parsePushItems validates a push body's items the way the broker does
 // before touching the database. It returns the 400 message on failure.
-func parsePushItems(items []json.RawMessage) ([]pushItem, string) {
+// producerSub (the pusher's verified JWT sub, or "") is stamped on every
+// item; a producerSub in the body is ignored.
+func parsePushItems(items []json.RawMessage, producerSub string) ([]pushItem, string) {
 	out := make([]pushItem, 0, len(items))
 	for _, raw := range items {
 		m, ok := asObject(raw)
@@ -77,7 +80,7 @@ func parsePushItems(items []json.RawMessage) ([]pushItem, string) {
 		if !ok || qn == "" {
 			return nil, "Queue must be a string"
 		}
-		it := pushItem{queue: qn, partition: "Default", payload: compactJSON(m["payload"])}
+		it := pushItem{queue: qn, partition: "Default", payload: compactJSON(m["payload"]), producerSub: producerSub}
 		if !absent(m["partition"]) {
 			s, ok := asString(m["partition"])
 			if !ok {
@@ -116,11 +119,12 @@ func (b *Broker) enqueueLocked(t *tenant, it *pushItem, now time.Time) (m *messa
 		return orig, p, true
 	}
 	m = &message{
-		id:        b.ids.v7(now),
-		txn:       it.txn,
-		traceID:   it.traceID,
-		data:      it.payload,
-		createdAt: now,
+		id:          b.ids.v7(now),
+		txn:         it.txn,
+		traceID:     it.traceID,
+		data:        it.payload,
+		createdAt:   now,
+		producerSub: it.producerSub,
 	}
 	p.msgs = append(p.msgs, m)
 	p.byTxn[m.txn] = m
@@ -194,7 +198,7 @@ func (b *Broker) handlePush(rc *reqCtx) {
 		writeJSON(rc.w, http.StatusCreated, emptyList())
 		return
 	}
-	items, msg := parsePushItems(raw)
+	items, msg := parsePushItems(raw, rc.producerSub)
 	if msg != "" {
 		badRequest(rc.w, msg)
 		return

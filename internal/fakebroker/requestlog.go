@@ -23,6 +23,8 @@ type Request struct {
 	Header        http.Header // a clone of the request headers
 	Body          []byte      // at most 64 KiB of the body
 	BodyTruncated bool        // the body was longer than Body
+	JWTSub        string      // sub of the verified JWT (Options.JWTSecret/JWTPublicKey), else ""
+	JWTRole       string      // role claim of the verified JWT, else ""
 }
 
 // Tenant returns the request's TenantHeader value ("" when absent).
@@ -40,7 +42,7 @@ func newRequestLog(size int) *requestLog {
 	return &requestLog{buf: make([]Request, size)}
 }
 
-func (l *requestLog) add(r *http.Request, body []byte) {
+func (l *requestLog) add(r *http.Request, body []byte, id jwtIdentity) {
 	rec := Request{
 		Time:     time.Now(),
 		Method:   r.Method,
@@ -48,6 +50,8 @@ func (l *requestLog) add(r *http.Request, body []byte) {
 		RawQuery: r.URL.RawQuery,
 		Host:     r.Host,
 		Header:   r.Header.Clone(),
+		JWTSub:   id.sub,
+		JWTRole:  id.role,
 	}
 	if len(body) > maxLoggedBody {
 		rec.Body = append([]byte(nil), body[:maxLoggedBody]...)

@@ -24,6 +24,8 @@ type reqCtx struct {
 	params map[string]string
 	tenant string
 	query  url.Values
+	// producerSub is the verified JWT sub stamped on pushed messages.
+	producerSub string
 }
 
 func encodeJSON(v any) []byte {

@@ -135,11 +135,12 @@ type partition struct {
 
 // message is one stored message.
 type message struct {
-	id        string
-	txn       string
-	traceID   any // string or nil
-	data      json.RawMessage
-	createdAt time.Time
+	id          string
+	txn         string
+	traceID     any // string or nil
+	data        json.RawMessage
+	createdAt   time.Time
+	producerSub string // verified JWT sub of the pusher, "" without JWT auth
 }
 
 // cursor is a consumer group's progress on one partition.

@@ -80,7 +80,7 @@ func (b *Broker) handleStreamCycle(rc *reqCtx) {
 	}
 	ops, _ := asArray(m["state_ops"])
 	rawItems, _ := asArray(m["push_items"])
-	items, msg := parsePushItems(rawItems)
+	items, msg := parsePushItems(rawItems, rc.producerSub)
 	if msg != "" {
 		badRequest(rc.w, msg)
 		return

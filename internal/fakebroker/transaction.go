@@ -42,7 +42,7 @@ func (b *Broker) handleTransaction(rc *reqCtx) {
 			}
 		case "push":
 			items, _ := asArray(om["items"])
-			parsed, msg := parsePushItems(items)
+			parsed, msg := parsePushItems(items, rc.producerSub)
 			if msg != "" {
 				rc.ok(txFailure(txID, "PUSH operation failed: "+msg, obj{
 					"error": msg, "index": i, "success": false, "type": "push",
