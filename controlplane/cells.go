@@ -1,0 +1,158 @@
+package controlplane
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Cell statuses (the cells.status CHECK list). A draining cell keeps serving
+// the clusters it has but takes no new ones; a dead cell takes none either.
+const (
+	CellActive   = "active"
+	CellDraining = "draining"
+	CellDead     = "dead"
+)
+
+// Cell is one row of queen_proxy.cells with the number of clusters placed on
+// it. The cell secret is never returned, only whether there is one.
+type Cell struct {
+	ID            string    `json:"id"`
+	Slug          string    `json:"slug"`
+	Region        string    `json:"region"`
+	BaseURL       string    `json:"base_url"`
+	Class         string    `json:"class"`
+	Status        string    `json:"status"`
+	CapacitySlots int       `json:"capacity_slots"`
+	UsedSlots     int       `json:"used_slots"`
+	Clusters      int       `json:"clusters"`
+	BrokerVersion string    `json:"broker_version,omitempty"`
+	HasSecret     bool      `json:"has_secret"`
+	CreatedAt     time.Time `json:"created_at"`
+}
+
+// NewCell describes a cell to add.
+type NewCell struct {
+	Slug          string
+	Region        string
+	BaseURL       string // the broker's plain-HTTP URL, e.g. http://10.0.0.7:6632
+	Class         string // shared or dedicated
+	CapacitySlots int
+	Secret        string // bearer token presented to the broker; empty for none
+	BrokerVersion string
+}
+
+const cellSelect = `SELECT ce.id::text, ce.slug, ce.region, ce.base_url, ce.class, ce.status,
+	ce.capacity_slots, ce.used_slots,
+	(SELECT count(*) FROM queen_proxy.clusters c WHERE c.cell_id = ce.id)::int,
+	coalesce(ce.broker_version, ''), ce.cell_secret IS NOT NULL, coalesce(ce.created_at, now())
+	FROM queen_proxy.cells ce`
+
+func scanCell(row pgx.Row) (Cell, error) {
+	var c Cell
+	err := row.Scan(&c.ID, &c.Slug, &c.Region, &c.BaseURL, &c.Class, &c.Status, &c.CapacitySlots, &c.UsedSlots,
+		&c.Clusters, &c.BrokerVersion, &c.HasSecret, &c.CreatedAt)
+	return c, err
+}
+
+func getCell(ctx context.Context, db DB, id string) (Cell, error) {
+	c, err := scanCell(db.QueryRow(ctx, cellSelect+` WHERE ce.id = $1::uuid`, id))
+	if err != nil {
+		return Cell{}, dbError("read cell", err)
+	}
+	return c, nil
+}
+
+// checkClass validates a cell class (also a plan's cell_class).
+func checkClass(what, class string) (string, error) {
+	c := normalize(class)
+	if c != "shared" && c != "dedicated" {
+		return "", errorf(Invalid, "invalid %s %q: use shared or dedicated", what, class)
+	}
+	return c, nil
+}
+
+// AddCell inserts a cell; its slug is stored lowercased, like tenant and
+// cluster slugs. Cells are infrastructure rows that no SQL function
+// creates; nothing is cached about a cell that has no clusters, so nothing
+// needs to be invalidated either.
+func AddCell(ctx context.Context, db DB, c NewCell) (Cell, error) {
+	slug := normalize(c.Slug)
+	if slug == "" {
+		return Cell{}, errorf(Invalid, "cell slug is required")
+	}
+	if strings.ContainsAny(slug, " \t\r\n/") {
+		return Cell{}, errorf(Invalid, "invalid cell slug %q: no spaces or slashes", c.Slug)
+	}
+	region := strings.TrimSpace(c.Region)
+	if region == "" {
+		return Cell{}, errorf(Invalid, "cell region is required")
+	}
+	base := strings.TrimSpace(c.BaseURL)
+	u, err := url.Parse(base)
+	if base == "" {
+		return Cell{}, errorf(Invalid, "cell broker URL is required")
+	}
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return Cell{}, errorf(Invalid, "invalid cell broker URL %q: want http://host:port", c.BaseURL)
+	}
+	class, err := checkClass("cell class", c.Class)
+	if err != nil {
+		return Cell{}, err
+	}
+	if c.CapacitySlots < 0 {
+		return Cell{}, errorf(Invalid, "invalid cell capacity %d: must be 0 or more", c.CapacitySlots)
+	}
+	var id string
+	err = db.QueryRow(ctx, `INSERT INTO queen_proxy.cells (slug, region, base_url, class, capacity_slots, cell_secret, broker_version)
+		VALUES ($1, $2, $3, $4, $5, nullif($6, ''), nullif($7, '')) RETURNING id::text`,
+		slug, region, base, class, c.CapacitySlots, c.Secret, strings.TrimSpace(c.BrokerVersion)).Scan(&id)
+	if err != nil {
+		return Cell{}, dbError("add cell", err)
+	}
+	return getCell(ctx, db, id)
+}
+
+// ListCells returns every cell, ordered by slug.
+func ListCells(ctx context.Context, db DB) ([]Cell, error) {
+	rows, err := db.Query(ctx, cellSelect+` ORDER BY ce.slug`)
+	if err != nil {
+		return nil, dbError("list cells", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Cell, error) { return scanCell(r) })
+	if err != nil {
+		return nil, dbError("list cells", err)
+	}
+	return nonNil(out), nil
+}
+
+// SetCellStatus sets a cell's status: draining stops placing new clusters on
+// it (CreateCluster and MoveCluster refuse it) while the gateway keeps
+// serving the clusters already there; active undoes that. The status is not
+// part of any cluster's cached state, so no gateway needs to be told.
+func SetCellStatus(ctx context.Context, db DB, cell, status string) (Cell, error) {
+	switch status {
+	case CellActive, CellDraining, CellDead:
+	default:
+		return Cell{}, errorf(Invalid, "invalid cell status %q: use active, draining or dead", status)
+	}
+	c, err := lookupCell(ctx, db, cell)
+	if err != nil {
+		return Cell{}, err
+	}
+	if _, err := db.Exec(ctx, `UPDATE queen_proxy.cells SET status = $2 WHERE id = $1::uuid`, c.ID, status); err != nil {
+		return Cell{}, dbError("set cell status", err)
+	}
+	return getCell(ctx, db, c.ID)
+}
+
+// placeable checks that a cell takes new clusters.
+func placeable(c ref) error {
+	if c.Status != CellActive {
+		return errorf(WrongState, "cell %q is %s and takes no new clusters", c.Name, c.Status)
+	}
+	return nil
+}

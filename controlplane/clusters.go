@@ -1,0 +1,239 @@
+package controlplane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Cluster is one row of queen_proxy.clusters with the names of its tenant,
+// plan and cell.
+type Cluster struct {
+	ID               string          `json:"id"`
+	Slug             string          `json:"slug"`
+	TenantID         string          `json:"tenant_id"`
+	TenantSlug       string          `json:"tenant_slug"`
+	TenantStatus     string          `json:"tenant_status"`
+	Status           string          `json:"status"`
+	PlanCode         string          `json:"plan_code"`
+	CellID           string          `json:"cell_id"`
+	CellSlug         string          `json:"cell_slug"`
+	BrokerTenantUUID string          `json:"broker_tenant_uuid"`
+	Overrides        json.RawMessage `json:"overrides"`
+	CreatedAt        time.Time       `json:"created_at"`
+}
+
+const clusterSelect = `SELECT c.id::text, c.slug, t.id::text, t.slug, t.status, c.status, p.code,
+	ce.id::text, ce.slug, c.broker_tenant_uuid::text, c.limit_overrides::text, coalesce(c.created_at, now())
+	FROM queen_proxy.clusters c
+	JOIN queen_proxy.tenants t ON t.id = c.tenant_id
+	JOIN queen_proxy.plans p ON p.id = c.plan_id
+	JOIN queen_proxy.cells ce ON ce.id = c.cell_id`
+
+func scanCluster(row pgx.Row) (Cluster, error) {
+	var c Cluster
+	var overrides string
+	err := row.Scan(&c.ID, &c.Slug, &c.TenantID, &c.TenantSlug, &c.TenantStatus, &c.Status, &c.PlanCode,
+		&c.CellID, &c.CellSlug, &c.BrokerTenantUUID, &overrides, &c.CreatedAt)
+	c.Overrides = json.RawMessage(overrides)
+	return c, err
+}
+
+func getCluster(ctx context.Context, db DB, id string) (Cluster, error) {
+	c, err := scanCluster(db.QueryRow(ctx, clusterSelect+` WHERE c.id = $1::uuid`, id))
+	if err != nil {
+		return Cluster{}, dbError("read cluster", err)
+	}
+	return c, nil
+}
+
+// NewCluster describes a cluster to create.
+type NewCluster struct {
+	Tenant string // slug or id
+	Slug   string
+	Plan   string // plan code
+	Cell   string // slug or id; empty picks the only active cell
+}
+
+// CreateCluster creates a cluster through create_cluster. The cell must be
+// active; when none is named and exactly one active cell exists, that one is
+// used.
+func CreateCluster(ctx context.Context, db DB, n NewCluster) (Cluster, error) {
+	slug, err := checkSlug("cluster", n.Slug)
+	if err != nil {
+		return Cluster{}, err
+	}
+	t, err := lookupTenant(ctx, db, n.Tenant)
+	if err != nil {
+		return Cluster{}, err
+	}
+	p, err := lookupPlan(ctx, db, n.Plan)
+	if err != nil {
+		return Cluster{}, err
+	}
+	var cell ref
+	if normalize(n.Cell) == "" {
+		if cell, err = onlyActiveCell(ctx, db); err != nil {
+			return Cluster{}, err
+		}
+	} else if cell, err = lookupCell(ctx, db, n.Cell); err != nil {
+		return Cluster{}, err
+	}
+	if err := placeable(cell); err != nil {
+		return Cluster{}, err
+	}
+	var id string
+	err = db.QueryRow(ctx, `SELECT queen_proxy.create_cluster($1::uuid, $2, $3, $4::uuid)::text`,
+		t.ID, slug, p.Name, cell.ID).Scan(&id)
+	if err != nil {
+		return Cluster{}, dbError("create cluster", err)
+	}
+	return getCluster(ctx, db, id)
+}
+
+func onlyActiveCell(ctx context.Context, db DB) (ref, error) {
+	rows, err := db.Query(ctx, `SELECT id::text, slug, status, '' FROM queen_proxy.cells WHERE status = 'active' ORDER BY slug LIMIT 2`)
+	if err != nil {
+		return ref{}, dbError("list cells", err)
+	}
+	cells, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ref, error) {
+		var c ref
+		err := r.Scan(&c.ID, &c.Name, &c.Status, &c.Tenant)
+		return c, err
+	})
+	if err != nil {
+		return ref{}, dbError("list cells", err)
+	}
+	switch len(cells) {
+	case 0:
+		return ref{}, errorf(NotFound, "no active cell to place the cluster on; add one first")
+	case 1:
+		return cells[0], nil
+	}
+	return ref{}, errorf(Invalid, "several active cells: name the cell to place the cluster on")
+}
+
+// ClusterFilter narrows ListClusters; empty fields match everything.
+type ClusterFilter struct {
+	Tenant string // slug or id
+	Cell   string // slug or id
+	Plan   string // code
+}
+
+// ListClusters returns the clusters that match f, ordered by slug. A filter
+// naming an unknown tenant, cell or plan is an error, not an empty list.
+func ListClusters(ctx context.Context, db DB, f ClusterFilter) ([]Cluster, error) {
+	var tenantID, cellID, planCode *string
+	if normalize(f.Tenant) != "" {
+		t, err := lookupTenant(ctx, db, f.Tenant)
+		if err != nil {
+			return nil, err
+		}
+		tenantID = &t.ID
+	}
+	if normalize(f.Cell) != "" {
+		c, err := lookupCell(ctx, db, f.Cell)
+		if err != nil {
+			return nil, err
+		}
+		cellID = &c.ID
+	}
+	if normalize(f.Plan) != "" {
+		p, err := lookupPlan(ctx, db, f.Plan)
+		if err != nil {
+			return nil, err
+		}
+		planCode = &p.Name
+	}
+	rows, err := db.Query(ctx, clusterSelect+`
+		WHERE ($1::uuid IS NULL OR c.tenant_id = $1::uuid)
+		  AND ($2::uuid IS NULL OR c.cell_id = $2::uuid)
+		  AND ($3::text IS NULL OR p.code = $3)
+		ORDER BY c.slug`, tenantID, cellID, planCode)
+	if err != nil {
+		return nil, dbError("list clusters", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Cluster, error) { return scanCluster(r) })
+	if err != nil {
+		return nil, dbError("list clusters", err)
+	}
+	return nonNil(out), nil
+}
+
+// Move is the outcome of MoveCluster.
+type Move struct {
+	Cluster  Cluster `json:"cluster"`
+	FromCell string  `json:"from_cell"`
+	ToCell   string  `json:"to_cell"`
+	Moved    bool    `json:"moved"`
+}
+
+// MoveCluster points a cluster at another cell: from the next request on,
+// every gateway sends its traffic there. The schema has no function for it,
+// so this is an UPDATE plus record_operation (action cluster_moved), which
+// audits the move and invalidates the cluster everywhere. The broker data
+// does not move: the queues and messages on the old cell's broker stay
+// there. The target cell must be active. Moving a cluster to the cell it is
+// on changes nothing.
+func MoveCluster(ctx context.Context, db DB, cluster, cell string) (Move, error) {
+	c, err := lookupCluster(ctx, db, cluster)
+	if err != nil {
+		return Move{}, err
+	}
+	to, err := lookupCell(ctx, db, cell)
+	if err != nil {
+		return Move{}, err
+	}
+	var m Move
+	err = inTx(ctx, db, "move cluster", func(tx pgx.Tx) error {
+		var fromID string
+		err := tx.QueryRow(ctx, `SELECT ce.id::text, ce.slug FROM queen_proxy.clusters c
+			JOIN queen_proxy.cells ce ON ce.id = c.cell_id WHERE c.id = $1::uuid FOR UPDATE OF c`, c.ID).Scan(&fromID, &m.FromCell)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errorf(NotFound, "unknown cluster %q", c.Name)
+		}
+		if err != nil {
+			return err
+		}
+		m.ToCell = to.Name
+		if fromID == to.ID {
+			return nil
+		}
+		if err := placeable(to); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE queen_proxy.clusters SET cell_id = $2::uuid WHERE id = $1::uuid`, c.ID, to.ID); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT queen_proxy.record_operation($1::uuid, $2::uuid, 'control_plane', NULL, 'cluster_moved', $2::text,
+			jsonb_build_object('from_cell', $3::text, 'to_cell', $4::text))`, c.Tenant, c.ID, fromID, to.ID)
+		m.Moved = err == nil
+		return err
+	})
+	if err != nil {
+		return Move{}, err
+	}
+	if m.Cluster, err = getCluster(ctx, db, c.ID); err != nil {
+		return Move{}, err
+	}
+	return m, nil
+}
+
+// SetClusterPlan assigns a plan to a cluster through assign_plan.
+func SetClusterPlan(ctx context.Context, db DB, cluster, plan string) (Cluster, error) {
+	c, err := lookupCluster(ctx, db, cluster)
+	if err != nil {
+		return Cluster{}, err
+	}
+	p, err := lookupPlan(ctx, db, plan)
+	if err != nil {
+		return Cluster{}, err
+	}
+	if _, err := db.Exec(ctx, `SELECT queen_proxy.assign_plan($1::uuid, $2)`, c.ID, p.Name); err != nil {
+		return Cluster{}, dbError("assign plan", err)
+	}
+	return getCluster(ctx, db, c.ID)
+}

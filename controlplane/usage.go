@@ -1,0 +1,161 @@
+package controlplane
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// UsageRow is one cluster's usage over a period. Messages counts every op
+// class; Pushed counts the messages accepted by push and transaction
+// requests (what is billed) and Delivered the messages handed to consumers.
+type UsageRow struct {
+	Cluster   string `json:"cluster"`
+	Tenant    string `json:"tenant"`
+	Requests  int64  `json:"requests"`
+	Messages  int64  `json:"messages"`
+	Pushed    int64  `json:"pushed"`
+	Delivered int64  `json:"delivered"`
+	BytesIn   int64  `json:"bytes_in"`
+	BytesOut  int64  `json:"bytes_out"`
+}
+
+// UsageReport is the usage of every selected cluster over [From, To).
+type UsageReport struct {
+	From     time.Time  `json:"from"`
+	To       time.Time  `json:"to"`
+	Clusters []UsageRow `json:"clusters"`
+}
+
+// UsageQuery selects the period and the clusters of a report.
+type UsageQuery struct {
+	From, To time.Time // [From, To)
+	Tenant   string    // slug or id; empty for all tenants
+	Cluster  string    // slug or id; empty for all clusters
+}
+
+// ParsePeriod reads the bounds of a usage period. month (YYYY-MM) selects a
+// whole UTC calendar month and excludes from and to. Otherwise from and to
+// are RFC 3339 times or dates (midnight UTC); from defaults to the start of
+// the current UTC month and to (exclusive) to now.
+func ParsePeriod(from, to, month string, now time.Time) (time.Time, time.Time, error) {
+	now = now.UTC()
+	if m := strings.TrimSpace(month); m != "" {
+		if strings.TrimSpace(from) != "" || strings.TrimSpace(to) != "" {
+			return time.Time{}, time.Time{}, errorf(Invalid, "give either a month or from/to, not both")
+		}
+		start, err := time.Parse("2006-01", m)
+		if err != nil {
+			return time.Time{}, time.Time{}, errorf(Invalid, "invalid month %q: use YYYY-MM", month)
+		}
+		return start, start.AddDate(0, 1, 0), nil
+	}
+	start := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	end := now
+	var err error
+	if strings.TrimSpace(from) != "" {
+		if start, err = parseInstant("from", from); err != nil {
+			return time.Time{}, time.Time{}, err
+		}
+	}
+	if strings.TrimSpace(to) != "" {
+		if end, err = parseInstant("to", to); err != nil {
+			return time.Time{}, time.Time{}, err
+		}
+	}
+	if !start.Before(end) {
+		return time.Time{}, time.Time{}, errorf(Invalid, "empty period: from %s is not before to %s",
+			start.Format(time.RFC3339), end.Format(time.RFC3339))
+	}
+	return start, end, nil
+}
+
+func parseInstant(what, s string) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t.UTC(), nil
+	}
+	if t, err := time.Parse(time.DateOnly, s); err == nil {
+		return t, nil
+	}
+	return time.Time{}, errorf(Invalid, "invalid %s %q: use an RFC 3339 time (2026-01-31T12:00:00Z) or a date (2026-01-31)", what, s)
+}
+
+// usageSQL sums each cluster's usage over [$1, $2). A UTC day that lies
+// wholly inside the period may be in usage_days (rolled up) and in
+// usage_minutes (until pruned, and late minutes after the roll-up); per
+// day and op class the larger of the two counts, the rule
+// cluster_month_msgs applies. Days cut by a bound come from usage_minutes
+// alone. Clusters without usage are listed with zeros.
+const usageSQL = `
+WITH m AS (
+    SELECT cluster_id, (minute AT TIME ZONE 'UTC')::date AS day, op_class,
+           sum(msgs) AS msgs, sum(reqs) AS reqs, sum(bytes_in) AS bytes_in, sum(bytes_out) AS bytes_out
+      FROM queen_proxy.usage_minutes
+     WHERE minute >= $1 AND minute < $2
+     GROUP BY 1, 2, 3
+), d AS (
+    SELECT cluster_id, day, op_class, msgs, reqs, bytes_in, bytes_out
+      FROM queen_proxy.usage_days
+     WHERE (day::timestamp AT TIME ZONE 'UTC') >= $1
+       AND ((day + 1)::timestamp AT TIME ZONE 'UTC') <= $2
+), u AS (
+    SELECT coalesce(m.cluster_id, d.cluster_id) AS cluster_id, coalesce(m.op_class, d.op_class) AS op_class,
+           greatest(coalesce(m.msgs, 0), coalesce(d.msgs, 0)) AS msgs,
+           greatest(coalesce(m.reqs, 0), coalesce(d.reqs, 0)) AS reqs,
+           greatest(coalesce(m.bytes_in, 0), coalesce(d.bytes_in, 0)) AS bytes_in,
+           greatest(coalesce(m.bytes_out, 0), coalesce(d.bytes_out, 0)) AS bytes_out
+      FROM m FULL JOIN d ON d.cluster_id = m.cluster_id AND d.day = m.day AND d.op_class = m.op_class
+)
+SELECT c.slug, t.slug,
+       coalesce(sum(u.reqs), 0)::bigint,
+       coalesce(sum(u.msgs), 0)::bigint,
+       coalesce(sum(u.msgs) FILTER (WHERE u.op_class IN ('push', 'txn')), 0)::bigint,
+       coalesce(sum(u.msgs) FILTER (WHERE u.op_class = 'delivery'), 0)::bigint,
+       coalesce(sum(u.bytes_in), 0)::bigint,
+       coalesce(sum(u.bytes_out), 0)::bigint
+  FROM queen_proxy.clusters c
+  JOIN queen_proxy.tenants t ON t.id = c.tenant_id
+  LEFT JOIN u ON u.cluster_id = c.id
+ WHERE ($3::uuid IS NULL OR c.tenant_id = $3::uuid)
+   AND ($4::uuid IS NULL OR c.id = $4::uuid)
+ GROUP BY c.id, c.slug, t.slug
+ ORDER BY t.slug, c.slug`
+
+// Usage reports each selected cluster's usage over the query's period.
+func Usage(ctx context.Context, db DB, q UsageQuery) (UsageReport, error) {
+	if !q.From.Before(q.To) {
+		return UsageReport{}, errorf(Invalid, "empty period: from %s is not before to %s",
+			q.From.UTC().Format(time.RFC3339), q.To.UTC().Format(time.RFC3339))
+	}
+	var tenantID, clusterID *string
+	if normalize(q.Tenant) != "" {
+		t, err := lookupTenant(ctx, db, q.Tenant)
+		if err != nil {
+			return UsageReport{}, err
+		}
+		tenantID = &t.ID
+	}
+	if normalize(q.Cluster) != "" {
+		c, err := lookupCluster(ctx, db, q.Cluster)
+		if err != nil {
+			return UsageReport{}, err
+		}
+		clusterID = &c.ID
+	}
+	rows, err := db.Query(ctx, usageSQL, q.From, q.To, tenantID, clusterID)
+	if err != nil {
+		return UsageReport{}, dbError("read usage", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (UsageRow, error) {
+		var u UsageRow
+		err := r.Scan(&u.Cluster, &u.Tenant, &u.Requests, &u.Messages, &u.Pushed, &u.Delivered, &u.BytesIn, &u.BytesOut)
+		return u, err
+	})
+	if err != nil {
+		return UsageReport{}, dbError("read usage", err)
+	}
+	return UsageReport{From: q.From.UTC(), To: q.To.UTC(), Clusters: nonNil(out)}, nil
+}

@@ -1,0 +1,95 @@
+package controlplane
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestUsersAndRoles(t *testing.T) {
+	pool, url := fresh(t)
+	ctx := ctxT(t)
+	w := provision(t, pool)
+	must[Tenant](t)(CreateTenant(ctx, pool, "beta", ""))
+	must[Cluster](t)(CreateCluster(ctx, pool, NewCluster{Tenant: "beta", Slug: "beta-1", Plan: "free", Cell: "eu1-a"}))
+
+	u := must[User](t)(CreateUser(ctx, pool, NewUser{Tenant: "acme", Email: " Ops@Acme.Test ", Name: "Ops Team",
+		Password: "correct horse battery"}))
+	if u.Email != "ops@acme.test" || u.Name == nil || *u.Name != "Ops Team" || !u.HasPassword || u.TenantSlug != "acme" ||
+		u.IsOperator || len(u.Roles) != 0 {
+		t.Fatalf("created %+v", u)
+	}
+	if !scalar[bool](t, pool, `SELECT password_hash = public.crypt('correct horse battery', password_hash) AND password_hash LIKE '$2a$10$%'
+		FROM queen_proxy.users WHERE id = $1::uuid`, u.ID) {
+		t.Fatal("the stored password hash is not bcrypt (cost 10) of the password")
+	}
+	plain := must[User](t)(CreateUser(ctx, pool, NewUser{Tenant: "beta", Email: "dev@beta.test"}))
+	if plain.HasPassword || plain.Name != nil {
+		t.Fatalf("created %+v", plain)
+	}
+
+	_, err := CreateUser(ctx, pool, NewUser{Tenant: "beta", Email: "OPS@acme.test"})
+	wantErr(t, err, Taken, `user e-mail "ops@acme.test" is already taken`)
+	_, err = CreateUser(ctx, pool, NewUser{Tenant: "nope", Email: "x@y.test"})
+	wantErr(t, err, NotFound, `unknown tenant "nope"`)
+	_, err = CreateUser(ctx, pool, NewUser{Tenant: "acme", Email: "nobody"})
+	wantErr(t, err, Invalid, `invalid e-mail "nobody"`)
+	_, err = CreateUser(ctx, pool, NewUser{Tenant: "acme", Email: "x@y.test", Password: "short"})
+	wantErr(t, err, Invalid, "password must be 12 to 128 characters long")
+	_, err = CreateUser(ctx, pool, NewUser{Tenant: "acme", Email: "x@y.test", Name: strings.Repeat("n", 161)})
+	wantErr(t, err, Invalid, "user name is longer than 160 characters")
+	if n := scalar[int](t, pool, `SELECT count(*)::int FROM queen_proxy.users WHERE email = 'x@y.test'`); n != 0 {
+		t.Fatal("a refused user was created")
+	}
+
+	l := listen(t, url)
+	g := must[Grant](t)(GrantRole(ctx, pool, "ops@acme.test", "acme-prod", "Viewer"))
+	if g.Role != "viewer" || g.Previous != "" || g.Cluster != "acme-prod" || g.Email != "ops@acme.test" {
+		t.Fatalf("grant %+v", g)
+	}
+	if p := l.next(); p != w.cluster.ID {
+		t.Fatalf("grant announced %q", p)
+	}
+	g = must[Grant](t)(GrantRole(ctx, pool, "ops@acme.test", "acme-prod", "admin"))
+	if g.Role != "admin" || g.Previous != "viewer" {
+		t.Fatalf("regrant %+v", g)
+	}
+	_, err = GrantRole(ctx, pool, "ops@acme.test", "beta-1", "admin")
+	wantErr(t, err, CrossTenant, `user "ops@acme.test" belongs to another tenant than cluster "beta-1"`)
+	_, err = GrantRole(ctx, pool, "ops@acme.test", "acme-prod", "owner")
+	wantErr(t, err, Invalid, `invalid role "owner": use admin, producer, consumer or viewer`)
+	_, err = GrantRole(ctx, pool, "who@acme.test", "acme-prod", "admin")
+	wantErr(t, err, NotFound, `unknown user "who@acme.test"`)
+	_, err = GrantRole(ctx, pool, "ops@acme.test", "nope", "admin")
+	wantErr(t, err, NotFound, `unknown cluster "nope"`)
+
+	us := must[[]User](t)(ListUsers(ctx, pool, "acme"))
+	if len(us) != 1 || len(us[0].Roles) != 1 || us[0].Roles[0].Role != "admin" || us[0].Roles[0].ClusterSlug != "acme-prod" {
+		t.Fatalf("acme users %+v", us)
+	}
+	if all := must[[]User](t)(ListUsers(ctx, pool, "")); len(all) != 2 || all[0].Email != "dev@beta.test" {
+		t.Fatalf("all users %+v", all)
+	}
+
+	r := must[Grant](t)(RevokeRole(ctx, pool, "ops@acme.test", "acme-prod"))
+	if r.Previous != "admin" || r.Role != "" {
+		t.Fatalf("revoke %+v", r)
+	}
+	_, err = RevokeRole(ctx, pool, "ops@acme.test", "acme-prod")
+	wantErr(t, err, NotFound, `user "ops@acme.test" has no role on cluster "acme-prod"`)
+	_, err = RevokeRole(ctx, pool, "dev@beta.test", "acme-prod")
+	wantErr(t, err, CrossTenant, `user "dev@beta.test" belongs to another tenant than cluster "acme-prod"`)
+
+	op := must[User](t)(SetOperator(ctx, pool, "OPS@acme.test", true))
+	if !op.IsOperator {
+		t.Fatalf("operator bit not set: %+v", op)
+	}
+	op = must[User](t)(SetOperator(ctx, pool, "ops@acme.test", false))
+	if op.IsOperator {
+		t.Fatalf("operator bit still set: %+v", op)
+	}
+	if n := scalar[int](t, pool, `SELECT count(*)::int FROM queen_proxy.operations WHERE action IN ('operator_granted', 'operator_revoked')`); n != 2 {
+		t.Fatalf("%d operator audit rows, want 2 (through set_operator)", n)
+	}
+	_, err = SetOperator(ctx, pool, "who@acme.test", true)
+	wantErr(t, err, NotFound, `unknown user "who@acme.test"`)
+}
