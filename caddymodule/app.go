@@ -8,6 +8,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/queengate/queengate/limits"
 	"github.com/queengate/queengate/tenancy"
 )
 
@@ -54,8 +55,35 @@ type App struct {
 	// start, for databases whose schema is managed elsewhere.
 	SkipMigrations bool `json:"skip_migrations,omitempty"`
 
-	backend *backend
-	logger  *zap.Logger
+	// OperatorEnabled opens the operator routes (broker-wide status,
+	// analytics and maintenance switches) to users with the operator bit.
+	// When off they answer 404 before authentication, like blocked routes.
+	OperatorEnabled bool `json:"operator_enabled,omitempty"`
+
+	// Sessions configures human sessions (gateway-minted JWTs). Without it
+	// only API keys are accepted.
+	Sessions *SessionConfig `json:"sessions,omitempty"`
+
+	// CellTokens, keyed by cell slug ("*" for every cell without its own
+	// entry), makes the gateway present minted JWTs to cells that verify
+	// their own; other cells get their static cell_secret, if any.
+	CellTokens map[string]*CellTokenConfig `json:"cell_tokens,omitempty"`
+
+	// KeyTouchInterval is how often the last_used_at of used API keys is
+	// written, in one statement. Default 10s, at least 1s.
+	KeyTouchInterval caddy.Duration `json:"key_touch_interval,omitempty"`
+
+	backend     *backend
+	released    bool
+	logger      *zap.Logger
+	sessionKeys *tenancy.SessionKeys
+	cookieNames tenancy.CookieNames
+	cellTokens  map[string]*tenancy.CellTokens
+	// pushBlockSources are the live push-block flags (storage, monthly
+	// quota) consulted before every push.
+	pushBlockSources []limits.PushBlockSource
+	// extraReadiness are readiness checks added by the app's parts.
+	extraReadiness []ReadinessCheck
 }
 
 // CaddyModule returns the Caddy module information.
@@ -79,13 +107,25 @@ func (a *App) Provision(ctx caddy.Context) error {
 	setDuration(&a.CacheTTL, 30*time.Second)
 	setDuration(&a.KeyNegativeTTL, 5*time.Second)
 	setDuration(&a.StaleGrace, 10*time.Minute)
+	setDuration(&a.KeyTouchInterval, 10*time.Second)
 	if err := a.Validate(); err != nil {
 		return err
+	}
+	if err := a.provisionSessions(a.logger); err != nil {
+		return fmt.Errorf("queen: %w", err)
+	}
+	if err := a.provisionCellTokens(); err != nil {
+		return fmt.Errorf("queen: %w", err)
 	}
 	b, err := acquireBackend(ctx, backendSettings{
 		databaseURL:    a.DatabaseURL,
 		poolMaxConns:   a.PoolMaxConns,
 		skipMigrations: a.SkipMigrations,
+		keyTouch:       time.Duration(a.KeyTouchInterval),
+		identity: tenancy.IdentityCacheConfig{
+			RevocationStrict: a.Sessions != nil && a.Sessions.RevocationStrict,
+			LookupTimeout:    time.Duration(a.DatabaseTimeout),
+		},
 		cache: tenancy.CacheConfig{
 			TTL:            time.Duration(a.CacheTTL),
 			KeyNegativeTTL: time.Duration(a.KeyNegativeTTL),
@@ -113,6 +153,19 @@ func (a *App) Validate() error {
 			return fmt.Errorf("queen: base domain %q is not a domain name", d)
 		}
 	}
+	if a.KeyTouchInterval != 0 && time.Duration(a.KeyTouchInterval) < time.Second {
+		return fmt.Errorf("queen: key_touch_interval must be at least 1s, got %s", time.Duration(a.KeyTouchInterval))
+	}
+	for cell, c := range a.CellTokens {
+		if c == nil {
+			continue
+		}
+		switch c.Algorithm {
+		case "HS256", "EdDSA":
+		default:
+			return fmt.Errorf("queen: cell_token %s: algorithm must be HS256 or EdDSA, got %q", cell, c.Algorithm)
+		}
+	}
 	return nil
 }
 
@@ -125,17 +178,23 @@ func (a *App) Stop() error { return nil }
 
 // Cleanup releases this configuration's hold on the shared backend; the
 // pool and listener close when no configuration uses them any more.
+//
+// The backend pointer is kept: requests of this configuration still in
+// flight during a reload may finish with it.
 func (a *App) Cleanup() error {
-	if a.backend == nil {
+	if a.backend == nil || a.released {
 		return nil
 	}
+	a.released = true
 	_, err := backends.Delete(a.backend.key)
-	a.backend = nil
 	return err
 }
 
 // Cache returns the cluster cache.
 func (a *App) Cache() *tenancy.ClusterCache { return a.backend.cache }
+
+// Identities returns the cache of roles, operator bits and revoked tokens.
+func (a *App) Identities() *tenancy.IdentityCache { return a.backend.identity }
 
 func setDuration(d *caddy.Duration, def time.Duration) {
 	if *d == 0 {

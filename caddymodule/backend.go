@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -22,13 +23,17 @@ type backendSettings struct {
 	databaseURL    string
 	poolMaxConns   int32
 	skipMigrations bool
+	keyTouch       time.Duration
 	cache          tenancy.CacheConfig
+	identity       tenancy.IdentityCacheConfig
 }
 
 type backend struct {
 	key      string
 	pool     *pgxpool.Pool
 	cache    *tenancy.ClusterCache
+	identity *tenancy.IdentityCache
+	toucher  *tenancy.KeyToucher
 	listener *tenancy.InvalidationListener
 	stop     context.CancelFunc
 	stopped  chan struct{}
@@ -39,7 +44,7 @@ type backend struct {
 const listenerReadyWait = 5 * time.Second
 
 func acquireBackend(ctx caddy.Context, s backendSettings, log *zap.Logger) (*backend, error) {
-	key := fmt.Sprintf("%s|%d|%v|%+v", s.databaseURL, s.poolMaxConns, s.skipMigrations, s.cache)
+	key := fmt.Sprintf("%s|%d|%v|%v|%+v|%+v", s.databaseURL, s.poolMaxConns, s.skipMigrations, s.keyTouch, s.cache, s.identity)
 	v, _, err := backends.LoadOrNew(key, func() (caddy.Destructor, error) {
 		return newBackend(ctx, key, s, log)
 	})
@@ -78,19 +83,33 @@ func newBackend(ctx context.Context, key string, s backendSettings, log *zap.Log
 		}
 	}
 
-	cache := tenancy.NewClusterCache(tenancy.NewStore(pool), s.cache, log.Named("cache"))
+	store := tenancy.NewStore(pool)
+	cache := tenancy.NewClusterCache(store, s.cache, log.Named("cache"))
+	identity := tenancy.NewIdentityCache(store, s.identity, log.Named("identity"))
 	runCtx, stop := context.WithCancel(context.Background())
-	b := &backend{key: key, pool: pool, cache: cache, stop: stop, stopped: make(chan struct{})}
+	b := &backend{key: key, pool: pool, cache: cache, identity: identity,
+		toucher: tenancy.NewKeyToucher(pool, s.keyTouch, log.Named("key_touch")),
+		stop:    stop, stopped: make(chan struct{})}
 	b.listener = &tenancy.InvalidationListener{
-		ConnString:  s.databaseURL,
-		OnCluster:   cache.InvalidateCluster,
-		OnConnected: cache.InvalidateAll,
-		Log:         log.Named("invalidation"),
+		ConnString: s.databaseURL,
+		OnCluster: func(id string) {
+			cache.InvalidateCluster(id)
+			identity.InvalidateCluster(id)
+		},
+		OnConnected: func() {
+			cache.InvalidateAll()
+			identity.InvalidateAll()
+		},
+		OnSessionRevoked: identity.InvalidateRevocations,
+		Log:              log.Named("invalidation"),
 	}
 	ready := b.listener.Ready()
+	var workers sync.WaitGroup
+	workers.Go(func() { b.listener.Run(runCtx) })
+	workers.Go(func() { b.toucher.Run(runCtx) })
 	go func() {
-		defer close(b.stopped)
-		b.listener.Run(runCtx)
+		workers.Wait()
+		close(b.stopped)
 	}()
 	select {
 	case <-ready:

@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"encoding/json"
+	"math"
 	"strconv"
 
 	"github.com/caddyserver/caddy/v2"
@@ -11,6 +12,8 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/headers"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"github.com/caddyserver/caddy/v2/modules/caddytls"
+	"github.com/dustin/go-humanize"
 )
 
 // parseAppOption parses the global option that configures the queen app:
@@ -24,6 +27,27 @@ import (
 //		key_negative_ttl <duration>
 //		stale_grace      <duration>
 //		skip_migrations
+//		operator_enabled
+//		key_touch_interval <duration>
+//		session {
+//			issuer                  <iss>
+//			audience                <aud>
+//			ed25519_key_file        <pem file>
+//			ed25519_public_key_file <pem file>
+//			hs256_secret            <secret>
+//			cookie_name             <name>
+//			ttl                     <duration>
+//			revocation_strict
+//		}
+//		cell_token <cell slug|*> {
+//			algorithm  HS256|EdDSA
+//			secret     <secret>
+//			key_file   <pem file>
+//			issuer     <iss>
+//			audience   <aud>
+//			role_claim <claim>
+//			ttl        <duration>
+//		}
 //	}
 func parseAppOption(d *caddyfile.Dispenser, _ any) (any, error) {
 	app := new(App)
@@ -83,6 +107,27 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			a.SkipMigrations = true
+		case "operator_enabled":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			a.OperatorEnabled = true
+		case "key_touch_interval":
+			if err := parseDuration(d, &a.KeyTouchInterval); err != nil {
+				return err
+			}
+		case "session":
+			if a.Sessions != nil {
+				return d.Err("queen: session given twice")
+			}
+			a.Sessions = new(SessionConfig)
+			if err := a.Sessions.unmarshal(d); err != nil {
+				return err
+			}
+		case "cell_token":
+			if err := a.unmarshalCellToken(d); err != nil {
+				return err
+			}
 		default:
 			return d.Errf("queen: unknown option %q", opt)
 		}
@@ -99,18 +144,36 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 //		long_poll_max    <duration>
 //		long_poll_margin <duration>
 //		dial_timeout     <duration>
+//		cell_tls [{
+//			ca          <pem file...>
+//			server_name <name>
+//		}]
+//		shared_hosts           <host...>
+//		shield
+//		max_uri_bytes          <size>
+//		max_headers            <n>
+//		max_header_value_bytes <size>
+//		max_header_bytes       <size>
+//		max_body_bytes         <size>
+//		auth_failures          <per second> <burst>
 //	}
+//
+// cell_tls makes the proxy reach cells over https: only https:// cell
+// base URLs are then accepted (and only http:// ones without it). ca names
+// PEM files of the certificate authorities to trust for cells instead of
+// the system roots; server_name is the name their certificates are
+// verified against (and sent as SNI) instead of the host of the cell's URL.
 func parseGatewayDirective(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 	matcherSet, err := h.ExtractMatcherSet()
 	if err != nil {
 		return nil, err
 	}
 	g := new(Gateway)
-	dialTimeout, err := g.unmarshal(h.Dispenser)
+	dialTimeout, cellTLS, err := g.unmarshal(h.Dispenser)
 	if err != nil {
 		return nil, err
 	}
-	proxy := newCellProxy(dialTimeout)
+	proxy := newCellProxy(dialTimeout, cellTLS)
 	chain := &caddyhttp.Subroute{Routes: caddyhttp.RouteList{{
 		HandlersRaw: []json.RawMessage{
 			caddyconfig.JSONModuleObject(g, "handler", "queen_gateway", nil),
@@ -123,14 +186,14 @@ func parseGatewayDirective(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue,
 // UnmarshalCaddyfile sets up the handler alone from Caddyfile tokens (the
 // queen_gateway directive uses the same syntax and adds the proxy).
 func (g *Gateway) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	_, err := g.unmarshal(d)
+	_, _, err := g.unmarshal(d)
 	return err
 }
 
-func (g *Gateway) unmarshal(d *caddyfile.Dispenser) (dialTimeout caddy.Duration, err error) {
+func (g *Gateway) unmarshal(d *caddyfile.Dispenser) (dialTimeout caddy.Duration, cellTLS *reverseproxy.TLSConfig, err error) {
 	d.Next() // the directive name
 	if d.NextArg() {
-		return 0, d.ArgErr()
+		return 0, nil, d.ArgErr()
 	}
 	for d.NextBlock(0) {
 		switch opt := d.Val(); opt {
@@ -142,31 +205,123 @@ func (g *Gateway) unmarshal(d *caddyfile.Dispenser) (dialTimeout caddy.Duration,
 			err = parseDuration(d, &g.LongPollMargin)
 		case "dial_timeout":
 			err = parseDuration(d, &dialTimeout)
+		case "cell_tls":
+			cellTLS, err = parseCellTLS(d)
 		default:
-			err = d.Errf("queen_gateway: unknown option %q", opt)
+			var known bool
+			if known, err = g.unmarshalEnforcement(d, opt); !known && err == nil {
+				err = d.Errf("queen_gateway: unknown option %q", opt)
+			}
 		}
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 	}
-	return dialTimeout, nil
+	return dialTimeout, cellTLS, nil
+}
+
+// parseCellTLS parses the cell_tls option of queen_gateway into the TLS
+// settings of the proxy's transport to cells.
+func parseCellTLS(d *caddyfile.Dispenser) (*reverseproxy.TLSConfig, error) {
+	if d.NextArg() {
+		return nil, d.Errf("queen_gateway: cell_tls takes no arguments, only a block with ca and server_name")
+	}
+	cfg := new(reverseproxy.TLSConfig)
+	var caFiles []string
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		switch opt := d.Val(); opt {
+		case "ca":
+			files := d.RemainingArgs()
+			if len(files) == 0 {
+				return nil, d.Errf("queen_gateway: cell_tls: ca needs at least one PEM file")
+			}
+			caFiles = append(caFiles, files...)
+		case "server_name":
+			if !d.AllArgs(&cfg.ServerName) {
+				return nil, d.Errf("queen_gateway: cell_tls: server_name takes exactly one name")
+			}
+		default:
+			return nil, d.Errf("queen_gateway: cell_tls: unknown option %q (want ca or server_name)", opt)
+		}
+	}
+	if len(caFiles) > 0 {
+		pool := &caddytls.FileCAPool{TrustedCACertPEMFiles: caFiles}
+		cfg.CARaw = caddyconfig.JSONModuleObject(pool, "provider", "file", nil)
+	}
+	return cfg, nil
 }
 
 // newCellProxy is the reverse_proxy the directive places after the gateway:
 // upstreams from the resolved cluster's cell, the Host set to the cell, and
-// plain HTTP/1.1 keep-alive connections to cells.
-func newCellProxy(dialTimeout caddy.Duration) *reverseproxy.Handler {
+// HTTP/1.1 keep-alive connections to cells, over TLS when cellTLS is set
+// (HTTP/1.1 even when a TLS cell offers HTTP/2).
+func newCellProxy(dialTimeout caddy.Duration, cellTLS *reverseproxy.TLSConfig) *reverseproxy.Handler {
 	if dialTimeout == 0 {
 		dialTimeout = caddy.Duration(defaultDialTimeout)
 	}
-	transport := &reverseproxy.HTTPTransport{DialTimeout: dialTimeout}
+	transport := &reverseproxy.HTTPTransport{DialTimeout: dialTimeout, TLS: cellTLS, Versions: []string{"1.1"}}
+	upstreams := &Upstreams{CellsTLS: cellTLS != nil}
 	return &reverseproxy.Handler{
-		DynamicUpstreamsRaw: caddyconfig.JSONModuleObject(new(Upstreams), "source", "queen", nil),
+		DynamicUpstreamsRaw: caddyconfig.JSONModuleObject(upstreams, "source", "queen", nil),
 		TransportRaw:        caddyconfig.JSONModuleObject(transport, "protocol", "http", nil),
 		Headers: &headers.Handler{Request: &headers.HeaderOps{
 			Set: map[string][]string{"Host": {"{http.reverse_proxy.upstream.hostport}"}},
 		}},
 	}
+}
+
+func (g *Gateway) unmarshalAuthFailures(d *caddyfile.Dispenser) error {
+	var rate, burst string
+	if !d.AllArgs(&rate, &burst) {
+		return d.ArgErr()
+	}
+	r, err := strconv.ParseFloat(rate, 64)
+	if err != nil || r <= 0 || math.IsInf(r, 0) {
+		return d.Errf("auth_failures: rate %q is not a positive number of failures per second", rate)
+	}
+	b, err := strconv.Atoi(burst)
+	if err != nil || b < 1 {
+		return d.Errf("auth_failures: burst %q is not a positive integer", burst)
+	}
+	g.AuthFailureRate, g.AuthFailureBurst = r, b
+	return nil
+}
+
+// parseSizeInt reads one size argument such as 8KiB or 16MB.
+func parseSizeInt(d *caddyfile.Dispenser, into *int) error {
+	opt := d.Val()
+	var s string
+	if !d.AllArgs(&s) {
+		return d.ArgErr()
+	}
+	n, err := humanize.ParseBytes(s)
+	if err != nil || n == 0 || n > math.MaxInt32 {
+		return d.Errf("%s: %q is not a size between 1 byte and 2 GiB", opt, s)
+	}
+	*into = int(n)
+	return nil
+}
+
+// parseCount reads one positive integer argument.
+func parseCount(d *caddyfile.Dispenser, into *int) error {
+	opt := d.Val()
+	var s string
+	if !d.AllArgs(&s) {
+		return d.ArgErr()
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return d.Errf("%s: %q is not a positive integer", opt, s)
+	}
+	*into = n
+	return nil
+}
+
+func parseString(d *caddyfile.Dispenser, into *string) error {
+	if !d.AllArgs(into) {
+		return d.ArgErr()
+	}
+	return nil
 }
 
 func parseDuration(d *caddyfile.Dispenser, into *caddy.Duration) error {

@@ -33,6 +33,75 @@ func TestAppUnmarshalCaddyfile(t *testing.T) {
 	}
 }
 
+func TestAppUnmarshalAuthOptions(t *testing.T) {
+	d := caddyfile.NewTestDispenser(`queen {
+		database_url x
+		operator_enabled
+		key_touch_interval 5s
+		session {
+			issuer gw.example.com
+			audience console
+			ed25519_key_file /etc/queengate/session.pem
+			ed25519_public_key_file /etc/queengate/session.pub
+			hs256_secret {env.S}
+			cookie_name qs
+			ttl 12h
+			revocation_strict
+		}
+		cell_token cell-1 {
+			algorithm HS256
+			secret {env.BROKER_JWT}
+			issuer queengate
+			audience queen
+			role_claim roles
+			ttl 2m
+		}
+		cell_token * {
+			algorithm EdDSA
+			key_file /etc/queengate/cell.pem
+		}
+	}`)
+	var a App
+	if err := a.UnmarshalCaddyfile(d); err != nil {
+		t.Fatal(err)
+	}
+	s := a.Sessions
+	if !a.OperatorEnabled || a.KeyTouchInterval != caddy.Duration(5*time.Second) || s == nil ||
+		s.Issuer != "gw.example.com" || s.Audience != "console" || s.Ed25519KeyFile != "/etc/queengate/session.pem" ||
+		s.Ed25519PublicKeyFile != "/etc/queengate/session.pub" || s.HS256Secret != "{env.S}" || s.CookieName != "qs" ||
+		s.TTL != caddy.Duration(12*time.Hour) || !s.RevocationStrict {
+		t.Fatalf("parsed %+v / %+v", a, s)
+	}
+	c1, all := a.CellTokens["cell-1"], a.CellTokens["*"]
+	if c1 == nil || all == nil || c1.Algorithm != "HS256" || c1.Secret != "{env.BROKER_JWT}" || c1.Issuer != "queengate" ||
+		c1.Audience != "queen" || c1.RoleClaim != "roles" || c1.TTL != caddy.Duration(2*time.Minute) ||
+		all.Algorithm != "EdDSA" || all.KeyFile != "/etc/queengate/cell.pem" {
+		t.Fatalf("cell tokens %+v %+v", c1, all)
+	}
+}
+
+func TestGatewayUnmarshalEnforcementOptions(t *testing.T) {
+	d := caddyfile.NewTestDispenser(`queen_gateway {
+		shared_hosts shared.example.com api.example.com
+		shield
+		max_uri_bytes 4KiB
+		max_headers 50
+		max_header_value_bytes 8KiB
+		max_header_bytes 32KiB
+		max_body_bytes 8MiB
+		auth_failures 0.5 10
+	}`)
+	var g Gateway
+	if err := g.UnmarshalCaddyfile(d); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.SharedHosts) != 2 || !g.Shield || g.MaxURIBytes != 4096 || g.MaxHeaders != 50 ||
+		g.MaxHeaderValueBytes != 8192 || g.MaxHeaderBytes != 32768 || g.MaxBodyBytes != 8<<20 ||
+		g.AuthFailureRate != 0.5 || g.AuthFailureBurst != 10 {
+		t.Fatalf("parsed %+v", g)
+	}
+}
+
 func TestCaddyfileErrorsNameTheLine(t *testing.T) {
 	cases := []struct {
 		name, input, want string
@@ -46,6 +115,17 @@ func TestCaddyfileErrorsNameTheLine(t *testing.T) {
 		{"argument on option", "queen extra", "at Testfile:1", false},
 		{"unknown gateway option", "queen_gateway {\n\tupstream_timout 1s\n}", `queen_gateway: unknown option "upstream_timout", at Testfile:2`, true},
 		{"bad gateway duration", "queen_gateway {\n\tlong_poll_max forever\n}", `long_poll_max: "forever" is not a duration`, true},
+		{"unknown session option", "queen {\n\tsession {\n\t\tisuer x\n\t}\n}", `session: unknown option "isuer", at Testfile:3`, false},
+		{"session twice", "queen {\n\tsession {\n\t}\n\tsession {\n\t}\n}", "session given twice, at Testfile:4", false},
+		{"cell token without algorithm", "queen {\n\tcell_token c1 {\n\t\tsecret s\n\t}\n}", "algorithm is required", false},
+		{"cell token bad algorithm", "queen {\n\tcell_token c1 {\n\t\talgorithm RS256\n\t}\n}", `algorithm must be HS256 or EdDSA, got "RS256", at Testfile:3`, false},
+		{"cell token without cell", "queen {\n\tcell_token {\n\t}\n}", "at Testfile:2", false},
+		{"bad size", "queen_gateway {\n\tmax_body_bytes lots\n}", `max_body_bytes: "lots" is not a size`, true},
+		{"bad header count", "queen_gateway {\n\tmax_headers 0\n}", `max_headers: "0" is not a positive integer`, true},
+		{"bad failure rate", "queen_gateway {\n\tauth_failures fast 10\n}", `auth_failures: rate "fast"`, true},
+		{"failure burst missing", "queen_gateway {\n\tauth_failures 1\n}", "at Testfile:2", true},
+		{"shared hosts empty", "queen_gateway {\n\tshared_hosts\n}", "at Testfile:2", true},
+		{"shield takes no argument", "queen_gateway {\n\tshield yes\n}", "at Testfile:2", true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -23,29 +23,51 @@ const (
 // dynamic upstream.
 type clusterCtxKey struct{}
 
-// bearerCredential extracts the credential of the Authorization header: a
-// leading "Bearer " is stripped when present, and surrounding space
-// trimmed.
-func bearerCredential(h http.Header) string {
-	v := h.Get("Authorization")
-	v = strings.TrimPrefix(v, "Bearer ")
-	return strings.TrimSpace(v)
-}
-
-func isAPIKey(cred string) bool { return strings.HasPrefix(cred, "qk_") }
-
 // rewriteUpstreamHeaders makes the request the cell sees: the caller's
-// credential and any tenant header it sent are removed, the cluster's
-// broker tenant and (when the cell has one) the cell secret are injected,
-// and the request id travels with it.
-func rewriteUpstreamHeaders(h http.Header, c *tenancy.Cluster, rid string) {
+// credential (its Authorization and any session cookie) and any tenant
+// header it sent are removed, the cluster's broker tenant and the cell's
+// own credential are injected, and the request id travels with it.
+func (g *Gateway) rewriteUpstreamHeaders(h http.Header, c *tenancy.Cluster, rid, cellAuth string) {
 	h.Del("Authorization")
 	h.Del(headerTenant)
-	if c.CellSecret != "" {
-		h.Set("Authorization", "Bearer "+c.CellSecret)
+	if cellAuth != "" {
+		h.Set("Authorization", cellAuth)
 	}
 	h.Set(headerTenant, c.BrokerTenant)
 	h.Set(headerRequestID, rid)
+	stripSessionCookies(h, g.app.cookieNames.Fleet)
+}
+
+// stripSessionCookies removes the gateway's session cookies from the
+// Cookie header, keeping every other cookie as sent.
+func stripSessionCookies(h http.Header, fleet string) {
+	lines := h["Cookie"]
+	if len(lines) == 0 || fleet == "" {
+		return
+	}
+	kept := lines[:0]
+	for _, line := range lines {
+		if !strings.Contains(line, fleet) {
+			kept = append(kept, line)
+			continue
+		}
+		var parts []string
+		for _, part := range strings.Split(line, ";") {
+			name, _, _ := strings.Cut(strings.TrimSpace(part), "=")
+			if name == fleet || name == fleet+"_cell" || name == "__Host-"+fleet+"_cell" {
+				continue
+			}
+			parts = append(parts, strings.TrimSpace(part))
+		}
+		if len(parts) > 0 {
+			kept = append(kept, strings.Join(parts, "; "))
+		}
+	}
+	if len(kept) == 0 {
+		h.Del("Cookie")
+		return
+	}
+	h["Cookie"] = kept
 }
 
 // upstreamTimeout is the bound on the whole upstream exchange: a long-poll

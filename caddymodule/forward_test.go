@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,13 +14,14 @@ import (
 )
 
 func TestRewriteUpstreamHeaders(t *testing.T) {
+	g := &Gateway{app: &App{cookieNames: tenancy.CookieNames{Fleet: "queen_session"}}}
 	h := http.Header{}
 	h.Set("Authorization", "Bearer qk_live_client")
 	h.Add("X-Queen-Tenant", "spoofed")
 	h.Add("X-Queen-Tenant", "spoofed-too")
 	h.Set("Cookie", "a=b")
-	c := &tenancy.Cluster{BrokerTenant: "9b2c2f4e-0000-4000-8000-000000000001", CellSecret: "s3cret"}
-	rewriteUpstreamHeaders(h, c, "rid1")
+	c := &tenancy.Cluster{BrokerTenant: "9b2c2f4e-0000-4000-8000-000000000001"}
+	g.rewriteUpstreamHeaders(h, c, "rid1", "Bearer s3cret")
 	if got := h.Values("X-Queen-Tenant"); len(got) != 1 || got[0] != c.BrokerTenant {
 		t.Errorf("x-queen-tenant %v", got)
 	}
@@ -29,30 +31,30 @@ func TestRewriteUpstreamHeaders(t *testing.T) {
 	if h.Get("X-Queen-Request-Id") != "rid1" || h.Get("Cookie") != "a=b" {
 		t.Errorf("headers %v", h)
 	}
-	c.CellSecret = ""
 	h.Set("Authorization", "Bearer qk_live_client")
-	rewriteUpstreamHeaders(h, c, "rid2")
+	g.rewriteUpstreamHeaders(h, c, "rid2", "")
 	if _, present := h["Authorization"]; present {
-		t.Error("without a cell secret no Authorization may reach the cell")
+		t.Error("without a cell credential no Authorization may reach the cell")
 	}
 }
 
-func TestBearerCredential(t *testing.T) {
-	cases := map[string]string{
-		"Bearer qk_live_abc":  "qk_live_abc",
-		"qk_live_abc":         "qk_live_abc",
-		"Bearer  qk_x ":       "qk_x",
-		"bearer qk_x":         "bearer qk_x",
-		"":                    "",
-		"Bearer eyJhbGciOi.x": "eyJhbGciOi.x",
+func TestStripSessionCookies(t *testing.T) {
+	cases := []struct {
+		in   []string
+		want []string
+	}{
+		{[]string{"a=b"}, []string{"a=b"}},
+		{[]string{"queen_session=tok; a=b"}, []string{"a=b"}},
+		{[]string{"a=b; queen_session_cell=t; __Host-queen_session_cell=u;c=d"}, []string{"a=b; c=d"}},
+		{[]string{"queen_session=tok", "x=y"}, []string{"x=y"}},
+		{[]string{"queen_session=tok"}, nil},
+		{[]string{"queen_session_other=keep"}, []string{"queen_session_other=keep"}},
 	}
-	for in, want := range cases {
-		h := http.Header{}
-		if in != "" {
-			h.Set("Authorization", in)
-		}
-		if got := bearerCredential(h); got != want {
-			t.Errorf("bearerCredential(%q) = %q, want %q", in, got, want)
+	for _, c := range cases {
+		h := http.Header{"Cookie": append([]string{}, c.in...)}
+		stripSessionCookies(h, "queen_session")
+		if got := h["Cookie"]; strings.Join(got, "|") != strings.Join(c.want, "|") {
+			t.Errorf("stripSessionCookies(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
 }

@@ -2,17 +2,21 @@ package caddymodule
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
+
+	"github.com/queengate/queengate/internal/harden"
+	"github.com/queengate/queengate/tenancy"
 )
 
 // Gateway is the queen_gateway HTTP handler: the data-plane pipeline that
-// runs ahead of reverse_proxy. It resolves the cluster from the Host,
-// applies the status gate, authenticates the caller, and prepares the
-// request for its cluster's cell. The queen_gateway Caddyfile directive
+// runs ahead of reverse_proxy. It resolves the cluster, classifies the
+// route, applies the status and plan gates, authenticates and authorizes
+// the caller, and prepares the request for its cluster's cell. The queen_gateway Caddyfile directive
 // places it, together with the reverse_proxy that forwards to the cell, so
 // the order cannot be got wrong.
 type Gateway struct {
@@ -29,8 +33,51 @@ type Gateway struct {
 	// timeout. Default 10s.
 	LongPollMargin caddy.Duration `json:"long_poll_margin,omitempty"`
 
-	app    *App
-	logger *zap.Logger
+	// SharedHosts are full hostnames (no wildcards) that serve several
+	// clusters: the credential names the cluster (an API key its own, a
+	// session its cluster claim or x-queen-act-cluster). Configuring any
+	// shields the listener, as Shield does.
+	SharedHosts []string `json:"shared_hosts,omitempty"`
+
+	// Shield keeps everything cluster-specific from anonymous callers: the
+	// status and plan gates run after authentication, and a Host naming no
+	// cluster gets its 421 only when a live credential is shown (401
+	// otherwise), so cluster names and states cannot be probed.
+	Shield bool `json:"shield,omitempty"`
+
+	// MaxURIBytes caps the request path and query; longer ones get 414.
+	// Default 8 KiB.
+	MaxURIBytes int `json:"max_uri_bytes,omitempty"`
+
+	// MaxHeaders caps the number of header lines; more get 431. Default 100.
+	MaxHeaders int `json:"max_headers,omitempty"`
+
+	// MaxHeaderValueBytes caps any single header value; a longer one gets
+	// 431. Default 16 KiB.
+	MaxHeaderValueBytes int `json:"max_header_value_bytes,omitempty"`
+
+	// MaxHeaderBytes caps the sum of header names and values; more get 431.
+	// Default 64 KiB.
+	MaxHeaderBytes int `json:"max_header_bytes,omitempty"`
+
+	// MaxBodyBytes caps every request body; more gets 413
+	// payload_too_large. Default 16 MiB.
+	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
+
+	// AuthFailureRate is how many failed authentications per second one
+	// client address earns back; once its AuthFailureBurst is spent, the
+	// address gets 429 before its credential is looked at. Successful
+	// requests cost nothing. Default 1.
+	AuthFailureRate float64 `json:"auth_failure_rate,omitempty"`
+
+	// AuthFailureBurst is how many failed authentications in a row one
+	// client address may make. Default 20.
+	AuthFailureBurst int `json:"auth_failure_burst,omitempty"`
+
+	app        *App
+	logger     *zap.Logger
+	headLimits harden.HeadLimits
+	failures   *harden.FailureGuard
 }
 
 // CaddyModule returns the Caddy module information.
@@ -44,6 +91,23 @@ func (g *Gateway) Provision(ctx caddy.Context) error {
 	setDuration(&g.UpstreamTimeout, 35*time.Second)
 	setDuration(&g.LongPollMax, 90*time.Second)
 	setDuration(&g.LongPollMargin, 10*time.Second)
+	if g.MaxBodyBytes == 0 {
+		g.MaxBodyBytes = 16 << 20
+	}
+	if g.AuthFailureRate == 0 {
+		g.AuthFailureRate = 1
+	}
+	if g.AuthFailureBurst == 0 {
+		g.AuthFailureBurst = 20
+	}
+	for i, h := range g.SharedHosts {
+		g.SharedHosts[i] = tenancy.CanonicalHost(h)
+	}
+	g.headLimits = harden.HeadLimits{
+		MaxURIBytes: g.MaxURIBytes, MaxHeaders: g.MaxHeaders,
+		MaxHeaderValueBytes: g.MaxHeaderValueBytes, MaxHeaderBytes: g.MaxHeaderBytes,
+	}.WithDefaults()
+	g.failures = harden.NewFailureGuard(harden.FailureGuardConfig{Rate: g.AuthFailureRate, Burst: g.AuthFailureBurst})
 	appIface, err := ctx.App("queen")
 	if err != nil {
 		return fmt.Errorf("queen_gateway needs the queen app (global option `queen { database_url ... }`): %w", err)
@@ -56,6 +120,17 @@ func (g *Gateway) Provision(ctx caddy.Context) error {
 func (g *Gateway) Validate() error {
 	if g.UpstreamTimeout < 0 || g.LongPollMax < 0 || g.LongPollMargin < 0 {
 		return fmt.Errorf("queen_gateway: timeouts must not be negative")
+	}
+	if g.MaxURIBytes < 0 || g.MaxHeaders < 0 || g.MaxHeaderValueBytes < 0 || g.MaxHeaderBytes < 0 || g.MaxBodyBytes < 0 {
+		return fmt.Errorf("queen_gateway: size limits must not be negative")
+	}
+	if g.AuthFailureRate < 0 || g.AuthFailureBurst < 0 {
+		return fmt.Errorf("queen_gateway: auth_failures rate and burst must not be negative")
+	}
+	for _, h := range g.SharedHosts {
+		if h == "" || strings.ContainsAny(h, "/* ") {
+			return fmt.Errorf("queen_gateway: shared host %q is not a hostname", h)
+		}
 	}
 	return nil
 }

@@ -12,104 +12,124 @@ import (
 	"github.com/queengate/queengate/tenancy"
 )
 
+// requestState is what the pipeline learns about one request as it goes.
+type requestState struct {
+	rid       string
+	route     tenancy.Route
+	body      []byte // the request body, once a step had to read it
+	buffered  bool
+	principal tenancy.Principal
+}
+
 // ServeHTTP is the data-plane pipeline, in its load-bearing order. Each
 // step either refuses the request with the error envelope or hands it on.
+//
+// On a normal listener the cluster's status and plan gates answer before
+// authentication, as queen_proxy does. On a shielded listener (shield mode,
+// or any shared host) they wait for a live credential, so anonymous callers
+// learn nothing about which clusters exist or what state they are in; the
+// same holds wherever the credential names the cluster (shared hosts,
+// x-queen-act-cluster).
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	rid := newRequestID()
-	w.Header().Set(headerRequestID, rid)
-	caddyhttp.SetVar(r.Context(), varRequestID, rid)
-
-	// 1. Cluster resolution: the Host names the cluster.
-	cluster, refusal := g.resolveCluster(r)
-	if refusal != nil {
-		return g.refuse(w, r, rid, refusal)
+	if g.serveHealth(w, r) {
+		return nil
 	}
-	caddyhttp.SetVar(r.Context(), varClusterSlug, cluster.Slug)
+	st := &requestState{rid: newRequestID()}
+	w.Header().Set(headerRequestID, st.rid)
+	caddyhttp.SetVar(r.Context(), varRequestID, st.rid)
+
+	// 0. The request head and body size, before anything is looked up.
+	if e := g.checkRequestSize(r); e != nil {
+		return g.refuse(w, r, st, e)
+	}
+
+	// 1. Cluster resolution: the Host names the cluster, unless the
+	// credential will (shared hosts, x-queen-act-cluster).
+	t, e := g.resolveTarget(r)
+	if e != nil {
+		return g.refuse(w, r, st, e)
+	}
+	gatesFirst := t.cluster != nil && !g.shielded()
 
 	// 2. Status gate: suspended and deleting clusters are not served.
-	if !cluster.Status.Serves() {
-		return g.refuse(w, r, rid, errClusterSuspended)
+	if gatesFirst && !t.cluster.Status.Serves() {
+		return g.refuse(w, r, st, errClusterSuspended)
 	}
 
-	// 3. Authentication: an API key of this very cluster.
-	if refusal := g.authenticate(r, cluster); refusal != nil {
-		return g.refuse(w, r, rid, refusal)
+	// 3. Classification: ambiguous paths are refused, blocked routes (and
+	// operator routes while they are off) do not exist.
+	if e := g.classify(r, st); e != nil {
+		return g.refuse(w, r, st, e)
+	}
+
+	// 3b. A KV batch wholly inside a reserved key space is a consume.
+	if e := g.reclassifyKVBatch(r, st); e != nil {
+		return g.refuse(w, r, st, e)
+	}
+
+	// 3c. Plan gates: feature flags and push blocks.
+	if gatesFirst {
+		if e := g.planGates(r, st, t.cluster); e != nil {
+			return g.refuse(w, r, st, e)
+		}
+	}
+
+	// 3d. Authentication, then authorization against the route's class.
+	cluster, e := g.authenticate(r, st, t)
+	if e != nil {
+		return g.refuse(w, r, st, e)
+	}
+	caddyhttp.SetVar(r.Context(), varClusterSlug, cluster.Slug)
+	if !gatesFirst {
+		if !cluster.Status.Serves() {
+			return g.refuse(w, r, st, errClusterSuspended)
+		}
+		if e := g.planGates(r, st, cluster); e != nil {
+			return g.refuse(w, r, st, e)
+		}
+	}
+	if !tenancy.Authorize(&st.principal, st.route) {
+		if st.route.Class == tenancy.ClassOperator {
+			return g.refuse(w, r, st, errRouteBlocked)
+		}
+		return g.refuse(w, r, st, errNotPermitted)
 	}
 
 	// 4. Forward to the cluster's cell, bounded by the upstream timeout.
+	cellAuth, e := g.cellCredential(cluster, st)
+	if e != nil {
+		return g.refuse(w, r, st, e)
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), g.upstreamTimeout(r))
 	defer cancel()
 	ctx = context.WithValue(ctx, clusterCtxKey{}, cluster)
 	r = r.WithContext(ctx)
-	rewriteUpstreamHeaders(r.Header, cluster, rid)
+	g.rewriteUpstreamHeaders(r.Header, cluster, st.rid, cellAuth)
 
 	rw := &responseStarted{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
 	err := next.ServeHTTP(rw, r)
 	if err == nil || rw.started {
 		return err
 	}
-	return g.upstreamFailure(w, r, rid, err)
+	return g.upstreamFailure(w, r, st, err)
 }
 
-// resolveCluster finds the cluster the Host names. Unknown hosts, and known
-// ones the database cannot confirm during an outage past the stale grace,
-// are refused alike: the request fails closed.
-func (g *Gateway) resolveCluster(r *http.Request) (*tenancy.Cluster, *apierror.Error) {
-	var slug string
-	if domains := g.app.BaseDomains; len(domains) > 0 {
-		s, ok := tenancy.SlugUnderDomain(r.Host, domains)
-		if !ok {
-			return nil, errClusterUnknown
-		}
-		slug = s
-	} else {
-		slug = tenancy.SlugFromHost(r.Host)
-	}
-	cluster, err := g.app.Cache().ClusterBySlug(r.Context(), slug)
-	if err != nil {
-		if errors.Is(err, tenancy.ErrUnavailable) {
-			g.logger.Warn("cluster lookup failed; refusing the unconfirmed host",
-				zap.String("slug", slug), zap.Error(err))
-		}
-		return nil, errClusterUnknown
-	}
-	return cluster, nil
-}
-
-// authenticate accepts a live API key bound to this cluster.
-func (g *Gateway) authenticate(r *http.Request, cluster *tenancy.Cluster) *apierror.Error {
-	cred := bearerCredential(r.Header)
-	switch {
-	case cred == "":
-		return errMissingCredential
-	case !isAPIKey(cred):
-		// Session tokens are not accepted on the data plane yet.
-		return errInvalidCredential
-	}
-	key, err := g.app.Cache().APIKey(r.Context(), cred)
-	if err != nil {
-		if errors.Is(err, tenancy.ErrUnavailable) {
-			g.logger.Warn("api key lookup failed; refusing the unconfirmed key", zap.Error(err))
-		}
-		return errUnknownKey
-	}
-	if key.Cluster.ID != cluster.ID {
-		return errKeyClusterMismatch
-	}
-	return nil
-}
-
-func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, rid string, e *apierror.Error) error {
+func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, st *requestState, e *apierror.Error) error {
 	g.logger.Debug("request refused",
-		zap.String("request_id", rid), zap.String("code", string(e.Code)),
-		zap.String("host", r.Host), zap.String("path", r.URL.Path))
-	apierror.Write(w, e, rid)
+		zap.String("request_id", st.rid), zap.String("code", string(e.Code)),
+		zap.Int("status", e.Status), zap.String("host", r.Host), zap.String("path", r.URL.Path))
+	apierror.Write(w, e, st.rid)
 	return nil
 }
 
-// upstreamFailure answers a request the cell did not: 504 when the upstream
-// timeout passed, nothing when the client went away, else 502.
-func (g *Gateway) upstreamFailure(w http.ResponseWriter, r *http.Request, rid string, err error) error {
+// upstreamFailure answers a request the cell did not: 413 when the client
+// sent more body than allowed, 504 when the upstream timeout passed,
+// nothing when the client went away, else 502.
+func (g *Gateway) upstreamFailure(w http.ResponseWriter, r *http.Request, st *requestState, err error) error {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return g.refuse(w, r, st, errBodyTooLarge)
+	}
 	if errors.Is(r.Context().Err(), context.Canceled) {
 		return nil
 	}
@@ -120,9 +140,9 @@ func (g *Gateway) upstreamFailure(w http.ResponseWriter, r *http.Request, rid st
 		e = errUpstreamTimeout
 	}
 	g.logger.Error("upstream request failed",
-		zap.String("request_id", rid), zap.String("code", string(e.Code)),
+		zap.String("request_id", st.rid), zap.String("code", string(e.Code)),
 		zap.String("host", r.Host), zap.String("path", r.URL.Path), zap.Error(err))
-	apierror.Write(w, e, rid)
+	apierror.Write(w, e, st.rid)
 	return nil
 }
 

@@ -47,6 +47,16 @@ func TestGatewayDuringDatabaseOutage(t *testing.T) {
 	if r := get("known", knownKey); r.status != 200 {
 		t.Fatalf("before the outage: %d %s", r.status, r.body)
 	}
+	probe := func(path string) response {
+		// Probes hit the pod address: no cluster hostname.
+		return do(t, c, "GET", fmt.Sprintf("http://10.1.2.3:%d%s", port, path), "", "")
+	}
+	if r := probe("/healthz"); r.status != 200 || r.json(t)["status"] != "ok" {
+		t.Fatalf("liveness: %d %s", r.status, r.body)
+	}
+	if r := probe("/readyz"); r.status != 200 || r.json(t)["database"] != "ok" || r.json(t)["invalidation"] != "listening" {
+		t.Fatalf("readiness: %d %s", r.status, r.body)
+	}
 
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
@@ -59,6 +69,12 @@ func TestGatewayDuringDatabaseOutage(t *testing.T) {
 	}
 	assertRefusal(t, get("unseen", unseenKey), 421, "cluster_unknown")
 	assertRefusal(t, get("known", knownSecondKey), 401, "unauthorized")
+	if r := probe("/healthz"); r.status != 200 {
+		t.Fatalf("liveness must not depend on the database: %d %s", r.status, r.body)
+	}
+	if r := probe("/readyz"); r.status != 503 || r.json(t)["status"] != "not ready" {
+		t.Fatalf("readiness during the outage: %d %s", r.status, r.body)
+	}
 
 	if err := srv.Restart(ctx); err != nil {
 		t.Fatal(err)
@@ -72,5 +88,8 @@ func TestGatewayDuringDatabaseOutage(t *testing.T) {
 	t.Logf("never-seen cluster served %v after the database came back", took)
 	if r := get("known", knownSecondKey); r.status != 200 {
 		t.Fatalf("after the outage: %d %s", r.status, r.body)
+	}
+	if r := probe("/readyz"); r.status != 200 {
+		t.Fatalf("readiness after the outage: %d %s", r.status, r.body)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"strings"
 	"testing"
+	"time"
 )
 
 func hashOf(key string) string {
@@ -76,4 +77,34 @@ func TestRevokeAPIKey(t *testing.T) {
 	if n := len(ops(t, pool, tenant, "api_key_revoked")); n != 1 {
 		t.Fatalf("%d revocations audited, want 1", n)
 	}
+}
+
+func TestSetAPIKeyExpiry(t *testing.T) {
+	pool := db(t)
+	tenant, _ := newTenant(t, pool)
+	cluster := newCluster(t, pool, tenant, newCell(t, pool))
+	id := scalar[string](t, pool, "SELECT queen_proxy.issue_api_key($1, 'k', $2, '{read}')::text", cluster, hashOf(randHex(8)))
+	l := listen(t, pool)
+
+	at := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	exec(t, pool, "SELECT queen_proxy.set_api_key_expiry($1, $2)", id, at)
+	l.expect(t, cluster)
+	if got := scalar[time.Time](t, pool, "SELECT expires_at FROM queen_proxy.api_keys WHERE id = $1", id); !got.Equal(at) {
+		t.Fatalf("expires_at = %v, want %v", got, at)
+	}
+	if o := ops(t, pool, tenant, "api_key_expiry_set"); len(o) != 1 || str(o[0].Target) != id || str(o[0].ClusterID) != cluster {
+		t.Fatalf("audit rows = %+v", o)
+	}
+	exec(t, pool, "SELECT queen_proxy.set_api_key_expiry($1, NULL)", id)
+	l.expect(t, cluster)
+	if n := scalar[int](t, pool, "SELECT count(*) FROM queen_proxy.api_keys WHERE id = $1 AND expires_at IS NULL", id); n != 1 {
+		t.Fatal("a NULL expiry did not clear the expiry")
+	}
+
+	exec(t, pool, "SELECT queen_proxy.revoke_api_key($1)", id)
+	l.take(t)
+	call := "SELECT queen_proxy.set_api_key_expiry($1, now())"
+	wantPgErr(t, callErr(t, pool, call, id), "P0002", "set_api_key_expiry: unknown or revoked key")
+	wantPgErr(t, callErr(t, pool, call, "00000000-0000-0000-0000-000000000000"), "P0002", "set_api_key_expiry: unknown")
+	l.expect(t)
 }

@@ -79,6 +79,7 @@ api_keys created_by uuid NULL -
 api_keys created_at timestamptz NULL now()
 api_keys last_used_at timestamptz NULL -
 api_keys revoked_at timestamptz NULL -
+api_keys expires_at timestamptz NULL -
 queues id uuid NN public.gen_random_uuid()
 queues cluster_id uuid NN -
 queues name text NN -

@@ -52,8 +52,8 @@ func TestRevokeSession(t *testing.T) {
 
 	exec(t, pool, "SELECT queen_proxy.revoke_session($1, $2, p_actor_id => $3)", "  "+jti+" ", exp, user)
 	exec(t, pool, "SELECT queen_proxy.revoke_session($1, $2, 'user', $3)", jti, exp.Add(time.Hour), user) // double logout
-	// The deny-list has its own cache: nothing is notified.
-	l.expect(t)
+	// Every gateway must drop its cached deny-list answers: the nil uuid.
+	l.expect(t, "00000000-0000-0000-0000-000000000000", "00000000-0000-0000-0000-000000000000")
 	if got := scalar[time.Time](t, pool, "SELECT expires_at FROM queen_proxy.revoked_tokens WHERE jti = $1", jti); !got.Equal(exp) {
 		t.Fatalf("expires_at = %v, want %v (first revocation wins)", got, exp)
 	}

@@ -105,7 +105,7 @@ func newTestCache(t *testing.T) (*ClusterCache, *fakeSource, *fakeClock) {
 		},
 		keys: map[string]*APIKey{},
 	}
-	src.keys[HashAPIKey("qk_live_acme")] = &APIKey{ID: "k1", Scopes: []Scope{ScopeProduce}, Cluster: src.clusters["acme"]}
+	src.keys[HashAPIKey("qk_live_acme")] = &APIKey{ID: "k1", Scopes: ScopeSet(ScopeProduce), Cluster: src.clusters["acme"]}
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 	cc := NewClusterCache(src, CacheConfig{Now: clock.Now, MaxNegativeKeys: 3}, nil)
 	return cc, src, clock

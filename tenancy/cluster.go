@@ -2,7 +2,7 @@ package tenancy
 
 import (
 	"encoding/json"
-	"slices"
+	"time"
 
 	"github.com/queengate/queengate/limits"
 )
@@ -54,23 +54,69 @@ func ParseFeatures(raw []byte) Features {
 }
 
 // Scope is one permission an API key carries.
-type Scope string
+type Scope uint8
 
 // The API key scopes the schema allows.
 const (
-	ScopeProduce Scope = "produce"
-	ScopeConsume Scope = "consume"
-	ScopeAdmin   Scope = "admin"
-	ScopeRead    Scope = "read"
+	ScopeProduce Scope = 1 << iota
+	ScopeConsume
+	ScopeAdmin
+	ScopeRead
 )
+
+// ScopeSet is a set of scopes, kept as bits so checking one costs nothing.
+type ScopeSet uint8
+
+// ParseScopes reads the scopes column. A name the schema does not allow
+// grants nothing.
+func ParseScopes(names []string) ScopeSet {
+	var s ScopeSet
+	for _, n := range names {
+		switch n {
+		case "produce":
+			s |= ScopeSet(ScopeProduce)
+		case "consume":
+			s |= ScopeSet(ScopeConsume)
+		case "admin":
+			s |= ScopeSet(ScopeAdmin)
+		case "read":
+			s |= ScopeSet(ScopeRead)
+		}
+	}
+	return s
+}
+
+// AllScopes grants everything a key can hold.
+const AllScopes = ScopeSet(ScopeProduce | ScopeConsume | ScopeAdmin | ScopeRead)
+
+// Has reports whether the set holds sc.
+func (s ScopeSet) Has(sc Scope) bool { return s&ScopeSet(sc) != 0 }
+
+// HasAny reports whether the set holds at least one of scs.
+func (s ScopeSet) HasAny(scs ...Scope) bool {
+	for _, sc := range scs {
+		if s.Has(sc) {
+			return true
+		}
+	}
+	return false
+}
 
 // APIKey is a live (not revoked) API key together with the cluster it is
 // bound to.
 type APIKey struct {
-	ID      string
-	Scopes  []Scope
-	Cluster *Cluster
+	ID     string
+	Scopes ScopeSet
+	// ExpiresAt is when the key stops working; zero means never. A cached
+	// key is checked against it on every use.
+	ExpiresAt time.Time
+	Cluster   *Cluster
 }
 
 // Has reports whether the key carries scope s.
-func (k *APIKey) Has(s Scope) bool { return slices.Contains(k.Scopes, s) }
+func (k *APIKey) Has(s Scope) bool { return k.Scopes.Has(s) }
+
+// Expired reports whether the key's expiry has passed at now.
+func (k *APIKey) Expired(now time.Time) bool {
+	return !k.ExpiresAt.IsZero() && !now.Before(k.ExpiresAt)
+}

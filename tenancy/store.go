@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -52,9 +53,12 @@ func (s *Store) ClusterBySlug(ctx context.Context, slug string) (*Cluster, error
 	return c, nil
 }
 
-// ClusterByID reads the cluster with the given id.
+// ClusterByID reads the cluster with the given id (lowercase uuid text).
 func (s *Store) ClusterByID(ctx context.Context, id string) (*Cluster, error) {
-	row := s.pool.QueryRow(ctx, `SELECT `+clusterColumns+clusterJoins+` WHERE c.id::text = $1`, id)
+	if !uuidPattern.MatchString(id) {
+		return nil, fmt.Errorf("cluster by id %q: %w", id, ErrNotFound)
+	}
+	row := s.pool.QueryRow(ctx, `SELECT `+clusterColumns+clusterJoins+` WHERE c.id = $1::uuid`, id)
 	c, err := scanCluster(row, nil)
 	if err != nil {
 		return nil, fmt.Errorf("cluster by id %q: %w", id, err)
@@ -63,19 +67,22 @@ func (s *Store) ClusterByID(ctx context.Context, id string) (*Cluster, error) {
 }
 
 // APIKeyByHash reads the live API key whose SHA-256 hex is hash, with its
-// cluster. A revoked key is not found.
+// cluster. A revoked or expired key is not found.
 func (s *Store) APIKeyByHash(ctx context.Context, hash string) (*APIKey, error) {
-	row := s.pool.QueryRow(ctx, `SELECT `+clusterColumns+`, ak.id::text, ak.scopes`+clusterJoins+`
+	row := s.pool.QueryRow(ctx, `SELECT `+clusterColumns+`, ak.id::text, ak.scopes, ak.expires_at`+clusterJoins+`
 	JOIN queen_proxy.api_keys ak ON ak.cluster_id = c.id
-	WHERE ak.key_hash = $1 AND ak.revoked_at IS NULL`, hash)
+	WHERE ak.key_hash = $1 AND ak.revoked_at IS NULL
+	  AND (ak.expires_at IS NULL OR ak.expires_at > now())`, hash)
 	var key APIKey
 	var scopes []string
-	c, err := scanCluster(row, []any{&key.ID, &scopes})
+	var expires *time.Time
+	c, err := scanCluster(row, []any{&key.ID, &scopes, &expires})
 	if err != nil {
 		return nil, fmt.Errorf("api key lookup: %w", err)
 	}
-	for _, sc := range scopes {
-		key.Scopes = append(key.Scopes, Scope(sc))
+	key.Scopes = ParseScopes(scopes)
+	if expires != nil {
+		key.ExpiresAt = *expires
 	}
 	key.Cluster = c
 	return &key, nil

@@ -1,0 +1,204 @@
+package caddymodule
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/queengate/queengate/internal/apierror"
+	"github.com/queengate/queengate/tenancy"
+)
+
+// authenticate turns the request's credential into a principal (kept in
+// st) and settles the cluster it acts on. Every answer follows the
+// reference's 401-versus-403 rules; where the credential names the
+// cluster, an unknown cluster and a cluster without a role get the same
+// answer, so the header cannot be used to enumerate clusters.
+func (g *Gateway) authenticate(r *http.Request, st *requestState, t target) (*tenancy.Cluster, *apierror.Error) {
+	cred, err := tenancy.ExtractCredential(r.Header, g.app.cookieNames, r.TLS != nil)
+	if err != nil {
+		return nil, errDuplicateHeader
+	}
+	if cred.Kind == tenancy.CredentialNone {
+		return nil, errMissingCredential
+	}
+	if cred.Kind == tenancy.CredentialAPIKey && t.actAs != "" {
+		return nil, errKeyActAs
+	}
+	addr := clientAddr(r)
+	if ok, retry := g.failures.Allow(addr); !ok {
+		return nil, tooManyFailures(retry)
+	}
+	if cred.Kind == tenancy.CredentialAPIKey {
+		return g.authenticateKey(r.Context(), st, t, cred.Value, addr)
+	}
+	return g.authenticateSession(r.Context(), st, t, cred.Value, addr)
+}
+
+func (g *Gateway) authenticateKey(ctx context.Context, st *requestState, t target, presented string, addr netip.Addr) (*tenancy.Cluster, *apierror.Error) {
+	key, e := g.lookupKey(ctx, presented)
+	if e != nil {
+		g.failures.Fail(addr)
+		return nil, e
+	}
+	var cluster *tenancy.Cluster
+	switch {
+	case t.unknownHost:
+		return nil, errClusterUnknown
+	case t.sharedHost:
+		cluster = key.Cluster
+	case key.Cluster.ID != t.cluster.ID:
+		return nil, errKeyClusterMismatch
+	default:
+		cluster = t.cluster
+	}
+	g.app.backend.toucher.Touch(key.ID)
+	st.principal = tenancy.Principal{Kind: tenancy.PrincipalAPIKey, KeyID: key.ID, Scopes: key.Scopes}
+	return cluster, nil
+}
+
+// lookupKey finds a live key. Strings that cannot be a key are refused
+// without a database lookup.
+func (g *Gateway) lookupKey(ctx context.Context, presented string) (*tenancy.APIKey, *apierror.Error) {
+	if !plausibleAPIKey(presented) {
+		return nil, errUnknownKey
+	}
+	key, err := g.app.Cache().APIKey(ctx, presented)
+	if err != nil {
+		if errors.Is(err, tenancy.ErrUnavailable) {
+			g.logger.Warn("api key lookup failed; refusing the unconfirmed key", zap.Error(err))
+		}
+		return nil, errUnknownKey
+	}
+	if key.Expired(time.Now()) {
+		return nil, errUnknownKey
+	}
+	return key, nil
+}
+
+// plausibleAPIKey accepts what an API key can look like: the production
+// shape qk_<env>_<43 base64url characters>, and also older hand-made keys
+// (the reference's development seed is one), so long as they stay within
+// the base64url alphabet and a sane length.
+func plausibleAPIKey(s string) bool {
+	if len(s) < 8 || len(s) > 200 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func (g *Gateway) authenticateSession(ctx context.Context, st *requestState, t target, token string, addr netip.Addr) (*tenancy.Cluster, *apierror.Error) {
+	claims, e := g.verifySession(ctx, token)
+	if e != nil {
+		g.failures.Fail(addr)
+		return nil, e
+	}
+	if t.unknownHost {
+		return nil, errClusterUnknown
+	}
+	cluster, named := t.cluster, false
+	switch {
+	case t.actAs != "":
+		cluster, named = g.namedCluster(ctx, t.actAs), true
+	case t.sharedHost && claims.Cluster != "":
+		cluster, named = g.namedCluster(ctx, claims.Cluster), true
+	case t.sharedHost:
+		return nil, errNameACluster
+	}
+	if named && cluster == nil {
+		return nil, errNoSuchActCluster
+	}
+	p, e := g.membership(ctx, claims, cluster, named)
+	if e != nil {
+		return nil, e
+	}
+	st.principal = p
+	return cluster, nil
+}
+
+// verifySession checks a session token's signature, claims and the
+// deny-list. The reason for a refusal goes to the log, never to the caller.
+func (g *Gateway) verifySession(ctx context.Context, token string) (tenancy.SessionClaims, *apierror.Error) {
+	keys := g.app.sessionKeys
+	if keys == nil {
+		return tenancy.SessionClaims{}, errInvalidCredential
+	}
+	claims, err := keys.Verify(token)
+	if err != nil {
+		g.logger.Debug("session token refused", zap.Error(err))
+		return claims, errInvalidCredential
+	}
+	if g.app.Identities().Revoked(ctx, claims.TokenID, claims.SessionID) {
+		g.logger.Debug("revoked session token refused", zap.String("user", claims.UserID))
+		return claims, errInvalidCredential
+	}
+	return claims, nil
+}
+
+// namedCluster resolves a cluster named by reference, nil when there is
+// none (or the database cannot confirm it).
+func (g *Gateway) namedCluster(ctx context.Context, ref string) *tenancy.Cluster {
+	c, err := g.clusterByReference(ctx, ref)
+	if err != nil {
+		return nil
+	}
+	return c
+}
+
+// membership decides a session's role on the cluster: the token's own
+// cluster claim, else a live operator's admin, else the cluster_roles row.
+func (g *Gateway) membership(ctx context.Context, claims tenancy.SessionClaims, cluster *tenancy.Cluster, named bool) (tenancy.Principal, *apierror.Error) {
+	p := tenancy.Principal{Kind: tenancy.PrincipalUser, UserID: claims.UserID}
+	ids := g.app.Identities()
+	if g.app.OperatorEnabled && ids.IsOperator(ctx, claims.UserID) {
+		p.Operator = true
+	}
+	if claims.Cluster != "" {
+		if claims.Cluster != cluster.ID {
+			return p, errTokenOtherCluster
+		}
+		p.Role = tenancy.ParseRole(claims.Role)
+		return p, nil
+	}
+	if p.Operator {
+		p.Role = tenancy.RoleAdmin
+		return p, nil
+	}
+	role, err := ids.Role(ctx, claims.UserID, cluster.ID)
+	if err == nil {
+		p.Role = role
+		return p, nil
+	}
+	if !ids.UserExists(ctx, claims.UserID) {
+		return p, errSessionGone
+	}
+	if named {
+		return p, errNoSuchActCluster
+	}
+	return p, errNoRole
+}
+
+// clientAddr is the client's address as Caddy determined it (honouring its
+// trusted_proxies setting), else the connection's peer.
+func clientAddr(r *http.Request) netip.Addr {
+	if s, ok := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ok && s != "" {
+		if a, err := netip.ParseAddr(s); err == nil {
+			return a
+		}
+	}
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		return ap.Addr()
+	}
+	return netip.Addr{}
+}

@@ -1,0 +1,160 @@
+package caddymodule
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+
+	"go.uber.org/zap"
+
+	"github.com/queengate/queengate/internal/apierror"
+	"github.com/queengate/queengate/internal/harden"
+	"github.com/queengate/queengate/limits"
+	"github.com/queengate/queengate/tenancy"
+)
+
+// checkRequestSize applies the head limits, refuses a credential header
+// sent twice (which of two values would count is a question nobody should
+// have to answer), and caps the body.
+func (g *Gateway) checkRequestSize(r *http.Request) *apierror.Error {
+	if e := harden.CheckHead(r, g.headLimits); e != nil {
+		return headTooLarge(e.Status, e.Message)
+	}
+	if len(r.Header.Values("Authorization")) > 1 || len(r.Header.Values(headerActCluster)) > 1 {
+		return errDuplicateHeader
+	}
+	if r.ContentLength > g.MaxBodyBytes {
+		return errBodyTooLarge
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = http.MaxBytesReader(nil, r.Body, g.MaxBodyBytes)
+	}
+	return nil
+}
+
+// classify sets the route class, refusing ambiguous paths (400), blocked
+// routes, and operator routes while they are disabled (both 404, alike).
+func (g *Gateway) classify(r *http.Request, st *requestState) *apierror.Error {
+	route, err := tenancy.ClassifyRoute(r.Method, r.URL.EscapedPath())
+	if err != nil {
+		g.logger.Debug("ambiguous path refused", zap.String("request_id", st.rid), zap.Error(err))
+		return errAmbiguousPath
+	}
+	st.route = route
+	switch {
+	case route.Class == tenancy.ClassBlocked:
+		return errRouteBlocked
+	case route.Class == tenancy.ClassOperator && !g.app.OperatorEnabled:
+		return errRouteBlocked
+	}
+	return nil
+}
+
+// reclassifyKVBatch makes a KV batch that stays wholly inside the Kafka or
+// S3 facades' reserved key spaces a consume: those facades serve consumers
+// and need no kv plan feature.
+func (g *Gateway) reclassifyKVBatch(r *http.Request, st *requestState) *apierror.Error {
+	if st.route != (tenancy.Route{Class: tenancy.ClassGated, Feature: tenancy.FeatureKV, Op: tenancy.GatedMixed}) {
+		return nil
+	}
+	body, e := g.bufferBody(r, st)
+	if e != nil {
+		return e
+	}
+	if tenancy.KVBatchIsCarveOut(body) {
+		st.route = tenancy.Route{Class: tenancy.ClassConsume}
+	}
+	return nil
+}
+
+// planGates applies the cluster's plan: feature flags, then the push
+// blocks for routes that add data.
+func (g *Gateway) planGates(r *http.Request, st *requestState, c *tenancy.Cluster) *apierror.Error {
+	route := st.route
+	if route.Class == tenancy.ClassGated && !c.Features.Allows(route.Feature) {
+		return errFeatureGated
+	}
+	adds := route.Class == tenancy.ClassProduce ||
+		route.Class == tenancy.ClassGated && route.Op == tenancy.GatedGrow ||
+		tenancy.IsDLQReplay(r.Method, r.URL.EscapedPath())
+	mixed := route.Class == tenancy.ClassGated && route.Op == tenancy.GatedMixed
+	if !adds && !mixed {
+		return nil
+	}
+	block := g.pushBlock(c)
+	if block == nil || adds {
+		return block
+	}
+	// A mixed batch is refused only when it would add data.
+	body, e := g.bufferBody(r, st)
+	if e != nil {
+		return e
+	}
+	grows := tenancy.BatchGrows(body)
+	if route.Feature == tenancy.FeatureStreams {
+		grows = tenancy.CycleGrows(body)
+	}
+	if grows {
+		return block
+	}
+	return nil
+}
+
+// pushBlock is the cluster's push-block verdict as a refusal, or nil.
+func (g *Gateway) pushBlock(c *tenancy.Cluster) *apierror.Error {
+	switch limits.DecidePushBlock(c.ID, c.Status == tenancy.StatusPushBlocked, g.app.pushBlockSources) {
+	case limits.PushBlockedStorage:
+		return errStorageQuota
+	case limits.PushBlockedMonthly:
+		return errMonthlyQuota
+	case limits.PushBlockedBilling:
+		return errPushBlocked
+	}
+	return nil
+}
+
+// bufferBody reads the whole request body once (bounded by the body cap)
+// and puts it back so it is forwarded byte for byte.
+func (g *Gateway) bufferBody(r *http.Request, st *requestState) ([]byte, *apierror.Error) {
+	if st.buffered {
+		return st.body, nil
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		st.buffered = true
+		return nil, nil
+	}
+	body, err := io.ReadAll(r.Body)
+	_ = r.Body.Close()
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if !errors.As(err, &tooLarge) {
+			g.logger.Debug("request body unreadable", zap.String("request_id", st.rid), zap.Error(err))
+		}
+		return nil, errBodyTooLarge
+	}
+	st.body, st.buffered = body, true
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	return body, nil
+}
+
+// cellCredential is the Authorization value the cell gets: a minted JWT
+// for cells configured so, else the cell's static secret (or nothing).
+func (g *Gateway) cellCredential(c *tenancy.Cluster, st *requestState) (string, *apierror.Error) {
+	tokens := g.app.cellTokensFor(c.CellSlug)
+	if tokens == nil {
+		if c.CellSecret == "" {
+			return "", nil
+		}
+		return "Bearer " + c.CellSecret, nil
+	}
+	tok, err := tokens.Token(st.principal.Subject(), tenancy.BrokerRole(st.route))
+	if err != nil {
+		g.logger.Error("cell token not minted", zap.String("request_id", st.rid),
+			zap.String("cell", c.CellSlug), zap.Error(err))
+		return "", errCellCredential
+	}
+	return "Bearer " + tok, nil
+}

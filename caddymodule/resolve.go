@@ -1,0 +1,112 @@
+package caddymodule
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/queengate/queengate/internal/apierror"
+	"github.com/queengate/queengate/tenancy"
+)
+
+// target is what cluster resolution learned from the Host and the
+// act-as header, before any credential is looked at.
+type target struct {
+	// cluster is the cluster the Host names; nil when the credential
+	// decides (shared host, act-as) or the Host names none.
+	cluster *tenancy.Cluster
+	// sharedHost: the Host serves several clusters; the credential names one.
+	sharedHost bool
+	// unknownHost: on a shielded listener, a Host that names no cluster is
+	// answered 421 only to a caller with a live credential.
+	unknownHost bool
+	// actAs is the x-queen-act-cluster value, trimmed.
+	actAs string
+}
+
+const headerActCluster = "X-Queen-Act-Cluster"
+
+// shielded reports whether cluster-specific answers wait for a live
+// credential on this listener.
+func (g *Gateway) shielded() bool { return g.Shield || len(g.SharedHosts) > 0 }
+
+// resolveTarget decides where the cluster comes from. Unknown hosts, and
+// known ones the database cannot confirm during an outage past the stale
+// grace, fail closed.
+func (g *Gateway) resolveTarget(r *http.Request) (target, *apierror.Error) {
+	t := target{actAs: strings.TrimSpace(r.Header.Get(headerActCluster))}
+	host := tenancy.CanonicalHost(r.Host)
+	if host != "" && slices.Contains(g.SharedHosts, host) {
+		t.sharedHost = true
+		return t, nil
+	}
+	if t.actAs != "" {
+		return t, nil
+	}
+	cluster, err := g.clusterForHost(r.Context(), host)
+	if err != nil {
+		if g.shielded() {
+			t.unknownHost = true
+			return t, nil
+		}
+		return t, errClusterUnknown
+	}
+	t.cluster = cluster
+	return t, nil
+}
+
+func (g *Gateway) clusterForHost(ctx context.Context, host string) (*tenancy.Cluster, error) {
+	var slug string
+	if domains := g.app.BaseDomains; len(domains) > 0 {
+		s, ok := tenancy.SlugUnderDomain(host, domains)
+		if !ok {
+			return nil, tenancy.ErrNotFound
+		}
+		slug = s
+	} else {
+		slug = tenancy.SlugFromHost(host)
+	}
+	cluster, err := g.app.Cache().ClusterBySlug(ctx, slug)
+	if errors.Is(err, tenancy.ErrUnavailable) {
+		g.logger.Warn("cluster lookup failed; refusing the unconfirmed host",
+			zap.String("slug", slug), zap.Error(err))
+	}
+	return cluster, err
+}
+
+// clusterByReference resolves an act-as value or a token's cluster claim: a
+// uuid is a cluster id, anything else a slug.
+func (g *Gateway) clusterByReference(ctx context.Context, ref string) (*tenancy.Cluster, error) {
+	ref = strings.ToLower(ref)
+	if looksLikeUUID(ref) {
+		return g.app.Cache().ClusterByID(ctx, ref)
+	}
+	if !tenancy.ValidSlug(ref) {
+		return nil, tenancy.ErrNotFound
+	}
+	return g.app.Cache().ClusterBySlug(ctx, ref)
+}
+
+func looksLikeUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -1,0 +1,4 @@
+// Package harden holds the request checks that apply before any tenant is
+// known: limits on the request head, and the per-address guard against
+// credential guessing. Nothing here reads the database.
+package harden

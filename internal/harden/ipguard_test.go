@@ -1,0 +1,91 @@
+package harden
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+)
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time          { return c.t }
+func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
+func addr(s string) netip.Addr           { return netip.MustParseAddr(s) }
+func mustAllow(t *testing.T, g *FailureGuard, a string) {
+	t.Helper()
+	if ok, _ := g.Allow(addr(a)); !ok {
+		t.Fatalf("%s refused", a)
+	}
+}
+
+func TestFailureGuardBurstThenRefill(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	g := NewFailureGuard(FailureGuardConfig{Rate: 0.5, Burst: 3, Now: c.now})
+	for range 3 {
+		mustAllow(t, g, "203.0.113.7")
+		g.Fail(addr("203.0.113.7"))
+	}
+	ok, retry := g.Allow(addr("203.0.113.7"))
+	if ok || retry != 2 {
+		t.Fatalf("after the burst: ok=%v retry=%d, want refused with Retry-After 2 (1 token at 0.5/s)", ok, retry)
+	}
+	mustAllow(t, g, "203.0.113.8") // other addresses are untouched
+	c.advance(1999 * time.Millisecond)
+	if ok, retry := g.Allow(addr("203.0.113.7")); ok || retry != 1 {
+		t.Fatalf("just before a token: ok=%v retry=%d", ok, retry)
+	}
+	c.advance(time.Millisecond)
+	mustAllow(t, g, "203.0.113.7")
+	g.Fail(addr("203.0.113.7"))
+	if ok, _ := g.Allow(addr("203.0.113.7")); ok {
+		t.Fatal("the earned-back token was not spent")
+	}
+	c.advance(time.Hour)
+	for range 3 {
+		mustAllow(t, g, "203.0.113.7")
+		g.Fail(addr("203.0.113.7"))
+	}
+	if ok, _ := g.Allow(addr("203.0.113.7")); ok {
+		t.Fatal("refill exceeded the burst")
+	}
+}
+
+func TestFailureGuardKeysIPv6By64AndUnmaps(t *testing.T) {
+	g := NewFailureGuard(FailureGuardConfig{Rate: 0.001, Burst: 1})
+	g.Fail(addr("2001:db8:1:2::1"))
+	if ok, _ := g.Allow(addr("2001:db8:1:2:ffff::9")); ok {
+		t.Fatal("another address of the same /64 was not counted together")
+	}
+	mustAllow(t, g, "2001:db8:1:3::1")
+	g.Fail(addr("::ffff:192.0.2.1"))
+	if ok, _ := g.Allow(addr("192.0.2.1")); ok {
+		t.Fatal("an IPv4-mapped address was counted apart from its IPv4 form")
+	}
+	if ok, _ := g.Allow(netip.Addr{}); !ok {
+		t.Fatal("a request without a peer address was refused")
+	}
+	g.Fail(netip.Addr{}) // must not panic or track
+	if n := g.Tracked(); n != 2 {
+		t.Fatalf("tracked = %d, want 2", n)
+	}
+}
+
+func TestFailureGuardStaysBounded(t *testing.T) {
+	g := NewFailureGuard(FailureGuardConfig{Rate: 0.001, Burst: 5, MaxTracked: 160})
+	for i := range 5000 {
+		g.Fail(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}))
+	}
+	if n := g.Tracked(); n > 160 {
+		t.Fatalf("tracked %d addresses, cap 160", n)
+	}
+}
+
+func BenchmarkFailureGuardAllow(b *testing.B) {
+	g := NewFailureGuard(FailureGuardConfig{})
+	a := addr("198.51.100.20")
+	g.Fail(a)
+	b.ReportAllocs()
+	for b.Loop() {
+		g.Allow(a)
+	}
+}
