@@ -1,6 +1,7 @@
 // Package caddymodule is queengate's Caddy glue: it registers the queen app,
-// the queen_gateway handler and its Caddyfile directive, and the dynamic
-// upstream that sends each request to its cluster's cell. The logic lives in
+// the queen_gateway handler and its Caddyfile directive, the dynamic
+// upstream that sends each request to its cluster's cell, and the on-demand
+// TLS permission module for cluster hostnames. The logic lives in
 // tenancy, limits and meter; this package only wires it into Caddy.
 package caddymodule
 
@@ -13,6 +14,7 @@ func init() {
 	caddy.RegisterModule(new(App))
 	caddy.RegisterModule(new(Gateway))
 	caddy.RegisterModule(new(Upstreams))
+	caddy.RegisterModule(new(CertPermission))
 	httpcaddyfile.RegisterGlobalOption("queen", parseAppOption)
 	httpcaddyfile.RegisterDirective("queen_gateway", parseGatewayDirective)
 	httpcaddyfile.RegisterDirectiveOrder("queen_gateway", httpcaddyfile.Before, "reverse_proxy")

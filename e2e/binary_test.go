@@ -29,7 +29,7 @@ func TestTwoGatewaysStartTogether(t *testing.T) {
 	if err != nil {
 		t.Fatalf("list-modules: %v", err)
 	}
-	for _, m := range []string{"queen", "http.handlers.queen_gateway", "http.reverse_proxy.upstreams.queen"} {
+	for _, m := range []string{"queen", "http.handlers.queen_gateway", "http.reverse_proxy.upstreams.queen", "tls.permission.queen"} {
 		if !strings.Contains("\n"+string(out), "\n"+m+"\n") {
 			t.Errorf("caddy list-modules does not list %s:\n%s", m, out)
 		}
