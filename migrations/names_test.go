@@ -17,7 +17,7 @@ var referenceNames = []string{
 
 // queengateNames are the migrations queengate adds on top of the reference
 // schema, numbered after it.
-var queengateNames = []string{"012_queengate_auth"}
+var queengateNames = []string{"012_queengate_auth", "013_meter"}
 
 func TestNamesMatchReference(t *testing.T) {
 	got := Names()

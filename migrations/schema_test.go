@@ -80,6 +80,13 @@ api_keys created_at timestamptz NULL now()
 api_keys last_used_at timestamptz NULL -
 api_keys revoked_at timestamptz NULL -
 api_keys expires_at timestamptz NULL -
+meter_batches batch_id text NN -
+meter_batches row_count integer NN 0
+meter_batches applied_at timestamptz NN now()
+quota_announcements cluster_id uuid NN -
+quota_announcements month text NN -
+quota_announcements kind text NN -
+quota_announcements announced_at timestamptz NN now()
 queues id uuid NN public.gen_random_uuid()
 queues cluster_id uuid NN -
 queues name text NN -
@@ -182,20 +189,21 @@ func TestSchemaForeignKeys(t *testing.T) {
 	// table.column -> referenced table and ON DELETE action
 	// (a = no action, r = restrict, c = cascade, n = set null).
 	want := map[string]bool{
-		"users.tenant_id tenants c":           true,
-		"identities.user_id users c":          true,
-		"clusters.tenant_id tenants c":        true,
-		"clusters.cell_id cells r":            true,
-		"clusters.plan_id plans r":            true,
-		"cluster_roles.user_id users c":       true,
-		"cluster_roles.cluster_id clusters c": true,
-		"api_keys.cluster_id clusters c":      true,
-		"api_keys.created_by users n":         true,
-		"queues.cluster_id clusters c":        true,
-		"usage_minutes.cluster_id clusters c": true,
-		"usage_days.cluster_id clusters c":    true,
-		"operations.tenant_id tenants a":      true,
-		"operations.cluster_id clusters n":    true,
+		"users.tenant_id tenants c":                 true,
+		"identities.user_id users c":                true,
+		"clusters.tenant_id tenants c":              true,
+		"clusters.cell_id cells r":                  true,
+		"clusters.plan_id plans r":                  true,
+		"cluster_roles.user_id users c":             true,
+		"cluster_roles.cluster_id clusters c":       true,
+		"api_keys.cluster_id clusters c":            true,
+		"quota_announcements.cluster_id clusters c": true,
+		"api_keys.created_by users n":               true,
+		"queues.cluster_id clusters c":              true,
+		"usage_minutes.cluster_id clusters c":       true,
+		"usage_days.cluster_id clusters c":          true,
+		"operations.tenant_id tenants a":            true,
+		"operations.cluster_id clusters n":          true,
 	}
 	rows, err := pool.Query(ctxT(t), `
 		SELECT src.relname || '.' || a.attname || ' ' || dst.relname || ' ' || con.confdeltype::text

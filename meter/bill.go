@@ -1,0 +1,291 @@
+package meter
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strconv"
+)
+
+// The billing rules read what the broker answered, never the status alone:
+// the broker answers 200 with an error body for most failures. Each function
+// takes the upstream status and the buffered response body and returns the
+// billable message count (M1–M6 of the reference); a body that cannot be read
+// bills nothing.
+
+// MaxBilledBody is the largest response the gateway should buffer for a
+// Bill* function (the reference's cap: a larger one is answered 502
+// bad_gateway "<kind> response too large").
+const MaxBilledBody = 64 << 20
+
+// is2xx reports a successful upstream status.
+func is2xx(status int) bool { return status >= 200 && status <= 299 }
+
+// decodeLenient decodes body into v. A JSON value of the wrong type for a
+// field leaves that field at its zero value and is not an error (encoding/json
+// finishes the rest of the document); malformed JSON is.
+func decodeLenient(body []byte, v any) bool {
+	err := json.Unmarshal(body, v)
+	if err == nil {
+		return true
+	}
+	var typeErr *json.UnmarshalTypeError
+	return errors.As(err, &typeErr)
+}
+
+// PushOutcome is what a push response says about its items.
+type PushOutcome struct {
+	Items    int64 // elements in the response array
+	Accepted int64 // "queued" or "buffered": billable
+	Buffered int64 // "buffered": the cell is spooling pushes to its disk
+}
+
+// MostlyBuffered reports the maintenance signal: more than half of the items
+// were buffered by the broker rather than stored in its database.
+func (o PushOutcome) MostlyBuffered() bool { return o.Buffered*2 > o.Items }
+
+type pushItemStatus struct {
+	Status string `json:"status"`
+}
+
+// BillPushDetail reads a POST /api/v1/push response: a JSON array with one
+// object per item, each with a status. Only a 2xx answer (the broker sends
+// 200, and 201 in maintenance mode) with a readable array is counted.
+func BillPushDetail(status int, body []byte) PushOutcome {
+	if !is2xx(status) {
+		return PushOutcome{}
+	}
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 || body[0] != '[' {
+		return PushOutcome{}
+	}
+	var items []pushItemStatus
+	if !decodeLenient(body, &items) {
+		return PushOutcome{}
+	}
+	out := PushOutcome{Items: int64(len(items))}
+	for _, it := range items {
+		switch it.Status {
+		case "queued":
+			out.Accepted++
+		case "buffered":
+			out.Accepted++
+			out.Buffered++
+		}
+	}
+	return out
+}
+
+// BillPush is M1: the items of a push response whose status is "queued" or
+// "buffered". "duplicate", "error", "failed" and anything else are not
+// billed; a non-2xx status or an unreadable body bills 0.
+func BillPush(status int, body []byte) int64 { return BillPushDetail(status, body).Accepted }
+
+// BillEphemeralPush is M2: {"pushed": N} from POST /api/v1/ephemeral/push
+// bills N; anything else bills 0.
+func BillEphemeralPush(status int, body []byte) int64 {
+	if !is2xx(status) {
+		return 0
+	}
+	var r struct {
+		Pushed json.RawMessage `json:"pushed"`
+	}
+	if !decodeLenient(body, &r) {
+		return 0
+	}
+	n, err := strconv.ParseInt(string(r.Pushed), 10, 64)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+type txnResult struct {
+	Type      string `json:"type"`
+	Duplicate bool   `json:"duplicate"`
+}
+
+// BillTransaction is M3: a committed transaction (2xx and a top-level
+// boolean "success": true) bills the push items the gateway counted in the
+// request (countedItems) minus the results[] entries with type "push" and
+// duplicate true. "success": false (a rollback, still HTTP 200), a missing
+// or non-boolean success, or an unreadable body bill 0.
+func BillTransaction(status int, body []byte, countedItems int) int64 {
+	if !is2xx(status) || countedItems <= 0 {
+		return 0
+	}
+	var r struct {
+		Success *bool        `json:"success"`
+		Results []*txnResult `json:"results"`
+	}
+	if !decodeLenient(body, &r) || r.Success == nil || !*r.Success {
+		return 0
+	}
+	n := int64(countedItems)
+	for _, res := range r.Results {
+		if res != nil && res.Type == "push" && res.Duplicate {
+			n--
+		}
+	}
+	if n < 0 {
+		return 0
+	}
+	return n
+}
+
+type popMessage struct {
+	ID            string `json:"id"`
+	PartitionID   string `json:"partitionId"`
+	TransactionID string `json:"transactionId"`
+	ConsumerGroup string `json:"consumerGroup"`
+}
+
+// BillPop is M4: a 2xx pop answer (durable or ephemeral) bills the elements
+// of its top-level "messages" array; an error body ({"error": ..., "messages":
+// []}), a 204, another status or an unreadable body bill 0.
+//
+// ids holds one redelivery key per identifiable message, for the gateway's
+// redelivery filter (SPEC fix 7): partitionId + "/" + transactionId + "/" +
+// consumerGroup (the message's own group, else the answer's top-level one,
+// "__QUEUE_MODE__" in queue mode), so the same message popped again by the
+// same consumer group gives the same key, and a second consumer group
+// reading it does not. A message without partitionId or transactionId is
+// keyed "id/" + its id; one with neither gets no key, so len(ids) can be
+// smaller than messages.
+func BillPop(status int, body []byte) (messages int64, ids []string) {
+	if !is2xx(status) {
+		return 0, nil
+	}
+	var r struct {
+		ConsumerGroup string        `json:"consumerGroup"`
+		Messages      []*popMessage `json:"messages"`
+	}
+	if !decodeLenient(body, &r) || len(r.Messages) == 0 {
+		return 0, nil
+	}
+	ids = make([]string, 0, len(r.Messages))
+	for _, m := range r.Messages {
+		if m == nil {
+			continue
+		}
+		group := m.ConsumerGroup
+		if group == "" {
+			group = r.ConsumerGroup
+		}
+		switch {
+		case m.PartitionID != "" && m.TransactionID != "":
+			ids = append(ids, m.PartitionID+"/"+m.TransactionID+"/"+group)
+		case m.ID != "":
+			ids = append(ids, "id/"+m.ID+"/"+group)
+		}
+	}
+	return int64(len(r.Messages)), ids
+}
+
+// CycleGroup is one (queue, partition) group of a streams cycle's push_items,
+// as the gateway counted them from the request (partition "Default" when the
+// item named none).
+type CycleGroup struct {
+	Queue, Partition string
+	Items            int
+}
+
+type cyclePushResult struct {
+	Status    string  `json:"status"`
+	Queue     *string `json:"queue"`
+	QueueName *string `json:"queueName"`
+	Partition *string `json:"partition"`
+}
+
+// BillCycle is M5: the sink items of a 2xx POST /streams/v1/cycle whose
+// answer has "success": true. A request group is billed in full when a
+// push_results[] element confirms it: status "queued" (or "buffered", the
+// broker's maintenance buffer, billed like M1) with exactly its queue and
+// partition. The recorded broker (0.15.1) names only the queue
+// ("queueName") and the partition's id in each element, one element per
+// item; elements without a partition name confirm items of their queue one
+// by one, up to the count the request sent to that queue. "duplicate",
+// other statuses, "success": false and unreadable bodies bill 0.
+func BillCycle(status int, body []byte, groups []CycleGroup) int64 {
+	if !is2xx(status) || len(groups) == 0 {
+		return 0
+	}
+	var r struct {
+		Success     *bool              `json:"success"`
+		PushResults []*cyclePushResult `json:"push_results"`
+	}
+	if !decodeLenient(body, &r) || r.Success == nil || !*r.Success {
+		return 0
+	}
+	type qp struct{ queue, partition string }
+	named := map[qp]bool{}
+	anonymous := map[string]int{} // queue -> confirmed items without a partition name
+	for _, res := range r.PushResults {
+		if res == nil || (res.Status != "queued" && res.Status != "buffered") {
+			continue
+		}
+		var queue string
+		switch {
+		case res.Queue != nil:
+			queue = *res.Queue
+		case res.QueueName != nil:
+			queue = *res.QueueName
+		default:
+			continue
+		}
+		if res.Partition != nil {
+			named[qp{queue, *res.Partition}] = true
+		} else {
+			anonymous[queue]++
+		}
+	}
+	var billed int64
+	for _, g := range groups {
+		if g.Items <= 0 {
+			continue
+		}
+		if named[qp{g.Queue, g.Partition}] {
+			billed += int64(g.Items)
+			continue
+		}
+		if n := anonymous[g.Queue]; n > 0 {
+			take := min(n, g.Items)
+			anonymous[g.Queue] = n - take
+			billed += int64(take)
+		}
+	}
+	return billed
+}
+
+// BillReplay is M6, for POST /api/v1/messages/{pid}/{txid}/retry and POST
+// /api/v1/dlq/{id}/replay: stored reports that the dead letter was moved
+// back (bill one push message): a 2xx JSON object with "success": true and
+// "result" either absent (older brokers) or "moved". "duplicate", any other
+// result, "success": false or a non-boolean success are not stored.
+//
+// readable is false only for a 2xx answer whose body is not a JSON object:
+// the move may have committed, so the gateway books the request and answers
+// 502 telling the client to re-read the dead-letter row. Non-2xx answers are
+// readable and not stored.
+func BillReplay(status int, body []byte) (stored, readable bool) {
+	if !is2xx(status) {
+		return false, true
+	}
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return false, false
+	}
+	var top map[string]json.RawMessage
+	if json.Unmarshal(trimmed, &top) != nil {
+		return false, false
+	}
+	var success bool
+	if raw, ok := top["success"]; !ok || json.Unmarshal(raw, &success) != nil || !success {
+		return false, true
+	}
+	result, present := top["result"]
+	if !present {
+		return true, true
+	}
+	return string(bytes.TrimSpace(result)) == `"moved"`, true
+}
