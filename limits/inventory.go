@@ -1,0 +1,175 @@
+package limits
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ClusterRef is one cluster as the inventory reconciler sees it: where its
+// queues live and its storage cap.
+type ClusterRef struct {
+	ID string
+	// BrokerTenant is the cluster's queue namespace on the broker, sent as
+	// x-queen-tenant.
+	BrokerTenant string
+	// CellURL is the base URL of the cluster's cell, e.g.
+	// "http://10.0.0.7:6632".
+	CellURL string
+	// Authorization is the complete Authorization header value for the
+	// cell (e.g. "Bearer <cell secret>"); empty sends none.
+	Authorization string
+	// MaxRetainedBytes is the cluster's effective max_retained_bytes.
+	MaxRetainedBytes Cap
+}
+
+// Inventory is what the broker reports about one cluster's queues.
+type Inventory struct {
+	// Queues are the cluster's queues with the broker's partition counts
+	// (which include "Default" when the queue has it).
+	Queues []QueueRow
+	// RetainedBytes is the cluster's storage use: the sum of the queues'
+	// retainedBytes plus the listing's kvBytes and timerBytes.
+	RetainedBytes int64
+	// Supported is false when the listing carries no byte count at all:
+	// brokers older than 0.16 (like the recorded 0.15.1) report no
+	// retainedBytes. A listing with no queues and no kvBytes/timerBytes
+	// proves nothing either way and also reports false.
+	Supported bool
+}
+
+const (
+	// inventoryTimeout bounds one listing request when ctx has no deadline.
+	inventoryTimeout = 10 * time.Second
+	// inventoryMaxBody caps the listing read.
+	inventoryMaxBody = 16 << 20
+	// inventoryPath asks for the queue listing from the broker's cached
+	// statistics rather than a live per-partition count.
+	inventoryPath = "/api/v1/resources/queues?stats=cached"
+)
+
+// ReadInventory reads one cluster's queue listing from its cell
+// (GET <CellURL>/api/v1/resources/queues with x-queen-tenant and the cell's
+// Authorization). An answer that is not a 2xx JSON object with a "queues"
+// array is an error (the broker reports many errors as HTTP 200 with an
+// {"error": ...} body): the caller must then change nothing for the
+// cluster. client nil means http.DefaultClient.
+func ReadInventory(ctx context.Context, client *http.Client, c ClusterRef) (Inventory, error) {
+	if client == nil {
+		client = http.DefaultClient
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, inventoryTimeout)
+		defer cancel()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(c.CellURL, "/")+inventoryPath, nil)
+	if err != nil {
+		return Inventory{}, fmt.Errorf("queue inventory: %w", err)
+	}
+	req.Header.Set("x-queen-tenant", c.BrokerTenant)
+	req.Header.Set("Accept", "application/json")
+	if c.Authorization != "" {
+		req.Header.Set("Authorization", c.Authorization)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return Inventory{}, fmt.Errorf("queue inventory: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, inventoryMaxBody+1))
+	if err != nil {
+		return Inventory{}, fmt.Errorf("queue inventory: reading the answer: %w", err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return Inventory{}, fmt.Errorf("queue inventory: broker answered %s", resp.Status)
+	}
+	if len(body) > inventoryMaxBody {
+		return Inventory{}, fmt.Errorf("queue inventory: answer larger than %d bytes", inventoryMaxBody)
+	}
+	return parseInventory(c.ID, body)
+}
+
+// parseInventory reads a queue listing:
+// {"queues":[{"name":..., "partitions":..., "retainedBytes":...}, ...],
+// "kvBytes"?:..., "timerBytes"?:...}.
+func parseInventory(clusterID string, body []byte) (Inventory, error) {
+	var top struct {
+		Queues     json.RawMessage `json:"queues"`
+		KVBytes    json.RawMessage `json:"kvBytes"`
+		TimerBytes json.RawMessage `json:"timerBytes"`
+		Error      json.RawMessage `json:"error"`
+	}
+	if err := json.Unmarshal(body, &top); err != nil {
+		return Inventory{}, fmt.Errorf("queue inventory: not a JSON object: %w", err)
+	}
+	if len(top.Queues) == 0 || top.Queues[0] != '[' {
+		if msg, ok := jsonString(top.Error); ok {
+			return Inventory{}, fmt.Errorf("queue inventory: broker error %q", msg)
+		}
+		return Inventory{}, errors.New("queue inventory: the answer has no queues array")
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal(top.Queues, &elems); err != nil {
+		return Inventory{}, fmt.Errorf("queue inventory: %w", err)
+	}
+	inv := Inventory{Queues: make([]QueueRow, 0, len(elems))}
+	for _, raw := range elems {
+		var q struct {
+			Name          json.RawMessage `json:"name"`
+			Partitions    json.RawMessage `json:"partitions"`
+			RetainedBytes json.RawMessage `json:"retainedBytes"`
+		}
+		if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &q) != nil {
+			continue
+		}
+		name, ok := jsonString(q.Name)
+		if !ok {
+			continue
+		}
+		parts, _ := jsonInt(q.Partitions)
+		inv.Queues = append(inv.Queues, QueueRow{ClusterID: clusterID, Name: name, Partitions: int(min(max(parts, 0), math.MaxInt32))})
+		if n, ok := jsonInt(q.RetainedBytes); ok && n >= 0 {
+			inv.RetainedBytes = satAdd(inv.RetainedBytes, n)
+			inv.Supported = true
+		}
+	}
+	for _, raw := range []json.RawMessage{top.KVBytes, top.TimerBytes} {
+		if n, ok := jsonInt(raw); ok {
+			inv.Supported = true
+			if n > 0 {
+				inv.RetainedBytes = satAdd(inv.RetainedBytes, n)
+			}
+		}
+	}
+	return inv, nil
+}
+
+func jsonString(raw json.RawMessage) (string, bool) {
+	if len(raw) == 0 || raw[0] != '"' {
+		return "", false
+	}
+	var s string
+	return s, json.Unmarshal(raw, &s) == nil
+}
+
+// jsonInt reads an integer JSON number.
+func jsonInt(raw json.RawMessage) (int64, bool) {
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	return n, err == nil
+}
+
+// satAdd adds non-negative b to a, saturating at math.MaxInt64.
+func satAdd(a, b int64) int64 {
+	if b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
+}

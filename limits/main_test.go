@@ -1,0 +1,10 @@
+package limits
+
+import (
+	"os"
+	"testing"
+
+	"github.com/queengate/queengate/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
