@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -73,7 +74,42 @@ type App struct {
 	// written, in one statement. Default 10s, at least 1s.
 	KeyTouchInterval caddy.Duration `json:"key_touch_interval,omitempty"`
 
+	// Shadow computes the rate and admission decisions (request and
+	// message buckets, queue and partition caps, parked pops, the retention
+	// ceiling) and logs "limit exceeded (shadow)" instead of refusing, for
+	// rolling limits out. Hard blocks always apply: storage, monthly quota,
+	// billing hold and size caps. Default: enforce.
+	Shadow bool `json:"shadow,omitempty"`
+
+	// CellMaxParked caps the long-poll pops parked at once on this gateway,
+	// across all clusters; each plan's max_parked_pops caps one cluster.
+	// Default 5000.
+	CellMaxParked int `json:"cell_max_parked,omitempty"`
+
+	// MaxBatchItems caps the items of one produce request for plans that
+	// set no max_batch_items. Default 10000.
+	MaxBatchItems int `json:"max_batch_items,omitempty"`
+
+	// SpoolDir is where usage rows wait on disk while the database cannot
+	// take them. Default: "queengate-spool" in Caddy's data directory.
+	SpoolDir string `json:"spool_dir,omitempty"`
+
+	// MeterFlushInterval is how often closed minutes of usage are written.
+	// Default 15s.
+	MeterFlushInterval caddy.Duration `json:"meter_flush_interval,omitempty"`
+
+	// MetricsPerCluster adds a per-cluster request counter to the
+	// Prometheus metrics. Off by default: its cardinality is the number of
+	// clusters. No metric is ever labelled per API key.
+	MetricsPerCluster bool `json:"metrics_per_cluster,omitempty"`
+
+	// ReconcileInterval is how often the broker's queue inventory is read
+	// per cluster, to keep queue admission and the storage quota in line
+	// with what the broker holds. Default 60s.
+	ReconcileInterval caddy.Duration `json:"reconcile_interval,omitempty"`
+
 	backend     *backend
+	limits      *limitState
 	released    bool
 	logger      *zap.Logger
 	sessionKeys *tenancy.SessionKeys
@@ -108,6 +144,17 @@ func (a *App) Provision(ctx caddy.Context) error {
 	setDuration(&a.KeyNegativeTTL, 5*time.Second)
 	setDuration(&a.StaleGrace, 10*time.Minute)
 	setDuration(&a.KeyTouchInterval, 10*time.Second)
+	setDuration(&a.ReconcileInterval, time.Minute)
+	setDuration(&a.MeterFlushInterval, 15*time.Second)
+	if a.SpoolDir == "" {
+		a.SpoolDir = filepath.Join(caddy.AppDataDir(), "queengate-spool")
+	}
+	if a.CellMaxParked == 0 {
+		a.CellMaxParked = limits.DefaultCellMaxParked
+	}
+	if a.MaxBatchItems == 0 {
+		a.MaxBatchItems = 10000
+	}
 	if err := a.Validate(); err != nil {
 		return err
 	}
@@ -122,6 +169,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 		poolMaxConns:   a.PoolMaxConns,
 		skipMigrations: a.SkipMigrations,
 		keyTouch:       time.Duration(a.KeyTouchInterval),
+		spoolDir:       a.SpoolDir,
+		meterFlush:     time.Duration(a.MeterFlushInterval),
+		reconcile:      time.Duration(a.ReconcileInterval),
 		identity: tenancy.IdentityCacheConfig{
 			RevocationStrict: a.Sessions != nil && a.Sessions.RevocationStrict,
 			LookupTimeout:    time.Duration(a.DatabaseTimeout),
@@ -137,6 +187,24 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("queen: %w", err)
 	}
 	a.backend = b
+	b.app.Store(a)
+	a.pushBlockSources = []limits.PushBlockSource{b.storage, b.quota}
+	a.extraReadiness = append(a.extraReadiness, b.storageReadiness)
+	ls, err := acquireLimitState(a.CellMaxParked)
+	if err != nil {
+		return fmt.Errorf("queen: limit state: %w", err)
+	}
+	a.limits = ls
+	if reg := ctx.GetMetricsRegistry(); reg != nil {
+		if err := reg.Register(&collector{app: a, perCluster: a.MetricsPerCluster}); err != nil {
+			return fmt.Errorf("queen: register metrics: %w", err)
+		}
+	}
+	mode := "enforce"
+	if a.Shadow {
+		mode = "shadow"
+	}
+	a.logger.Info("limits", zap.String("mode", mode), zap.Int("cell_max_parked", a.CellMaxParked))
 	return nil
 }
 
@@ -152,6 +220,9 @@ func (a *App) Validate() error {
 		if d == "" || strings.ContainsAny(d, "/:* ") {
 			return fmt.Errorf("queen: base domain %q is not a domain name", d)
 		}
+	}
+	if a.CellMaxParked < 0 || a.MaxBatchItems < 0 {
+		return fmt.Errorf("queen: cell_max_parked and max_batch_items must be positive")
 	}
 	if a.KeyTouchInterval != 0 && time.Duration(a.KeyTouchInterval) < time.Second {
 		return fmt.Errorf("queen: key_touch_interval must be at least 1s, got %s", time.Duration(a.KeyTouchInterval))
@@ -186,6 +257,9 @@ func (a *App) Cleanup() error {
 		return nil
 	}
 	a.released = true
+	if a.limits != nil {
+		_, _ = limitStates.Delete(limitStateKey)
+	}
 	_, err := backends.Delete(a.backend.key)
 	return err
 }

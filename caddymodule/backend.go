@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/queengate/queengate/limits"
+	"github.com/queengate/queengate/meter"
 	"github.com/queengate/queengate/migrations"
 	"github.com/queengate/queengate/tenancy"
 )
@@ -26,6 +29,9 @@ type backendSettings struct {
 	keyTouch       time.Duration
 	cache          tenancy.CacheConfig
 	identity       tenancy.IdentityCacheConfig
+	spoolDir       string
+	meterFlush     time.Duration
+	reconcile      time.Duration
 }
 
 type backend struct {
@@ -37,6 +43,22 @@ type backend struct {
 	listener *tenancy.InvalidationListener
 	stop     context.CancelFunc
 	stopped  chan struct{}
+
+	store      *tenancy.Store
+	meter      *meter.Meter
+	quota      *meter.Quota
+	admission  *limits.Admission
+	storage    *limits.Storage
+	reconciler *limits.Reconciler
+	seenCells  sync.Map // cell id -> struct{}: the cells whose clusters are reconciled
+	kick       chan struct{}
+	staleGrace time.Duration
+	// lastDatabaseOK is when the database last answered a readiness ping
+	// (unix nanoseconds).
+	lastDatabaseOK atomic.Int64
+	// app is the configuration currently using the backend, for what the
+	// background work needs from it (cell credentials).
+	app atomic.Pointer[App]
 }
 
 // listenerReadyWait bounds how long start-up waits for the invalidation
@@ -44,7 +66,8 @@ type backend struct {
 const listenerReadyWait = 5 * time.Second
 
 func acquireBackend(ctx caddy.Context, s backendSettings, log *zap.Logger) (*backend, error) {
-	key := fmt.Sprintf("%s|%d|%v|%v|%+v|%+v", s.databaseURL, s.poolMaxConns, s.skipMigrations, s.keyTouch, s.cache, s.identity)
+	key := fmt.Sprintf("%s|%d|%v|%v|%+v|%+v|%s|%v|%v", s.databaseURL, s.poolMaxConns, s.skipMigrations, s.keyTouch,
+		s.cache, s.identity, s.spoolDir, s.meterFlush, s.reconcile)
 	v, _, err := backends.LoadOrNew(key, func() (caddy.Destructor, error) {
 		return newBackend(ctx, key, s, log)
 	})
@@ -66,20 +89,19 @@ func newBackend(ctx context.Context, key string, s backendSettings, log *zap.Log
 	if err != nil {
 		return nil, fmt.Errorf("create database pool: %w", err)
 	}
-	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// A database that does not answer at start is waited for in the
+	// background: the gateway starts, refuses what it cannot confirm and
+	// is not ready, and recovers by itself, so a restart during an outage
+	// loses nothing (the meter's spool is replayed once it answers). A
+	// database that answers but cannot be migrated is a configuration
+	// error and fails the start.
+	startCtx, cancel := context.WithTimeout(ctx, s.cache.LookupTimeout)
 	defer cancel()
-	if err := pool.Ping(startCtx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("connect to the control-plane database %s: %w", redactURL(s.databaseURL), err)
-	}
-	if !s.skipMigrations {
-		applied, err := migrations.Apply(startCtx, pool)
-		if err != nil {
+	databaseUp := pool.Ping(startCtx) == nil
+	if databaseUp {
+		if err := migrate(startCtx, pool, s, log); err != nil {
 			pool.Close()
-			return nil, fmt.Errorf("apply migrations: %w", err)
-		}
-		if len(applied) > 0 {
-			log.Info("applied control-plane migrations", zap.Strings("migrations", applied))
+			return nil, err
 		}
 	}
 
@@ -87,18 +109,31 @@ func newBackend(ctx context.Context, key string, s backendSettings, log *zap.Log
 	cache := tenancy.NewClusterCache(store, s.cache, log.Named("cache"))
 	identity := tenancy.NewIdentityCache(store, s.identity, log.Named("identity"))
 	runCtx, stop := context.WithCancel(context.Background())
-	b := &backend{key: key, pool: pool, cache: cache, identity: identity,
+	b := &backend{key: key, pool: pool, cache: cache, identity: identity, store: store,
 		toucher: tenancy.NewKeyToucher(pool, s.keyTouch, log.Named("key_touch")),
 		stop:    stop, stopped: make(chan struct{})}
+	b.staleGrace = s.cache.StaleGrace
+	if databaseUp {
+		b.lastDatabaseOK.Store(time.Now().UnixNano())
+	}
+	if err := b.newLimitsAndMeter(s, log); err != nil {
+		stop()
+		pool.Close()
+		return nil, err
+	}
 	b.listener = &tenancy.InvalidationListener{
 		ConnString: s.databaseURL,
 		OnCluster: func(id string) {
 			cache.InvalidateCluster(id)
 			identity.InvalidateCluster(id)
+			b.admission.Invalidate(id)
 		},
 		OnConnected: func() {
 			cache.InvalidateAll()
 			identity.InvalidateAll()
+			// The database is back: replay spooled usage now rather than
+			// after the meter's cool-down.
+			go b.meter.DatabaseAnswers(runCtx)
 		},
 		OnSessionRevoked: identity.InvalidateRevocations,
 		Log:              log.Named("invalidation"),
@@ -107,6 +142,12 @@ func newBackend(ctx context.Context, key string, s backendSettings, log *zap.Log
 	var workers sync.WaitGroup
 	workers.Go(func() { b.listener.Run(runCtx) })
 	workers.Go(func() { b.toucher.Run(runCtx) })
+	b.runLimitsAndMeter(runCtx, &workers, log)
+	if !databaseUp {
+		log.Error("control-plane database unreachable at start; refusing what cannot be confirmed until it answers",
+			zap.String("database", redactURL(s.databaseURL)))
+		workers.Go(func() { b.awaitDatabase(runCtx, s, log) })
+	}
 	go func() {
 		workers.Wait()
 		close(b.stopped)
@@ -117,6 +158,47 @@ func newBackend(ctx context.Context, key string, s backendSettings, log *zap.Log
 		log.Warn("cache invalidation listener not connected yet; continuing, changes are seen within the cache TTL until it connects")
 	}
 	return b, nil
+}
+
+func migrate(ctx context.Context, pool *pgxpool.Pool, s backendSettings, log *zap.Logger) error {
+	if s.skipMigrations {
+		return nil
+	}
+	applied, err := migrations.Apply(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("apply migrations: %w", err)
+	}
+	if len(applied) > 0 {
+		log.Info("applied control-plane migrations", zap.Strings("migrations", applied))
+	}
+	return nil
+}
+
+// awaitDatabase retries, with a backoff of at most 5 s (a ping is cheap),
+// until the database answers and is migrated, then has the meter replay
+// what it spooled.
+func (b *backend) awaitDatabase(ctx context.Context, s backendSettings, log *zap.Logger) {
+	wait := time.Second
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		attempt, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := b.pool.Ping(attempt)
+		if err == nil {
+			err = migrate(attempt, b.pool, s, log)
+		}
+		cancel()
+		if err == nil {
+			b.lastDatabaseOK.Store(time.Now().UnixNano())
+			log.Info("control-plane database answers")
+			b.meter.DatabaseAnswers(ctx)
+			return
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
 }
 
 // Destruct stops the listener and closes the pool; called when the last

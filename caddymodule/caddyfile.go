@@ -39,6 +39,13 @@ import (
 //			ttl                     <duration>
 //			revocation_strict
 //		}
+//		shadow
+//		cell_max_parked      <n>
+//		max_batch_items      <n>
+//		reconcile_interval   <duration>
+//		meter_flush_interval <duration>
+//		spool_dir            <dir>
+//		metrics_per_cluster
 //		cell_token <cell slug|*> {
 //			algorithm  HS256|EdDSA
 //			secret     <secret>
@@ -126,6 +133,36 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "cell_token":
 			if err := a.unmarshalCellToken(d); err != nil {
+				return err
+			}
+		case "shadow":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			a.Shadow = true
+		case "cell_max_parked":
+			if err := parseCount(d, &a.CellMaxParked); err != nil {
+				return err
+			}
+		case "max_batch_items":
+			if err := parseCount(d, &a.MaxBatchItems); err != nil {
+				return err
+			}
+		case "reconcile_interval":
+			if err := parseDuration(d, &a.ReconcileInterval); err != nil {
+				return err
+			}
+		case "meter_flush_interval":
+			if err := parseDuration(d, &a.MeterFlushInterval); err != nil {
+				return err
+			}
+		case "metrics_per_cluster":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			a.MetricsPerCluster = true
+		case "spool_dir":
+			if err := parseString(d, &a.SpoolDir); err != nil {
 				return err
 			}
 		default:

@@ -73,11 +73,10 @@ func stripSessionCookies(h http.Header, fleet string) {
 // upstreamTimeout is the bound on the whole upstream exchange: a long-poll
 // pop gets its own wait (capped) plus a margin, everything else the fixed
 // upstream timeout.
-func (g *Gateway) upstreamTimeout(r *http.Request) time.Duration {
-	wait, ms := tenancy.LongPoll(r.URL.Path, r.URL.RawQuery)
-	if !wait {
+func (g *Gateway) upstreamTimeout(st *requestState) time.Duration {
+	if !st.longPoll {
 		return time.Duration(g.UpstreamTimeout)
 	}
-	d := min(time.Duration(ms)*time.Millisecond, time.Duration(g.LongPollMax))
+	d := min(time.Duration(st.longPollMs)*time.Millisecond, time.Duration(g.LongPollMax))
 	return d + time.Duration(g.LongPollMargin)
 }

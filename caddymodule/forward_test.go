@@ -74,7 +74,9 @@ func TestUpstreamTimeout(t *testing.T) {
 	}
 	for target, want := range cases {
 		r := httptest.NewRequest("GET", target, nil)
-		if got := g.upstreamTimeout(r); got != want {
+		st := &requestState{}
+		st.longPoll, st.longPollMs = tenancy.LongPoll(r.URL.Path, r.URL.RawQuery)
+		if got := g.upstreamTimeout(st); got != want {
 			t.Errorf("upstreamTimeout(%s) = %v, want %v", target, got, want)
 		}
 	}

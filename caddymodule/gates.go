@@ -41,7 +41,8 @@ func (g *Gateway) classify(r *http.Request, st *requestState) *apierror.Error {
 		g.logger.Debug("ambiguous path refused", zap.String("request_id", st.rid), zap.Error(err))
 		return errAmbiguousPath
 	}
-	st.route = route
+	st.route, st.classified = route, true
+	st.longPoll, st.longPollMs = tenancy.LongPoll(r.URL.Path, r.URL.RawQuery)
 	switch {
 	case route.Class == tenancy.ClassBlocked:
 		return errRouteBlocked
@@ -103,6 +104,8 @@ func (g *Gateway) planGates(r *http.Request, st *requestState, c *tenancy.Cluste
 
 // pushBlock is the cluster's push-block verdict as a refusal, or nil.
 func (g *Gateway) pushBlock(c *tenancy.Cluster) *apierror.Error {
+	// A raised or removed storage cap releases the block at once.
+	g.app.backend.storage.SetCap(c.ID, c.Limits.MaxRetainedBytes)
 	switch limits.DecidePushBlock(c.ID, c.Status == tenancy.StatusPushBlocked, g.app.pushBlockSources) {
 	case limits.PushBlockedStorage:
 		return errStorageQuota

@@ -21,8 +21,9 @@ type ReadinessCheck func(ctx context.Context) (name, detail string, ok bool)
 // serveHealth answers the liveness and readiness probes and reports whether
 // it did. Liveness never touches the database: a gateway that can answer
 // is alive, and restarting it would not bring a database back. Readiness
-// asks the database and the invalidation listener, so a load balancer stops
-// sending traffic to a gateway that could only refuse it.
+// asks the database, the invalidation listener and the storage quota, and
+// fails only when the gateway could no longer serve: a database that has
+// been unreachable for longer than the stale grace.
 func (g *Gateway) serveHealth(w http.ResponseWriter, r *http.Request) bool {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return false
@@ -63,13 +64,27 @@ func (a *App) readinessChecks() []ReadinessCheck {
 	return append(checks, a.extraReadiness...)
 }
 
+// databaseReady pings the database. While it does not answer the gateway
+// still serves the clusters and keys it knows, for the stale grace; only
+// past that is it not ready, because every gateway of the cell would then
+// be taken out of service at once for an outage they can ride out.
 func (b *backend) databaseReady(ctx context.Context) (string, string, bool) {
 	if b.pool == nil {
 		return "database", "not configured", false
 	}
+	now := time.Now()
 	if err := b.pool.Ping(ctx); err != nil {
-		return "database", "unreachable: " + err.Error(), false
+		last := b.lastDatabaseOK.Load()
+		if last == 0 {
+			return "database", "not reached since start: " + err.Error(), false
+		}
+		down := now.Sub(time.Unix(0, last))
+		if down > b.staleGrace {
+			return "database", "unreachable for " + down.Round(time.Second).String() + ", past the stale grace: " + err.Error(), false
+		}
+		return "database", "unreachable; serving known clusters from cache within the stale grace: " + err.Error(), true
 	}
+	b.lastDatabaseOK.Store(now.UnixNano())
 	return "database", "ok", true
 }
 

@@ -9,16 +9,26 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/queengate/queengate/internal/apierror"
+	"github.com/queengate/queengate/limits"
 	"github.com/queengate/queengate/tenancy"
 )
 
 // requestState is what the pipeline learns about one request as it goes.
 type requestState struct {
-	rid       string
-	route     tenancy.Route
-	body      []byte // the request body, once a step had to read it
-	buffered  bool
-	principal tenancy.Principal
+	rid        string
+	route      tenancy.Route
+	classified bool
+	body       []byte // the request body, once a step had to read it
+	buffered   bool
+	principal  tenancy.Principal
+
+	longPoll    bool  // a pop that waits upstream (wait=true, decoded)
+	longPollMs  int64 // the wait it asks for
+	reqDecision limits.Decision
+	msgDecision limits.Decision
+	msgChecked  bool
+	produced    int                 // items a push or transaction carries, as counted at admission
+	cycle       limits.ProduceBatch // a streams cycle's sink items, as grouped at admission
 }
 
 // ServeHTTP is the data-plane pipeline, in its load-bearing order. Each
@@ -31,12 +41,12 @@ type requestState struct {
 // same holds wherever the credential names the cluster (shared hosts,
 // x-queen-act-cluster).
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	if g.serveHealth(w, r) {
-		return nil
-	}
 	st := &requestState{rid: newRequestID()}
 	w.Header().Set(headerRequestID, st.rid)
 	caddyhttp.SetVar(r.Context(), varRequestID, st.rid)
+	if g.serveHealth(w, r) {
+		return nil
+	}
 
 	// 0. The request head and body size, before anything is looked up.
 	if e := g.checkRequestSize(r); e != nil {
@@ -80,6 +90,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return g.refuse(w, r, st, e)
 	}
 	caddyhttp.SetVar(r.Context(), varClusterSlug, cluster.Slug)
+	g.app.backend.noteCell(cluster)
 	if !gatesFirst {
 		if !cluster.Status.Serves() {
 			return g.refuse(w, r, st, errClusterSuspended)
@@ -95,26 +106,57 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return g.refuse(w, r, st, errNotPermitted)
 	}
 
-	// 4. Forward to the cluster's cell, bounded by the upstream timeout.
+	// 4a. The cluster's request bucket.
+	if e := g.admitRequest(w, st, cluster); e != nil {
+		return g.refuse(w, r, st, e)
+	}
+
+	// 4b. Bodies that add data: size caps, queue and partition admission,
+	// the message bucket, the storage estimate.
+	if e := g.admitBody(r, st, cluster); e != nil {
+		return g.refuse(w, r, st, e)
+	}
+	g.setRateLimitHeaders(w, st, cluster)
+
+	// 4c. A long-poll pop holds a parked slot until the cell answers.
+	release, e := g.parkSlot(r, st, cluster)
+	if e != nil {
+		return g.refuse(w, r, st, e)
+	}
+	defer release()
+
+	// 5. Forward to the cluster's cell, bounded by the upstream timeout.
 	cellAuth, e := g.cellCredential(cluster, st)
 	if e != nil {
 		return g.refuse(w, r, st, e)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), g.upstreamTimeout(r))
+	ctx, cancel := context.WithTimeout(r.Context(), g.upstreamTimeout(st))
 	defer cancel()
 	ctx = context.WithValue(ctx, clusterCtxKey{}, cluster)
 	r = r.WithContext(ctx)
 	g.rewriteUpstreamHeaders(r.Header, cluster, st.rid, cellAuth)
 
-	rw := &responseStarted{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
+	// 6. Relay the answer as it comes, and meter it from what it says.
+	_, rule := billingOf(r, st)
+	rw := &meteredResponse{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w},
+		keep: rule != billPlain, onHead: release}
 	err := next.ServeHTTP(rw, r)
+	if g.app.MetricsPerCluster {
+		counters.forwardedFor(cluster.Slug)
+	}
 	if err == nil || rw.started {
+		counters.request(st, 0)
+		g.recordUsage(r, st, cluster, rw, false)
 		return err
 	}
+	counters.request(st, 2)
+	g.recordUsage(r, st, cluster, rw, true)
 	return g.upstreamFailure(w, r, st, err)
 }
 
 func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, st *requestState, e *apierror.Error) error {
+	counters.request(st, 1)
+	counters.refused(e.Code)
 	g.logger.Debug("request refused",
 		zap.String("request_id", st.rid), zap.String("code", string(e.Code)),
 		zap.Int("status", e.Status), zap.String("host", r.Host), zap.String("path", r.URL.Path))
@@ -144,21 +186,4 @@ func (g *Gateway) upstreamFailure(w http.ResponseWriter, r *http.Request, st *re
 		zap.String("host", r.Host), zap.String("path", r.URL.Path), zap.Error(err))
 	apierror.Write(w, e, st.rid)
 	return nil
-}
-
-// responseStarted notes whether the upstream's response has begun, after
-// which a failure can no longer be answered with an error envelope.
-type responseStarted struct {
-	caddyhttp.ResponseWriterWrapper
-	started bool
-}
-
-func (w *responseStarted) WriteHeader(status int) {
-	w.started = true
-	w.ResponseWriterWrapper.WriteHeader(status)
-}
-
-func (w *responseStarted) Write(b []byte) (int, error) {
-	w.started = true
-	return w.ResponseWriterWrapper.Write(b)
 }

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/queengate/queengate/internal/harden"
+	"github.com/queengate/queengate/limits"
 	"github.com/queengate/queengate/tenancy"
 )
 
@@ -73,6 +74,12 @@ func (m *memorySource) AnyRevoked(_ context.Context, ids []string) (bool, error)
 	return false, nil
 }
 
+// memoryQueues is an admission registry store that starts empty.
+type memoryQueues struct{}
+
+func (memoryQueues) LoadQueues(context.Context, string) ([]limits.QueueRow, error) { return nil, nil }
+func (memoryQueues) PersistQueues(context.Context, []limits.QueueRow) error        { return nil }
+
 // Users and clusters of the test gateway.
 const (
 	userAdmin    = "11111111-1111-4111-8111-111111111111"
@@ -99,10 +106,10 @@ type testEnv struct {
 func newTestEnv(t testing.TB) *testEnv {
 	t.Helper()
 	all := tenancy.Features{Streams: true, Traces: true, KV: true, Timers: true, Ephemeral: true}
-	acme := &tenancy.Cluster{ID: idAcme, Slug: "acme", BrokerTenant: "bt-acme", Status: tenancy.StatusActive, CellSlug: "cell-1", CellURL: "http://127.0.0.1:6632", CellSecret: "acme-cell-secret"}
-	held := &tenancy.Cluster{ID: idHeld, Slug: "held", BrokerTenant: "bt-held", Status: tenancy.StatusPushBlocked, CellSlug: "cell-1", Features: all}
-	gone := &tenancy.Cluster{ID: idGone, Slug: "gone", BrokerTenant: "bt-gone", Status: tenancy.StatusSuspended, CellSlug: "cell-1"}
-	pro := &tenancy.Cluster{ID: idPro, Slug: "pro", BrokerTenant: "bt-pro", Status: tenancy.StatusActive, CellSlug: "cell-1", Features: all}
+	acme := &tenancy.Cluster{ID: idAcme, Slug: "acme", BrokerTenant: "bt-acme", Status: tenancy.StatusActive, CellSlug: "cell-1", CellURL: "http://127.0.0.1:6632", CellSecret: "acme-cell-secret", Limits: limits.AllUnlimited()}
+	held := &tenancy.Cluster{ID: idHeld, Slug: "held", BrokerTenant: "bt-held", Status: tenancy.StatusPushBlocked, CellSlug: "cell-1", Features: all, Limits: limits.AllUnlimited()}
+	gone := &tenancy.Cluster{ID: idGone, Slug: "gone", BrokerTenant: "bt-gone", Status: tenancy.StatusSuspended, CellSlug: "cell-1", Limits: limits.AllUnlimited()}
+	pro := &tenancy.Cluster{ID: idPro, Slug: "pro", BrokerTenant: "bt-pro", Status: tenancy.StatusActive, CellSlug: "cell-1", Features: all, Limits: limits.AllUnlimited()}
 	key := func(id string, c *tenancy.Cluster, s tenancy.ScopeSet) *tenancy.APIKey {
 		return &tenancy.APIKey{ID: id, Cluster: c, Scopes: s}
 	}
@@ -137,11 +144,20 @@ func newTestEnv(t testing.TB) *testEnv {
 		sessionKeys:     keys,
 		cookieNames:     tenancy.CookieNames{Fleet: defaultCookieName},
 		backend: &backend{
-			cache:    tenancy.NewClusterCache(src, tenancy.CacheConfig{}, nil),
-			identity: tenancy.NewIdentityCache(src, tenancy.IdentityCacheConfig{}, nil),
-			toucher:  tenancy.NewKeyToucher(nil, time.Second, nil),
+			cache:     tenancy.NewClusterCache(src, tenancy.CacheConfig{}, nil),
+			identity:  tenancy.NewIdentityCache(src, tenancy.IdentityCacheConfig{}, nil),
+			toucher:   tenancy.NewKeyToucher(nil, time.Second, nil),
+			storage:   limits.NewStorage(nil),
+			admission: limits.NewAdmission(memoryQueues{}),
 		},
+		limits: &limitState{
+			buckets:      limits.NewBuckets(nil),
+			parked:       limits.NewParked(0),
+			redeliveries: limits.NewRedeliveries(0, 0, nil),
+		},
+		MaxBatchItems: 10000,
 	}
+	app.pushBlockSources = []limits.PushBlockSource{app.backend.storage}
 	g := &Gateway{
 		UpstreamTimeout: caddy.Duration(35 * time.Second),
 		LongPollMax:     caddy.Duration(90 * time.Second),

@@ -495,7 +495,7 @@ func TestCLI(t *testing.T) {
 		if push.status != http.StatusOK || !strings.Contains(string(push.body), `"status":"queued"`) {
 			t.Fatalf("push with the CLI's key: %d %s", push.status, push.body)
 		}
-		seen := broker.Requests()
+		seen := forwarded(broker)
 		if len(seen) != 1 || seen[0].Header.Get("X-Queen-Tenant") != cl.BrokerTenantUUID {
 			t.Fatalf("broker saw %d requests (x-queen-tenant %q), want 1 for %s", len(seen), seen[0].Header.Get("X-Queen-Tenant"), cl.BrokerTenantUUID)
 		}

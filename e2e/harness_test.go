@@ -276,3 +276,16 @@ func (cp *controlPlane) key(clusterID string) (id, plaintext string) {
 		ARRAY['produce','consume','read','admin'])::text`, clusterID, tenancy.HashAPIKey(plaintext))
 	return id, plaintext
 }
+
+// forwarded is what the gateway forwarded to a cell on behalf of clients:
+// the cell's request log without the gateway's own background reads (the
+// queue inventory), which carry no request id.
+func forwarded(b *fakebroker.Broker) []fakebroker.Request {
+	var out []fakebroker.Request
+	for _, r := range b.Requests() {
+		if r.Header.Get("X-Queen-Request-Id") != "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,7 +40,7 @@ func TestGatewayDuringDatabaseOutage(t *testing.T) {
 	cp.pool.Close()
 
 	port := freePort(t)
-	startGateway(t, gatewayCaddyfile(port, dbURL, "cache_ttl 300ms\n\t\tdatabase_timeout 1s", ""))
+	startGateway(t, gatewayCaddyfile(port, dbURL, "cache_ttl 300ms\n\t\tdatabase_timeout 1s\n\t\tstale_grace 4s", ""))
 	c := client(port)
 	get := func(slug, key string) response {
 		return do(t, c, "GET", fmt.Sprintf("http://%s.eu1.example.test:%d/api/v1/resources/queues", slug, port), key, "")
@@ -72,9 +73,21 @@ func TestGatewayDuringDatabaseOutage(t *testing.T) {
 	if r := probe("/healthz"); r.status != 200 {
 		t.Fatalf("liveness must not depend on the database: %d %s", r.status, r.body)
 	}
-	if r := probe("/readyz"); r.status != 503 || r.json(t)["status"] != "not ready" {
+	// Within the stale grace the gateway still serves what it knows: ready,
+	// with the database reported down.
+	if r := probe("/readyz"); r.status != 200 || !strings.HasPrefix(fmt.Sprint(r.json(t)["database"]), "unreachable") {
 		t.Fatalf("readiness during the outage: %d %s", r.status, r.body)
 	}
+	if r := probe("/healthz"); r.header.Get("X-Queen-Request-Id") == "" {
+		t.Fatal("probe answers carry no x-queen-request-id")
+	}
+	// Past the stale grace nothing can be served any more: not ready.
+	eventually(t, 10*time.Second, func() error {
+		if r := probe("/readyz"); r.status != 503 || r.json(t)["status"] != "not ready" {
+			return fmt.Errorf("readiness past the stale grace: %d %s", r.status, r.body)
+		}
+		return nil
+	})
 
 	if err := srv.Restart(ctx); err != nil {
 		t.Fatal(err)

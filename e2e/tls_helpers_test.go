@@ -169,6 +169,11 @@ func startRecordingCell(t *testing.T, h http.Handler, serverTLS *tls.Config) *re
 	t.Helper()
 	c := &recordingCell{}
 	c.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Queen-Request-Id") == "" {
+			// The gateway's own inventory reads are not client traffic.
+			h.ServeHTTP(w, r)
+			return
+		}
 		c.mu.Lock()
 		c.seen = append(c.seen, cellSeen{
 			proto: r.Proto, remote: r.RemoteAddr, tls: r.TLS != nil,

@@ -408,6 +408,11 @@ func (m *Meter) shutdown() {
 	budget := m.cfg.ShutdownDrain
 	reserve := min(budget/5, 500*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), budget-reserve)
+	// Shutting down is the last chance to write: an open circuit gets one
+	// probe instead of sending everything to the spool unasked.
+	if m.br.isOpen() && m.cfg.Pool != nil && m.cfg.Pool.Ping(ctx) == nil {
+		m.br.success()
+	}
 	err := m.Drain(ctx)
 	cancel()
 	if err != nil {
@@ -416,4 +421,14 @@ func (m *Meter) shutdown() {
 		return
 	}
 	m.log.Info("usage rows drained at shutdown", zap.Duration("took", time.Since(start)))
+}
+
+// DatabaseAnswers tells the meter that the database answers again (the
+// gateway saw it reconnect elsewhere): the circuit closes and the spool is
+// replayed now instead of after the cool-down.
+func (m *Meter) DatabaseAnswers(ctx context.Context) {
+	if m.br.isOpen() {
+		m.br.success()
+	}
+	m.replay(ctx)
 }

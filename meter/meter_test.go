@@ -815,3 +815,29 @@ func TestStatementsPerMinuteAtLoad(t *testing.T) {
 	t.Logf("%d requests over %d minutes for 100 clusters: %d flush statements (%d usage rows), %v total flush time; %d aggregates pending",
 		minutes*60*1000, minutes, st.FlushOK, rows, flushTime, st.Pending)
 }
+
+func TestDatabaseAnswersReplaysAtOnce(t *testing.T) {
+	direct := db(t)
+	cluster := newCluster(t, direct, "free")
+	proxy := newFlakyProxy(t)
+	proxy.set(proxyDown)
+	clk := newClock(t0)
+	m := newMeter(t, Config{Pool: proxy.pool(t), Now: clk.Now})
+	ctx := ctxT(t)
+	for i := 0; i < 3; i++ {
+		m.Record(Sample{ClusterID: cluster, Op: OpPush, Reqs: 1, Msgs: 2})
+		clk.Add(time.Minute)
+		_ = m.FlushClosedMinutes(ctx)
+	}
+	if st := m.Stats(); !st.CircuitOpen || st.SpooledRows != 3 {
+		t.Fatalf("after 3 failures: %+v", st)
+	}
+	proxy.set(proxyUp)
+	m.DatabaseAnswers(ctx) // within the cool-down: told, not waiting for it
+	if st := m.Stats(); st.CircuitOpen || st.SpoolFiles != 0 || st.ReplayedRows != 3 {
+		t.Fatalf("after DatabaseAnswers: %+v", st)
+	}
+	if u := totals(t, direct, cluster, OpPush); u.Msgs != 6 || u.Reqs != 3 {
+		t.Fatalf("totals %+v, want 3 requests and 6 messages", u)
+	}
+}

@@ -139,6 +139,21 @@ func (cc *ClusterCache) Sizes() (clusters, keys, unknownKeys int) {
 	return clusters, keys, unknownKeys
 }
 
+// CacheCounters are the cache's lookups since start.
+type CacheCounters struct {
+	ClusterHits, ClusterMisses uint64
+	KeyHits, KeyMisses         uint64
+}
+
+// Counters reports how many lookups the cache answered itself and how many
+// went to the database.
+func (cc *ClusterCache) Counters() CacheCounters {
+	return CacheCounters{
+		ClusterHits: cc.clusters.hits.Load(), ClusterMisses: cc.clusters.misses.Load(),
+		KeyHits: cc.keys.hits.Load(), KeyMisses: cc.keys.misses.Load(),
+	}
+}
+
 // warnStale logs, at most once per 10 s, that the database did not answer a
 // lookup, so an outage is visible without flooding the log.
 func (cc *ClusterCache) warnStale(key string, err error) {

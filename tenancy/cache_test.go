@@ -369,3 +369,19 @@ func TestHashAPIKey(t *testing.T) {
 		t.Fatalf("HashAPIKey = %s", got)
 	}
 }
+
+func TestCacheCountsHitsAndMisses(t *testing.T) {
+	cc, _, _ := newTestCache(t)
+	ctx := context.Background()
+	for range 3 {
+		if _, err := cc.ClusterBySlug(ctx, "acme"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _ = cc.APIKey(ctx, "qk_live_nope")
+	_, _ = cc.APIKey(ctx, "qk_live_nope")
+	got := cc.Counters()
+	if got.ClusterMisses != 1 || got.ClusterHits != 2 || got.KeyMisses != 1 || got.KeyHits != 1 {
+		t.Fatalf("counters %+v, want 1 cluster miss, 2 hits, 1 key miss (then a cached unknown key), 1 key hit", got)
+	}
+}

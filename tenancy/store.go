@@ -133,3 +133,25 @@ func capOf(v *int64) limits.Cap {
 	}
 	return limits.Cap(*v)
 }
+
+// ClustersOnCells reads every cluster on the given cells (ids), for the
+// background work that goes over a cell's clusters.
+func (s *Store) ClustersOnCells(ctx context.Context, cellIDs []string) ([]*Cluster, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+clusterColumns+clusterJoins+` WHERE c.cell_id::text = ANY($1)`, cellIDs)
+	if err != nil {
+		return nil, fmt.Errorf("clusters on cells: %w", err)
+	}
+	defer rows.Close()
+	var out []*Cluster
+	for rows.Next() {
+		c, err := scanCluster(rows, nil)
+		if err != nil {
+			return nil, fmt.Errorf("clusters on cells: %w", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("clusters on cells: %w", err)
+	}
+	return out, nil
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -37,6 +38,10 @@ type swrCache[V any] struct {
 	// before one does not store what it read, because it may predate the
 	// change that caused the invalidation.
 	generation uint64
+
+	// hits are answers from the cache (fresh, or stale while one refresh
+	// runs); misses waited for a database lookup.
+	hits, misses atomic.Uint64
 }
 
 type cacheEntry[V any] struct {
@@ -59,6 +64,7 @@ func (c *swrCache[V]) get(ctx context.Context, key string) (V, error) {
 	if e := c.entries[key]; e != nil {
 		if now.Before(e.expires) {
 			c.mu.Unlock()
+			c.hits.Add(1)
 			if e.found {
 				return e.value, nil
 			}
@@ -72,9 +78,11 @@ func (c *swrCache[V]) get(ctx context.Context, key string) (V, error) {
 				}
 			}
 			c.mu.Unlock()
+			c.hits.Add(1)
 			return e.value, nil
 		}
 	}
+	c.misses.Add(1)
 	f := c.flights[key]
 	if f == nil {
 		f = c.startLookupLocked(key)

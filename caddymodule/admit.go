@@ -1,0 +1,152 @@
+package caddymodule
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/queengate/queengate/internal/apierror"
+	"github.com/queengate/queengate/limits"
+	"github.com/queengate/queengate/tenancy"
+)
+
+// admitBody applies the limits that depend on what a request adds: the
+// produce routes (push, transaction, the streams cycle's sink items and
+// ephemeral pushes), queue configuration and DLQ replay. Bodies are parsed
+// once and forwarded byte for byte; a body the parser cannot read is
+// forwarded unenforced so the broker answers it with its own 400.
+func (g *Gateway) admitBody(r *http.Request, st *requestState, c *tenancy.Cluster) *apierror.Error {
+	switch {
+	case st.route.Class == tenancy.ClassProduce:
+		return g.admitProduce(r, st, c)
+	case r.Method == http.MethodPost && r.URL.Path == "/api/v1/configure":
+		return g.admitConfigure(r, st, c)
+	case tenancy.IsDLQReplay(r.Method, r.URL.EscapedPath()) && strings.HasPrefix(r.URL.Path, "/api/v1/dlq/"):
+		return g.admitReplay(r, st, c)
+	case st.route.Class == tenancy.ClassGated && st.route.Feature == tenancy.FeatureStreams && st.route.Op == tenancy.GatedMixed:
+		return g.admitCycle(r, st, c)
+	case st.route.Class == tenancy.ClassGated && st.route.Feature == tenancy.FeatureEphemeral && st.route.Op == tenancy.GatedGrow:
+		body, e := g.bufferBody(r, st)
+		if e != nil {
+			return e
+		}
+		st.msgChecked = true
+		return g.admitMessages(st, c, int64(limits.ParseEphemeralCount(body)))
+	}
+	return nil
+}
+
+func (g *Gateway) admitProduce(r *http.Request, st *requestState, c *tenancy.Cluster) *apierror.Error {
+	body, e := g.bufferBody(r, st)
+	if e != nil {
+		return e
+	}
+	batch, ok := limits.ParsePush(body)
+	if r.URL.Path == "/api/v1/transaction" {
+		batch, ok = limits.ParseTransaction(body)
+	}
+	if !ok {
+		return nil
+	}
+	st.produced = batch.Items
+	if refusal := limits.CheckProduce(batch, c.Limits, g.app.MaxBatchItems); refusal != nil {
+		return payloadTooLarge(refusal.Message)
+	}
+	return g.admitBatch(r, st, c, batch)
+}
+
+func (g *Gateway) admitCycle(r *http.Request, st *requestState, c *tenancy.Cluster) *apierror.Error {
+	body, e := g.bufferBody(r, st)
+	if e != nil {
+		return e
+	}
+	batch := limits.ParseCycle(body)
+	if batch.Items == 0 {
+		return nil
+	}
+	st.cycle = batch
+	if refusal := limits.CheckCycle(batch, c.Limits); refusal != nil {
+		return payloadTooLarge(refusal.Message)
+	}
+	return g.admitBatch(r, st, c, batch)
+}
+
+// admitBatch admits every distinct (queue, partition) of a produce batch,
+// takes its messages from the message bucket, and counts its bytes
+// towards the storage estimate.
+func (g *Gateway) admitBatch(r *http.Request, st *requestState, c *tenancy.Cluster, batch limits.ProduceBatch) *apierror.Error {
+	if e := g.admitPairs(r, st, c, batch.Pairs); e != nil {
+		return e
+	}
+	st.msgChecked = true
+	if e := g.admitMessages(st, c, int64(batch.Items)); e != nil {
+		return e
+	}
+	storage := g.app.backend.storage
+	if storage.InFlightBlocked(c.ID, c.Limits.MaxRetainedBytes) {
+		return errStorageQuota
+	}
+	storage.AddInFlight(c.ID, batch.PayloadBytes)
+	return nil
+}
+
+// admitPairs checks the queue and partition caps for new pairs. The
+// registry answers from memory after one load per cluster; if that load
+// fails the request goes on, because the broker is the source of truth and
+// the cap is caught up with at the next inventory.
+func (g *Gateway) admitPairs(r *http.Request, st *requestState, c *tenancy.Cluster, pairs []limits.QueuePartition) *apierror.Error {
+	if len(pairs) == 0 || (c.Limits.MaxQueues.IsUnlimited() && c.Limits.MaxPartitionsPerQueue.IsUnlimited()) {
+		return nil
+	}
+	res, max, err := g.app.backend.admission.Admit(r.Context(), c.ID, pairs, c.Limits)
+	switch res {
+	case limits.OverQueues:
+		return g.limitExceeded(st, c, quotaExceeded(fmt.Sprintf("queue limit reached (%d)", max)))
+	case limits.OverPartitions:
+		return g.limitExceeded(st, c, quotaExceeded(fmt.Sprintf("partition limit reached (%d)", max)))
+	case limits.Unavailable:
+		g.logger.Warn("queue registry unavailable; admitting without the queue and partition caps",
+			zap.String("request_id", st.rid), zap.String("cluster", c.Slug), zap.Error(err))
+	}
+	return nil
+}
+
+// admitConfigure enforces the plan's retention ceiling (refused, never
+// clamped) and admits the configured queue.
+func (g *Gateway) admitConfigure(r *http.Request, st *requestState, c *tenancy.Cluster) *apierror.Error {
+	body, e := g.bufferBody(r, st)
+	if e != nil {
+		return e
+	}
+	queue, refusal, ok := limits.CheckConfigure(body, c.Limits)
+	if !ok {
+		return nil
+	}
+	if refusal != "" {
+		if e := g.limitExceeded(st, c, quotaExceeded(refusal)); e != nil {
+			return e
+		}
+	}
+	return g.admitPairs(r, st, c, []limits.QueuePartition{{Queue: queue, Partition: "Default"}})
+}
+
+// admitReplay admits the destination a dead-letter row replay names, if
+// it names one; half a destination is refused.
+func (g *Gateway) admitReplay(r *http.Request, st *requestState, c *tenancy.Cluster) *apierror.Error {
+	body, e := g.bufferBody(r, st)
+	if e != nil {
+		return e
+	}
+	queue, partition, refusal, ok := limits.ParseReplayDestination(body)
+	switch {
+	case !ok:
+		return nil
+	case refusal != "":
+		return g.limitExceeded(st, c, &apierror.Error{Status: http.StatusBadRequest, Code: apierror.InvalidRequest, Message: refusal})
+	case queue == "":
+		return nil
+	}
+	return g.admitPairs(r, st, c, []limits.QueuePartition{{Queue: queue, Partition: partition}})
+}

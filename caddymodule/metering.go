@@ -1,0 +1,196 @@
+package caddymodule
+
+import (
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/queengate/queengate/meter"
+	"github.com/queengate/queengate/tenancy"
+)
+
+// billing is what metering needs to know about one forwarded request: its
+// op class and, for routes billed from the response body, which rule.
+type billing uint8
+
+const (
+	billPlain billing = iota // reqs only
+	billPush
+	billEphemeralPush
+	billTransaction
+	billPop
+	billCycle
+	billReplay
+)
+
+// billingOf classifies a forwarded request for metering.
+func billingOf(r *http.Request, st *requestState) (meter.Op, billing) {
+	path := r.URL.Path
+	switch st.route.Class {
+	case tenancy.ClassProduce:
+		if path == "/api/v1/transaction" {
+			return meter.OpTxn, billTransaction
+		}
+		return meter.OpPush, billPush
+	case tenancy.ClassConsume:
+		if strings.HasPrefix(path, "/api/v1/pop/queue/") {
+			return meter.OpDelivery, billPop
+		}
+		return meter.OpRead, billPlain
+	case tenancy.ClassQueueAdmin:
+		if tenancy.IsDLQReplay(r.Method, r.URL.EscapedPath()) {
+			return meter.OpConfigure, billReplay
+		}
+		return meter.OpConfigure, billPlain
+	case tenancy.ClassGated:
+		switch {
+		case st.route.Feature == tenancy.FeatureEphemeral && path == "/api/v1/ephemeral/push":
+			return meter.OpPush, billEphemeralPush
+		case st.route.Feature == tenancy.FeatureEphemeral && path == "/api/v1/ephemeral/pop":
+			return meter.OpDelivery, billPop
+		case st.route.Feature == tenancy.FeatureStreams && st.route.Op == tenancy.GatedMixed && st.cycle.Items > 0:
+			return meter.OpRead, billCycle
+		}
+	}
+	return meter.OpRead, billPlain
+}
+
+// meteredResponse passes the cell's response to the client as it comes,
+// counts its bytes, and keeps a copy of the body (up to meter.MaxBilledBody)
+// for the routes billed from it. It also notes when the response head
+// arrives, which is when a parked long-poll stops waiting.
+type meteredResponse struct {
+	caddyhttp.ResponseWriterWrapper
+	started bool
+	status  int
+	written int64
+	keep    bool
+	body    []byte
+	onHead  func()
+}
+
+func (w *meteredResponse) start(status int) {
+	if !w.started {
+		w.started, w.status = true, status
+		if w.onHead != nil {
+			w.onHead()
+		}
+	}
+}
+
+func (w *meteredResponse) WriteHeader(status int) {
+	if status >= 100 && status < 200 {
+		w.ResponseWriterWrapper.WriteHeader(status)
+		return
+	}
+	w.start(status)
+	w.ResponseWriterWrapper.WriteHeader(status)
+}
+
+func (w *meteredResponse) Write(b []byte) (int, error) {
+	w.start(http.StatusOK)
+	n, err := w.ResponseWriterWrapper.Write(b)
+	w.written += int64(n)
+	if w.keep {
+		if len(w.body)+n > meter.MaxBilledBody {
+			w.keep, w.body = false, nil
+		} else {
+			w.body = append(w.body, b[:n]...)
+		}
+	}
+	return n, err
+}
+
+// recordUsage books one forwarded request from what the cell answered.
+// Upstream failures (the gateway answered 502/504) and 5xx are billed as a
+// request with no messages.
+func (g *Gateway) recordUsage(r *http.Request, st *requestState, c *tenancy.Cluster, rw *meteredResponse, failed bool) {
+	record := g.app.backend.record
+	op, rule := billingOf(r, st)
+	s := meter.Sample{ClusterID: c.ID, Op: op, Reqs: 1}
+	if st.buffered {
+		s.BytesIn = int64(len(st.body))
+	} else if r.ContentLength > 0 {
+		s.BytesIn = r.ContentLength
+	}
+	if failed {
+		record(s)
+		return
+	}
+	s.BytesOut = rw.written
+	status := rw.status
+	if status >= 500 || (rule != billPlain && !rw.keep) {
+		if rule != billPlain && !rw.keep && status < 500 {
+			g.logger.Warn("response too large to bill; recorded as a request only",
+				zap.String("request_id", st.rid), zap.String("cluster", c.Slug), zap.Int64("bytes", rw.written))
+		}
+		record(s)
+		return
+	}
+	body := rw.body
+	switch rule {
+	case billPush:
+		out := meter.BillPushDetail(status, body)
+		s.Msgs = out.Accepted
+		if out.MostlyBuffered() {
+			g.warnCellSpooling(c)
+		}
+	case billEphemeralPush:
+		s.Msgs = meter.BillEphemeralPush(status, body)
+	case billTransaction:
+		s.Msgs = meter.BillTransaction(status, body, st.produced)
+	case billPop:
+		n, ids := meter.BillPop(status, body)
+		s.Msgs = n
+		if n > 0 {
+			ls := g.app.limits
+			first := ls.redeliveries.FirstDeliveries(c.ID, ids)
+			ls.buckets.DebitDeliveries(c.ID, c.Limits, int64(first))
+		}
+	case billCycle:
+		if n := meter.BillCycle(status, body, cycleGroups(st)); n > 0 {
+			record(meter.Sample{ClusterID: c.ID, Op: meter.OpPush, Msgs: n})
+		}
+	case billReplay:
+		stored, readable := meter.BillReplay(status, body)
+		if stored {
+			record(meter.Sample{ClusterID: c.ID, Op: meter.OpPush, Msgs: 1})
+		} else if !readable && status < 300 {
+			g.logger.Warn("replay response could not be read; the move may have committed",
+				zap.String("request_id", st.rid), zap.String("cluster", c.Slug))
+		}
+	}
+	record(s)
+}
+
+// record books a sample; handler tests run without a meter.
+func (b *backend) record(s meter.Sample) {
+	if b.meter != nil {
+		b.meter.Record(s)
+	}
+}
+
+func cycleGroups(st *requestState) []meter.CycleGroup {
+	groups := make([]meter.CycleGroup, len(st.cycle.Pairs))
+	for i, p := range st.cycle.Pairs {
+		groups[i] = meter.CycleGroup{Queue: p.Queue, Partition: p.Partition, Items: st.cycle.PairItems[i]}
+	}
+	return groups
+}
+
+// lastSpoolWarn keeps "the cell is spooling" to one line per 30 s.
+var lastSpoolWarn atomic.Int64
+
+func (g *Gateway) warnCellSpooling(c *tenancy.Cluster) {
+	now := time.Now().UnixNano()
+	last := lastSpoolWarn.Load()
+	if now-last < int64(30*time.Second) || !lastSpoolWarn.CompareAndSwap(last, now) {
+		return
+	}
+	g.logger.Warn("cell is buffering most pushes to disk; its database may be struggling",
+		zap.String("cell", c.CellSlug), zap.String("cluster", c.Slug))
+}

@@ -1,0 +1,171 @@
+package caddymodule
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/queengate/queengate/internal/apierror"
+	"github.com/queengate/queengate/tenancy"
+)
+
+// Request outcomes counted per route class.
+const (
+	outcomeForwarded     = "forwarded"
+	outcomeRefused       = "refused"
+	outcomeUpstreamError = "upstream_error"
+)
+
+var outcomes = [...]string{outcomeForwarded, outcomeRefused, outcomeUpstreamError}
+
+// gatewayCounters are the process-wide request counters. They live outside
+// any configuration so that a reload does not reset them; each
+// configuration registers a collector that reads them (Caddy gives every
+// configuration its own registry).
+type gatewayCounters struct {
+	requests [tenancy.ClassOperator + 2][len(outcomes)]atomic.Uint64 // by class (+1 for unclassified) and outcome
+	refusals sync.Map                                                // apierror.Code -> *atomic.Uint64
+	// byCluster counts forwarded requests per cluster slug, only when
+	// metrics_per_cluster is on (the label's cardinality is the number of
+	// clusters).
+	byCluster sync.Map // slug -> *atomic.Uint64
+}
+
+var counters gatewayCounters
+
+func (c *gatewayCounters) request(st *requestState, outcome int) {
+	class := int(st.route.Class)
+	if !st.classified {
+		class = len(c.requests) - 1
+	}
+	c.requests[class][outcome].Add(1)
+}
+
+func (c *gatewayCounters) refused(code apierror.Code) {
+	v, ok := c.refusals.Load(code)
+	if !ok {
+		v, _ = c.refusals.LoadOrStore(code, new(atomic.Uint64))
+	}
+	v.(*atomic.Uint64).Add(1)
+}
+
+func (c *gatewayCounters) forwardedFor(slug string) {
+	v, ok := c.byCluster.Load(slug)
+	if !ok {
+		v, _ = c.byCluster.LoadOrStore(slug, new(atomic.Uint64))
+	}
+	v.(*atomic.Uint64).Add(1)
+}
+
+func className(i int) string {
+	if i == len(counters.requests)-1 {
+		return "unclassified"
+	}
+	return tenancy.Class(i).String()
+}
+
+var (
+	descRequests      = prometheus.NewDesc("queengate_requests_total", "Requests the gateway handled, by route class and outcome.", []string{"class", "outcome"}, nil)
+	descRefusals      = prometheus.NewDesc("queengate_refusals_total", "Requests the gateway refused, by error code.", []string{"code"}, nil)
+	descClusterReqs   = prometheus.NewDesc("queengate_cluster_requests_total", "Forwarded requests per cluster (metrics_per_cluster only).", []string{"cluster"}, nil)
+	descParked        = prometheus.NewDesc("queengate_parked_pops", "Long-poll pops parked now.", nil, nil)
+	descParkedCap     = prometheus.NewDesc("queengate_parked_pops_max", "The cell-wide cap on parked pops.", nil, nil)
+	descFlushes       = prometheus.NewDesc("queengate_meter_flushes_total", "Usage flushes, by result.", []string{"result"}, nil)
+	descFlushSeconds  = prometheus.NewDesc("queengate_meter_last_flush_seconds", "Duration of the last usage flush.", nil, nil)
+	descSpoolFiles    = prometheus.NewDesc("queengate_meter_spool_files", "Usage spool files waiting for the database.", nil, nil)
+	descSpoolBytes    = prometheus.NewDesc("queengate_meter_spool_bytes", "Bytes in usage spool files.", nil, nil)
+	descSpooledRows   = prometheus.NewDesc("queengate_meter_spooled_rows_total", "Usage rows written to the spool.", nil, nil)
+	descReplayedRows  = prometheus.NewDesc("queengate_meter_replayed_rows_total", "Spooled usage rows replayed into the database.", nil, nil)
+	descQuarantined   = prometheus.NewDesc("queengate_meter_quarantined_files", "Spool files set aside as unreadable.", nil, nil)
+	descCircuit       = prometheus.NewDesc("queengate_meter_circuit_open", "1 while the meter has stopped trying the database.", nil, nil)
+	descCache         = prometheus.NewDesc("queengate_cache_lookups_total", "Cluster and API key lookups, by kind and result.", []string{"kind", "result"}, nil)
+	descPoolConns     = prometheus.NewDesc("queengate_db_pool_connections", "Control-plane database connections, by state.", []string{"state"}, nil)
+	descPoolAcquires  = prometheus.NewDesc("queengate_db_pool_acquires_total", "Connections acquired from the pool.", nil, nil)
+	descPoolWaits     = prometheus.NewDesc("queengate_db_pool_empty_acquires_total", "Acquires that had to wait for a connection.", nil, nil)
+	descStorageActive = prometheus.NewDesc("queengate_storage_quota_active", "1 when the broker reports retained bytes and the storage quota applies.", nil, nil)
+)
+
+// collector exports the gateway's state for one configuration.
+type collector struct {
+	app        *App
+	perCluster bool
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRequests, descRefusals, descClusterReqs, descParked, descParkedCap,
+		descFlushes, descFlushSeconds, descSpoolFiles, descSpoolBytes, descSpooledRows, descReplayedRows,
+		descQuarantined, descCircuit, descCache, descPoolConns, descPoolAcquires, descPoolWaits, descStorageActive} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	for class := range counters.requests {
+		for o, name := range outcomes {
+			counter(descRequests, counters.requests[class][o].Load(), className(class), name)
+		}
+	}
+	counters.refusals.Range(func(k, v any) bool {
+		counter(descRefusals, v.(*atomic.Uint64).Load(), string(k.(apierror.Code)))
+		return true
+	})
+	if c.perCluster {
+		counters.byCluster.Range(func(k, v any) bool {
+			counter(descClusterReqs, v.(*atomic.Uint64).Load(), k.(string))
+			return true
+		})
+	}
+	if ls := c.app.limits; ls != nil {
+		gauge(descParked, float64(ls.parked.Cell()))
+		gauge(descParkedCap, float64(ls.parked.CellCap()))
+	}
+	b := c.app.backend
+	if b == nil {
+		return
+	}
+	if b.meter != nil {
+		s := b.meter.Stats()
+		counter(descFlushes, s.FlushOK, "ok")
+		counter(descFlushes, s.FlushFailed, "failed")
+		gauge(descFlushSeconds, s.LastFlush.Seconds())
+		gauge(descSpoolFiles, float64(s.SpoolFiles))
+		gauge(descSpoolBytes, float64(s.SpoolBytes))
+		counter(descSpooledRows, s.SpooledRows)
+		counter(descReplayedRows, s.ReplayedRows)
+		gauge(descQuarantined, float64(s.QuarantinedFiles))
+		gauge(descCircuit, boolGauge(s.CircuitOpen))
+	}
+	if b.cache != nil {
+		k := b.cache.Counters()
+		counter(descCache, k.ClusterHits, "cluster", "hit")
+		counter(descCache, k.ClusterMisses, "cluster", "miss")
+		counter(descCache, k.KeyHits, "api_key", "hit")
+		counter(descCache, k.KeyMisses, "api_key", "miss")
+	}
+	if b.pool != nil {
+		p := b.pool.Stat()
+		gauge(descPoolConns, float64(p.AcquiredConns()), "acquired")
+		gauge(descPoolConns, float64(p.IdleConns()), "idle")
+		gauge(descPoolConns, float64(p.MaxConns()), "max")
+		counter(descPoolAcquires, uint64(p.AcquireCount()))
+		counter(descPoolWaits, uint64(p.EmptyAcquireCount()))
+	}
+	if b.storage != nil {
+		active, _ := b.storage.Active()
+		gauge(descStorageActive, boolGauge(active))
+	}
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
