@@ -65,6 +65,10 @@ type App struct {
 	// only API keys are accepted.
 	Sessions *SessionConfig `json:"sessions,omitempty"`
 
+	// Identity configures human sign-in (/auth/*), the console and the
+	// operator API. Without it the gateway serves the data plane only.
+	Identity *IdentityConfig `json:"identity,omitempty"`
+
 	// CellTokens, keyed by cell slug ("*" for every cell without its own
 	// entry), makes the gateway present minted JWTs to cells that verify
 	// their own; other cells get their static cell_secret, if any.

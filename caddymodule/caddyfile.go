@@ -135,6 +135,14 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := a.unmarshalCellToken(d); err != nil {
 				return err
 			}
+		case "identity":
+			if a.Identity != nil {
+				return d.Err("queen: identity given twice")
+			}
+			a.Identity = new(IdentityConfig)
+			if err := a.Identity.unmarshal(d); err != nil {
+				return err
+			}
 		case "shadow":
 			if d.NextArg() {
 				return d.ArgErr()

@@ -78,6 +78,7 @@ type Gateway struct {
 	logger     *zap.Logger
 	headLimits harden.HeadLimits
 	failures   *harden.FailureGuard
+	surface    webSurface
 }
 
 // CaddyModule returns the Caddy module information.
@@ -113,6 +114,11 @@ func (g *Gateway) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("queen_gateway needs the queen app (global option `queen { database_url ... }`): %w", err)
 	}
 	g.app = appIface.(*App)
+	surface, err := g.buildSurface()
+	if err != nil {
+		return fmt.Errorf("queen_gateway: %w", err)
+	}
+	g.surface = surface
 	return nil
 }
 

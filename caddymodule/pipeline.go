@@ -47,6 +47,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if g.serveHealth(w, r) {
 		return nil
 	}
+	if g.surface != nil && g.surface.Owns(r.URL.Path) {
+		g.surface.ServeHTTP(w, r)
+		return nil
+	}
 
 	// 0. The request head and body size, before anything is looked up.
 	if e := g.checkRequestSize(r); e != nil {
