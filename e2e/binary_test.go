@@ -21,10 +21,7 @@ import (
 // Caddyfile.example against one empty database: both must come up (the
 // migrations serialise on the advisory lock) and both must serve.
 func TestTwoGatewaysStartTogether(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "caddy")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/caddy").CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/caddy: %v\n%s", err, out)
-	}
+	bin := caddyBinary(t)
 	out, err := exec.Command(bin, "list-modules", "--skip-standard").Output()
 	if err != nil {
 		t.Fatalf("list-modules: %v", err)

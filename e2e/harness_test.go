@@ -10,8 +10,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,6 +45,7 @@ func TestMain(m *testing.M) {
 	// Caddy computes these from the environment at init, before TestMain.
 	caddy.ConfigAutosavePath = filepath.Join(tmp, "autosave.json")
 	caddy.DefaultStorage = &certmagic.FileStorage{Path: filepath.Join(tmp, "data")}
+	builtCaddy.path = filepath.Join(tmp, "bin", "caddy")
 	code := pgtest.Main(m)
 	os.RemoveAll(tmp)
 	os.Exit(code)
@@ -288,4 +291,27 @@ func forwarded(b *fakebroker.Broker) []fakebroker.Request {
 		}
 	}
 	return out
+}
+
+// builtCaddy is the gateway binary, built once per test run by the first
+// test that needs it.
+var builtCaddy struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// caddyBinary builds ./cmd/caddy (once) and returns its path.
+func caddyBinary(t *testing.T) string {
+	t.Helper()
+	builtCaddy.once.Do(func() {
+		out, err := exec.Command("go", "build", "-o", builtCaddy.path, "../cmd/caddy").CombinedOutput()
+		if err != nil {
+			builtCaddy.err = fmt.Errorf("go build ./cmd/caddy: %v\n%s", err, out)
+		}
+	})
+	if builtCaddy.err != nil {
+		t.Fatal(builtCaddy.err)
+	}
+	return builtCaddy.path
 }
