@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/queengate/queengate/internal/apierror"
+	"github.com/queengate/queengate/internal/uuidtext"
 	"github.com/queengate/queengate/tenancy"
 )
 
@@ -82,31 +83,11 @@ func (g *Gateway) clusterForHost(ctx context.Context, host string) (*tenancy.Clu
 // uuid is a cluster id, anything else a slug.
 func (g *Gateway) clusterByReference(ctx context.Context, ref string) (*tenancy.Cluster, error) {
 	ref = strings.ToLower(ref)
-	if looksLikeUUID(ref) {
+	if uuidtext.ValidLower(ref) {
 		return g.app.Cache().ClusterByID(ctx, ref)
 	}
 	if !tenancy.ValidSlug(ref) {
 		return nil, tenancy.ErrNotFound
 	}
 	return g.app.Cache().ClusterBySlug(ctx, ref)
-}
-
-func looksLikeUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-				return false
-			}
-		}
-	}
-	return true
 }

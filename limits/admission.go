@@ -9,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"go.uber.org/zap"
+
+	"github.com/queengate/queengate/internal/uuidtext"
 )
 
 // Queue and partition admission: the plan caps max_queues and
@@ -607,7 +609,7 @@ func (a *Admission) Flush(ctx context.Context) error {
 	if sw, ok := a.store.(QueueSweeper); ok {
 		for id := range sweeps {
 			live, loaded := a.liveNames(id)
-			if !loaded || !isUUID(id) {
+			if !loaded || !uuidtext.Valid(id) {
 				continue
 			}
 			if err := sw.SweepQueues(ctx, id, live); err != nil {
@@ -681,27 +683,6 @@ func (a *Admission) Run(ctx context.Context, every time.Duration) {
 // persistable reports whether a queue row can be stored in
 // queen_proxy.queues (uuid cluster id; text name that is not blank).
 func persistable(clusterID, name string) bool {
-	return isUUID(clusterID) && strings.Trim(name, " ") != "" &&
+	return uuidtext.Valid(clusterID) && strings.Trim(name, " ") != "" &&
 		utf8.ValidString(name) && !strings.ContainsRune(name, 0)
-}
-
-// isUUID reports whether s is a UUID in its canonical hyphenated form.
-func isUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < 36; i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
 }

@@ -6,6 +6,8 @@ import (
 	"math"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/queengate/queengate/internal/uuidtext"
 )
 
 // PgAdmissionStore keeps the admission registry in queen_proxy.queues. It
@@ -20,7 +22,7 @@ var (
 // LoadQueues returns a cluster's live queues. A cluster id that is not a
 // UUID has none.
 func (s *PgAdmissionStore) LoadQueues(ctx context.Context, clusterID string) ([]QueueRow, error) {
-	if !isUUID(clusterID) {
+	if !uuidtext.Valid(clusterID) {
 		return nil, nil
 	}
 	rows, err := s.Pool.Query(ctx,
@@ -84,7 +86,7 @@ func (s *PgAdmissionStore) PersistQueues(ctx context.Context, rows []QueueRow) e
 // SweepQueues marks deleted the live rows of a cluster whose queue is not in
 // live.
 func (s *PgAdmissionStore) SweepQueues(ctx context.Context, clusterID string, live []string) error {
-	if !isUUID(clusterID) {
+	if !uuidtext.Valid(clusterID) {
 		return nil
 	}
 	keep := make([]string, 0, len(live))

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/queengate/queengate/internal/uuidtext"
 )
 
 // The disk spool holds usage batches the database did not take. Files are
@@ -345,7 +347,7 @@ const maxMinute = 253402300799 / 60
 // validate reports why r can never be stored in usage_minutes.
 func (r row) validate() error {
 	switch {
-	case !isUUID(r.ClusterID):
+	case !uuidtext.Valid(r.ClusterID):
 		return fmt.Errorf("cluster_id %q is not a UUID", r.ClusterID)
 	case !r.Op.Valid():
 		return fmt.Errorf("op %q is not an operation class", r.Op)
@@ -355,27 +357,6 @@ func (r row) validate() error {
 		return errors.New("negative counter")
 	}
 	return nil
-}
-
-// isUUID accepts the canonical 8-4-4-4-12 hexadecimal form.
-func isUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // syncDir makes a directory entry change durable (best effort).

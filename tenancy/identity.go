@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/queengate/queengate/internal/uuidtext"
 )
 
 // IdentitySource answers the questions a human session raises on the
@@ -23,7 +25,7 @@ type IdentitySource interface {
 
 // RoleOnCluster reads the user's cluster_roles row for the cluster.
 func (s *Store) RoleOnCluster(ctx context.Context, userID, clusterID string) (Role, error) {
-	if !uuidPattern.MatchString(userID) || !uuidPattern.MatchString(clusterID) {
+	if !uuidtext.ValidLower(userID) || !uuidtext.ValidLower(clusterID) {
 		return RoleNone, fmt.Errorf("role of user %q on cluster %q: %w", userID, clusterID, ErrNotFound)
 	}
 	var role string
@@ -44,7 +46,7 @@ func (s *Store) RoleOnCluster(ctx context.Context, userID, clusterID string) (Ro
 
 // UserStanding reads whether the user exists and is an operator.
 func (s *Store) UserStanding(ctx context.Context, userID string) (exists, operator bool, err error) {
-	if !uuidPattern.MatchString(userID) {
+	if !uuidtext.ValidLower(userID) {
 		return false, false, nil
 	}
 	err = s.pool.QueryRow(ctx, `SELECT is_operator FROM queen_proxy.users WHERE id = $1::uuid`, userID).Scan(&operator)

@@ -3,7 +3,6 @@ package tenancy
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
+
+	"github.com/queengate/queengate/internal/uuidtext"
 )
 
 // InvalidationChannel is the PostgreSQL channel the control-plane SQL
@@ -21,8 +22,6 @@ const InvalidationChannel = "queen_proxy_inval"
 // NilUUID as an invalidation payload means "not one cluster": a session was
 // revoked, and caches of token revocations must be dropped.
 const NilUUID = "00000000-0000-0000-0000-000000000000"
-
-var uuidPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
 // InvalidationListener holds one dedicated database connection (not from a
 // pool, and not through a transaction pooler) listening on
@@ -132,7 +131,7 @@ func (l *InvalidationListener) dispatch(payload string) {
 		if l.OnSessionRevoked != nil {
 			l.OnSessionRevoked()
 		}
-	case uuidPattern.MatchString(id):
+	case uuidtext.ValidLower(id):
 		if l.OnCluster != nil {
 			l.OnCluster(id)
 		}

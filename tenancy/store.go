@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/queengate/queengate/internal/uuidtext"
 	"github.com/queengate/queengate/limits"
 )
 
@@ -55,7 +56,7 @@ func (s *Store) ClusterBySlug(ctx context.Context, slug string) (*Cluster, error
 
 // ClusterByID reads the cluster with the given id (lowercase uuid text).
 func (s *Store) ClusterByID(ctx context.Context, id string) (*Cluster, error) {
-	if !uuidPattern.MatchString(id) {
+	if !uuidtext.ValidLower(id) {
 		return nil, fmt.Errorf("cluster by id %q: %w", id, ErrNotFound)
 	}
 	row := s.pool.QueryRow(ctx, `SELECT `+clusterColumns+clusterJoins+` WHERE c.id = $1::uuid`, id)

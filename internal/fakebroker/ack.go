@@ -3,6 +3,8 @@ package fakebroker
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/queengate/queengate/internal/uuidtext"
 )
 
 // ackRequest is one acknowledgment.
@@ -143,7 +145,7 @@ func (b *Broker) handleAck(rc *reqCtx) {
 		badRequest(rc.w, msg)
 		return
 	}
-	if !isUUID(a.partitionID) {
+	if !uuidtext.Valid(a.partitionID) {
 		rc.ok(pgUUIDError(a.partitionID, "PL/pgSQL function queen.ack_messages_v2(jsonb) line 14 at FOR over SELECT rows"))
 		return
 	}
@@ -185,7 +187,7 @@ func (b *Broker) handleAckBatch(rc *reqCtx) {
 		acks = append(acks, a)
 	}
 	for _, a := range acks {
-		if !isUUID(a.partitionID) {
+		if !uuidtext.Valid(a.partitionID) {
 			rc.ok(pgUUIDError(a.partitionID, "PL/pgSQL function queen.ack_messages_v2(jsonb) line 14 at FOR over SELECT rows"))
 			return
 		}

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/queengate/queengate/internal/uuidtext"
 )
 
 // This file replays the recorded broker traffic in shared/fixtures/broker
@@ -605,7 +607,7 @@ func (r *replayer) checkBody(ex *exchange, res result) {
 func (r *replayer) learnIDs(rec, got any) {
 	switch x := rec.(type) {
 	case string:
-		if g, ok := got.(string); ok && isUUID(x) && g != x {
+		if g, ok := got.(string); ok && uuidtext.Valid(x) && g != x {
 			if _, known := r.ids[x]; !known {
 				r.ids[x] = g
 			}

@@ -67,26 +67,3 @@ func formatUUID(b [16]byte) string {
 	hex.Encode(out[24:36], b[10:16])
 	return string(out[:])
 }
-
-// isUUID reports whether s has the textual form of a UUID, which is what
-// PostgreSQL's uuid input function accepts in the recorded traffic.
-func isUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			isHex := (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
-			if !isHex {
-				return false
-			}
-		}
-	}
-	return true
-}

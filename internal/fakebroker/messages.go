@@ -3,6 +3,8 @@ package fakebroker
 import (
 	"sort"
 	"time"
+
+	"github.com/queengate/queengate/internal/uuidtext"
 )
 
 // located is a message with the partition that holds it.
@@ -105,7 +107,7 @@ func leaseExpiry(p *partition, g string, m *message, now time.Time) any {
 // handleMessageGet serves GET /api/v1/messages/:partitionId/:transactionId.
 func (b *Broker) handleMessageGet(rc *reqCtx) {
 	pid, txn := rc.params["partitionId"], rc.params["transactionId"]
-	if !isUUID(pid) {
+	if !uuidtext.Valid(pid) {
 		rc.ok(pgUUIDError(pid, "unnamed portal parameter $1 = '...'"))
 		return
 	}
@@ -156,7 +158,7 @@ func (b *Broker) handleMessageGet(rc *reqCtx) {
 // handleMessageDelete serves DELETE /api/v1/messages/:partitionId/:transactionId.
 func (b *Broker) handleMessageDelete(rc *reqCtx) {
 	pid, txn := rc.params["partitionId"], rc.params["transactionId"]
-	if !isUUID(pid) {
+	if !uuidtext.Valid(pid) {
 		rc.ok(pgUUIDError(pid, "unnamed portal parameter $1 = '...'"))
 		return
 	}
