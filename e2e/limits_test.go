@@ -73,6 +73,7 @@ func TestRateLimitsAcrossClustersAndReload(t *testing.T) {
 	if err := caddy.Load(reloaded, false); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
+	c.CloseIdleConnections() // the old server closes them; see TestReloadKeepsTheBackend
 	assertRefusal(t, get(narrow.slug, narrowKey), 429, "rate_limited")
 
 	// Raising the limit reaches the gateway at once.

@@ -31,6 +31,17 @@ const (
 	InvalidRequest         Code = "invalid_request"
 	BadRequest             Code = "bad_request"
 	RequestHeadersTooLarge Code = "request_headers_too_large"
+
+	// The identity, console and operator surfaces.
+	CSRFRejected     Code = "csrf_rejected"
+	NotConfigured    Code = "not_configured"
+	NotFound         Code = "not_found"
+	Conflict         Code = "conflict"
+	InternalError    Code = "internal_error"
+	InvalidState     Code = "invalid_state"
+	EmailUnverified  Code = "email_unverified"
+	DomainNotAllowed Code = "domain_not_allowed"
+	NotProvisioned   Code = "not_provisioned"
 )
 
 // Error is one gateway-generated refusal: the status, the code and a short
