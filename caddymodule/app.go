@@ -136,6 +136,7 @@ func (*App) CaddyModule() caddy.ModuleInfo {
 // keeps the same database settings) and applies migrations.
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
+	raiseOpenFileLimit(a.logger)
 	a.DatabaseURL = strings.TrimSpace(caddy.NewReplacer().ReplaceAll(a.DatabaseURL, ""))
 	for i, d := range a.BaseDomains {
 		a.BaseDomains[i] = strings.Trim(strings.ToLower(strings.TrimSpace(d)), ".")

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"time"
@@ -23,18 +24,57 @@ const (
 // dynamic upstream.
 type clusterCtxKey struct{}
 
+// clusterContext is what context.WithValue(ctx, clusterCtxKey{}, cluster)
+// would make, kept in the request state instead of allocated on its own.
+type clusterContext struct {
+	context.Context
+	cluster *tenancy.Cluster
+}
+
+func (c *clusterContext) Value(key any) any {
+	if _, ok := key.(clusterCtxKey); ok {
+		return c.cluster
+	}
+	return c.Context.Value(key)
+}
+
+// headerValues holds the values of the headers the pipeline sets, in the
+// request state, so that setting one allocates nothing: each header gets a
+// one-element slice of its own slot, capped so that an append elsewhere
+// copies rather than writes into a neighbour.
+type headerValues [6]string
+
+const (
+	slotResponseRequestID = iota
+	slotRateLimitPolicy
+	slotRateLimit
+	slotAuthorization
+	slotTenant
+	slotRequestID
+)
+
+// set is h.Set(key, value) for a key already in canonical form.
+func (v *headerValues) set(h http.Header, key string, slot int, value string) {
+	v[slot] = value
+	h[key] = v[slot : slot+1 : slot+1]
+}
+
 // rewriteUpstreamHeaders makes the request the cell sees: the caller's
 // credential (its Authorization and any session cookie) and any tenant
 // header it sent are removed, the cluster's broker tenant and the cell's
 // own credential are injected, and the request id travels with it.
 func (g *Gateway) rewriteUpstreamHeaders(h http.Header, c *tenancy.Cluster, rid, cellAuth string) {
-	h.Del("Authorization")
-	h.Del(headerTenant)
+	g.setUpstreamHeaders(h, c, rid, cellAuth, new(headerValues))
+}
+
+// setUpstreamHeaders is rewriteUpstreamHeaders with the values kept in v.
+func (g *Gateway) setUpstreamHeaders(h http.Header, c *tenancy.Cluster, rid, cellAuth string, v *headerValues) {
+	delete(h, "Authorization")
 	if cellAuth != "" {
-		h.Set("Authorization", cellAuth)
+		v.set(h, "Authorization", slotAuthorization, cellAuth)
 	}
-	h.Set(headerTenant, c.BrokerTenant)
-	h.Set(headerRequestID, rid)
+	v.set(h, headerTenant, slotTenant, c.BrokerTenant)
+	v.set(h, headerRequestID, slotRequestID, rid)
 	stripSessionCookies(h, g.app.cookieNames.Fleet)
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 
@@ -137,10 +139,49 @@ func (g *Gateway) bufferBody(r *http.Request, st *requestState) ([]byte, *apierr
 		return nil, errBodyTooLarge
 	}
 	st.body, st.buffered = body, true
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	st.bodyReader.Reset(body)
+	r.Body = &st.bodyReader
 	r.ContentLength = int64(len(body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	return body, nil
+}
+
+// bodyReader reads a buffered request body again; it lives in the request
+// state (io.NopCloser(bytes.NewReader(body)) without the two allocations).
+type bodyReader struct{ bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }
+
+// cellBearers remembers "Bearer <secret>" per cell secret, so that the
+// value is not built again for every request. The map is replaced, never
+// changed, so reads take no lock; it is small (one entry per secret in
+// use) and starts afresh if secrets are rotated many times.
+var cellBearers bearerCache
+
+type bearerCache struct {
+	mu sync.Mutex
+	m  atomic.Pointer[map[string]string]
+}
+
+const maxCachedBearers = 256
+
+func (b *bearerCache) get(secret string) string {
+	if m := b.m.Load(); m != nil {
+		if v, ok := (*m)[secret]; ok {
+			return v
+		}
+	}
+	v := "Bearer " + secret
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	next := map[string]string{secret: v}
+	if old := b.m.Load(); old != nil && len(*old) < maxCachedBearers {
+		for k, x := range *old {
+			next[k] = x
+		}
+	}
+	b.m.Store(&next)
+	return v
 }
 
 // cellCredential is the Authorization value the cell gets: a minted JWT
@@ -151,7 +192,7 @@ func (g *Gateway) cellCredential(c *tenancy.Cluster, st *requestState) (string, 
 		if c.CellSecret == "" {
 			return "", nil
 		}
-		return "Bearer " + c.CellSecret, nil
+		return cellBearers.get(c.CellSecret), nil
 	}
 	tok, err := tokens.Token(st.principal.Subject(), tenancy.BrokerRole(st.route))
 	if err != nil {

@@ -29,6 +29,25 @@ type requestState struct {
 	msgChecked  bool
 	produced    int                 // items a push or transaction carries, as counted at admission
 	cycle       limits.ProduceBatch // a streams cycle's sink items, as grouped at admission
+
+	// Storage the pipeline points into instead of allocating each piece
+	// on its own: the values of the headers it sets, the buffered body's
+	// reader, the context that carries the cluster to the upstream, and
+	// the response wrapper. The state lives as long as anything refers
+	// to it.
+	headers    headerValues
+	bodyReader bodyReader
+	ctx        clusterContext
+	rw         meteredResponse
+}
+
+// startRequest gives a request its state and its id: on the response
+// (every answer carries it) and as a Caddy variable for access logs.
+func startRequest(w http.ResponseWriter, r *http.Request) *requestState {
+	st := &requestState{rid: newRequestID()}
+	st.headers.set(w.Header(), headerRequestID, slotResponseRequestID, st.rid)
+	caddyhttp.SetVar(r.Context(), varRequestID, st.rid)
+	return st
 }
 
 // ServeHTTP is the data-plane pipeline, in its load-bearing order. Each
@@ -41,9 +60,7 @@ type requestState struct {
 // same holds wherever the credential names the cluster (shared hosts,
 // x-queen-act-cluster).
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	st := &requestState{rid: newRequestID()}
-	w.Header().Set(headerRequestID, st.rid)
-	caddyhttp.SetVar(r.Context(), varRequestID, st.rid)
+	st := startRequest(w, r)
 	if g.serveHealth(w, r) {
 		return nil
 	}
@@ -130,20 +147,18 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	defer release()
 
 	// 5. Forward to the cluster's cell, bounded by the upstream timeout.
-	cellAuth, e := g.cellCredential(cluster, st)
+	fr, cancel, e := g.prepareForward(r, st, cluster)
 	if e != nil {
 		return g.refuse(w, r, st, e)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), g.upstreamTimeout(st))
 	defer cancel()
-	ctx = context.WithValue(ctx, clusterCtxKey{}, cluster)
-	r = r.WithContext(ctx)
-	g.rewriteUpstreamHeaders(r.Header, cluster, st.rid, cellAuth)
+	r = fr
 
 	// 6. Relay the answer as it comes, and meter it from what it says.
 	_, rule := billingOf(r, st)
-	rw := &meteredResponse{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w},
+	st.rw = meteredResponse{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w},
 		keep: rule != billPlain, onHead: release}
+	rw := &st.rw
 	err := next.ServeHTTP(rw, r)
 	if g.app.MetricsPerCluster {
 		counters.forwardedFor(cluster.Slug)
@@ -156,6 +171,21 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	counters.request(st, 2)
 	g.recordUsage(r, st, cluster, rw, true)
 	return g.upstreamFailure(w, r, st, err)
+}
+
+// prepareForward readies the request for the cell: the cell's credential,
+// the upstream deadline (cancel releases it), the cluster for the dynamic
+// upstream, and the headers the cell sees.
+func (g *Gateway) prepareForward(r *http.Request, st *requestState, c *tenancy.Cluster) (*http.Request, context.CancelFunc, *apierror.Error) {
+	cellAuth, e := g.cellCredential(c, st)
+	if e != nil {
+		return nil, nil, e
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), g.upstreamTimeout(st))
+	st.ctx = clusterContext{Context: ctx, cluster: c}
+	r = r.WithContext(&st.ctx)
+	g.setUpstreamHeaders(r.Header, c, st.rid, cellAuth, &st.headers)
+	return r, cancel, nil
 }
 
 func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, st *requestState, e *apierror.Error) error {

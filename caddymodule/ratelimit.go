@@ -65,9 +65,16 @@ func (g *Gateway) setRateLimitHeaders(w http.ResponseWriter, st *requestState, c
 		return
 	}
 	h := w.Header()
-	h.Set("RateLimit-Policy", policy)
-	h.Set("RateLimit", limit)
+	st.headers.set(h, headerRateLimitPolicy, slotRateLimitPolicy, policy)
+	st.headers.set(h, headerRateLimit, slotRateLimit, limit)
 }
+
+// The RateLimit headers' names as http.Header keeps them (canonical form),
+// so that setting them needs no conversion.
+const (
+	headerRateLimitPolicy = "Ratelimit-Policy"
+	headerRateLimit       = "Ratelimit"
+)
 
 // parkSlot holds a parked-consumer slot for a long-poll pop while it waits
 // upstream. The returned release is never nil and may be called twice.

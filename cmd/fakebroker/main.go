@@ -2,6 +2,7 @@
 // development and manual testing of the gateway without a real broker.
 //
 //	fakebroker -listen 127.0.0.1:6632 [-name cell-a] [-require-tenant] [-token SECRET]
+//	           [-no-request-log] [-discard-completed]
 //
 // Everything is kept in memory and lost when the process exits.
 package main
@@ -24,6 +25,8 @@ func main() {
 	requireTenant := flag.Bool("require-tenant", false, "refuse tenant-scoped requests without the x-queen-tenant header")
 	token := flag.String("token", "", "require \"Authorization: Bearer <token>\" (default: no auth, like the recorded broker)")
 	kvBytes := flag.Bool("report-kv-bytes", false, "add kvBytes/timerBytes to GET /api/v1/resources/queues")
+	noLog := flag.Bool("no-request-log", false, "keep no request log (for load benchmarks)")
+	discard := flag.Bool("discard-completed", false, "remove messages as soon as an autoAck pop completes them (for load benchmarks)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "fakebroker: unexpected arguments %q\n", flag.Args())
@@ -36,6 +39,8 @@ func main() {
 		RequireTenant:      *requireTenant,
 		Token:              *token,
 		ReportKVTimerBytes: *kvBytes,
+		NoRequestLog:       *noLog,
+		DiscardCompleted:   *discard,
 	})
 	l, err := net.Listen("tcp", *listen)
 	if err != nil {

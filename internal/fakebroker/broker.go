@@ -63,6 +63,19 @@ type Options struct {
 	// timerRows fields of newer brokers to GET /api/v1/resources/queues
 	// (values set with SetKVTimerBytes, zero by default).
 	ReportKVTimerBytes bool
+
+	// NoRequestLog keeps no request log (Requests returns nothing). For
+	// load benchmarks, where copying every request's headers and body
+	// would cost the fake more than answering it.
+	NoRequestLog bool
+
+	// DiscardCompleted removes a message from its partition as soon as an
+	// autoAck pop in queue mode completes it, as if completed messages had
+	// no retention at all, instead of keeping it until retention evicts it.
+	// Pops look through a partition's messages from the oldest, so without
+	// it a long benchmark of pushes and autoAck pops slows down as
+	// completed messages pile up.
+	DiscardCompleted bool
 }
 
 // Broker is an in-memory fake Queen broker. It implements http.Handler; use
@@ -201,7 +214,9 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if b.jwt != nil {
 		ident, jwtErr = b.jwt.verify(r)
 	}
-	b.log.add(r, body, ident)
+	if !b.opts.NoRequestLog {
+		b.log.add(r, body, ident)
+	}
 	b.mu.Lock()
 	b.reqTotal++
 	b.mu.Unlock()

@@ -202,6 +202,7 @@ func (b *Broker) deliverLocked(t *tenant, q *queue, g *group, claims []claim, au
 		}
 	}
 	msgs := make([]any, 0)
+	discard := autoAck && b.opts.DiscardCompleted && g.name == QueueMode
 	for _, c := range full {
 		cur := c.p.cursor(g.name)
 		cur.batches++
@@ -217,6 +218,9 @@ func (b *Broker) deliverLocked(t *tenant, q *queue, g *group, claims []claim, au
 				"id": m.id, "leaseId": leaseID, "partition": c.p.name, "partitionId": c.p.id,
 				"producerSub": m.producerSubJSON(), "traceId": m.traceID, "transactionId": m.txn,
 			})
+			if discard {
+				c.p.removeMessage(m)
+			}
 		}
 	}
 	return obj{
