@@ -7,6 +7,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/queengate/queengate/internal/jsonscan"
 )
 
 // retentionKeys are the /configure options the retention ceiling applies to,
@@ -38,8 +40,8 @@ func CheckConfigure(body []byte, lim Effective) (queue string, refusal string, o
 	}
 	var queueV, options []byte
 	hasQueue := false
-	for it := (objectIter{b: top.raw}); ; {
-		k, v, more := it.next()
+	for it := jsonscan.Object(top.raw); ; {
+		k, v, more := it.Next()
 		if !more {
 			break
 		}
@@ -65,8 +67,8 @@ func CheckConfigure(body []byte, lim Effective) (queue string, refusal string, o
 		return queue, "", true
 	}
 	var values [len(retentionKeys)][]byte
-	for it := (objectIter{b: bag}); ; {
-		k, v, more := it.next()
+	for it := jsonscan.Object(bag); ; {
+		k, v, more := it.Next()
 		if !more {
 			break
 		}
@@ -149,8 +151,8 @@ func ParseReplayDestination(body []byte) (queue, partition string, refusal strin
 		return "", "", "", false
 	}
 	var qv, pv []byte
-	for it := (objectIter{b: top.raw}); ; {
-		k, v, more := it.next()
+	for it := jsonscan.Object(top.raw); ; {
+		k, v, more := it.Next()
 		if !more {
 			break
 		}

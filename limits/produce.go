@@ -7,6 +7,8 @@ import (
 	"io"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/queengate/queengate/internal/jsonscan"
 )
 
 // This file reads produce bodies (push, transaction, ephemeral push, the
@@ -440,8 +442,8 @@ func (s *operationSink) UnmarshalJSON(data []byte) error {
 		return nil // not an object: skipped
 	}
 	var typ, items, queue, part, payload []byte
-	for it := (objectIter{b: data}); ; {
-		k, v, more := it.next()
+	for it := jsonscan.Object(data); ; {
+		k, v, more := it.Next()
 		if !more {
 			break
 		}
@@ -462,8 +464,8 @@ func (s *operationSink) UnmarshalJSON(data []byte) error {
 		return nil
 	}
 	if len(items) > 0 && items[0] == '[' {
-		for it := (arrayIter{b: items}); ; {
-			elem, more := it.next()
+		for it := jsonscan.Array(items); ; {
+			elem, more := it.Next()
 			if !more {
 				break
 			}
@@ -501,8 +503,8 @@ func (s *sinkItemSink) UnmarshalJSON(data []byte) error {
 		return nil
 	}
 	var queue, part, payload, alias []byte
-	for it := (objectIter{b: data}); ; {
-		k, v, more := it.next()
+	for it := jsonscan.Object(data); ; {
+		k, v, more := it.Next()
 		if !more {
 			break
 		}
@@ -573,8 +575,8 @@ func (n *nameBuf) pushItem(data []byte) (queue, part []byte, payload int, ok boo
 		return nil, nil, 0, false
 	}
 	var q, p, pl []byte
-	for it := (objectIter{b: data}); ; {
-		k, v, more := it.next()
+	for it := jsonscan.Object(data); ; {
+		k, v, more := it.Next()
 		if !more {
 			break
 		}
@@ -608,114 +610,4 @@ func keyIs(k []byte, name string) bool {
 	q = append(append(append(q, '"'), k...), '"')
 	var s string
 	return json.Unmarshal(q, &s) == nil && s == name
-}
-
-// ---------------------------------------------------------------------------
-// A scanner for JSON text the decoder has already validated.
-
-// jsonSpace reports whether c is JSON whitespace.
-func jsonSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
-
-// skipSpace returns the index of the first non-space byte at or after i.
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && jsonSpace(b[i]) {
-		i++
-	}
-	return i
-}
-
-// valueEnd returns the index just past the value starting at b[i].
-func valueEnd(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return stringEnd(b, i)
-	case '{', '[':
-		depth := 0
-		for i < len(b) {
-			switch b[i] {
-			case '"':
-				i = stringEnd(b, i)
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return i
-	default: // number, true, false, null
-		for i < len(b) {
-			switch c := b[i]; {
-			case c == ',' || c == '}' || c == ']' || jsonSpace(c):
-				return i
-			}
-			i++
-		}
-		return i
-	}
-}
-
-// stringEnd returns the index just past the string whose quote is at b[i].
-func stringEnd(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return i
-}
-
-// objectIter walks the members of a valid JSON object.
-type objectIter struct {
-	b []byte
-	i int
-}
-
-// next returns the next member: its key's raw text between the quotes and
-// its value's raw text.
-func (it *objectIter) next() (key, val []byte, more bool) {
-	b := it.b
-	i := skipSpace(b, it.i)
-	if i < len(b) && (b[i] == '{' || b[i] == ',') {
-		i = skipSpace(b, i+1)
-	}
-	if i >= len(b) || b[i] != '"' {
-		it.i = len(b)
-		return nil, nil, false // '}'
-	}
-	kEnd := stringEnd(b, i)
-	key = b[i+1 : kEnd-1]
-	i = skipSpace(b, kEnd)
-	i = skipSpace(b, i+1) // ':'
-	vEnd := valueEnd(b, i)
-	it.i = vEnd
-	return key, b[i:vEnd], true
-}
-
-// arrayIter walks the elements of a valid JSON array.
-type arrayIter struct {
-	b []byte
-	i int
-}
-
-func (it *arrayIter) next() (elem []byte, more bool) {
-	b := it.b
-	i := skipSpace(b, it.i)
-	if i < len(b) && (b[i] == '[' || b[i] == ',') {
-		i = skipSpace(b, i+1)
-	}
-	if i >= len(b) || b[i] == ']' {
-		it.i = len(b)
-		return nil, false
-	}
-	end := valueEnd(b, i)
-	it.i = end
-	return b[i:end], true
 }

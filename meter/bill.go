@@ -59,6 +59,15 @@ func BillPushDetail(status int, body []byte) PushOutcome {
 	if len(body) == 0 || body[0] != '[' {
 		return PushOutcome{}
 	}
+	if out, ok := scanPushOutcome(body); ok {
+		return out
+	}
+	return decodePushOutcome(body)
+}
+
+// decodePushOutcome is BillPushDetail through encoding/json, for the
+// answers the scanner declines.
+func decodePushOutcome(body []byte) PushOutcome {
 	var items []pushItemStatus
 	if !decodeLenient(body, &items) {
 		return PushOutcome{}
@@ -133,6 +142,11 @@ func BillTransaction(status int, body []byte, countedItems int) int64 {
 	return n
 }
 
+type popAnswer struct {
+	ConsumerGroup string        `json:"consumerGroup"`
+	Messages      []*popMessage `json:"messages"`
+}
+
 type popMessage struct {
 	ID            string `json:"id"`
 	PartitionID   string `json:"partitionId"`
@@ -156,11 +170,11 @@ func BillPop(status int, body []byte) (messages int64, ids []string) {
 	if !is2xx(status) {
 		return 0, nil
 	}
-	var r struct {
-		ConsumerGroup string        `json:"consumerGroup"`
-		Messages      []*popMessage `json:"messages"`
+	var r popAnswer
+	if !scanPopAnswer(body, &r) && !decodeLenient(body, &r) {
+		return 0, nil
 	}
-	if !decodeLenient(body, &r) || len(r.Messages) == 0 {
+	if len(r.Messages) == 0 {
 		return 0, nil
 	}
 	ids = make([]string, 0, len(r.Messages))

@@ -1,0 +1,39 @@
+package jsonscan
+
+import "testing"
+
+func TestWalk(t *testing.T) {
+	body := []byte(` { "a" : [1, {"b":"x\"y"}, null] , "c\"d":"e" , "f": -1.5e3}`)
+	var keys []string
+	var vals []string
+	i := SkipSpace(body, 0)
+	for it := Object(body[i:]); ; {
+		k, v, more := it.Next()
+		if !more {
+			break
+		}
+		keys, vals = append(keys, string(k)), append(vals, string(v))
+	}
+	if len(keys) != 3 || keys[1] != `c\"d` || vals[0] != `[1, {"b":"x\"y"}, null]` || vals[2] != "-1.5e3" {
+		t.Fatalf("keys %q values %q", keys, vals)
+	}
+	var elems []string
+	for it := Array([]byte(vals[0])); ; {
+		e, more := it.Next()
+		if !more {
+			break
+		}
+		elems = append(elems, string(e))
+	}
+	if len(elems) != 3 || elems[1] != `{"b":"x\"y"}` || elems[2] != "null" {
+		t.Fatalf("elements %q", elems)
+	}
+}
+
+func TestPlainString(t *testing.T) {
+	for v, want := range map[string]bool{`"queued"`: true, `""`: true, `"q\"d"`: false, `7`: false, `"é"`: true, "\"\x86\"": false, `"`: false} {
+		if _, ok := PlainString([]byte(v)); ok != want {
+			t.Errorf("PlainString(%s) ok=%v, want %v", v, ok, want)
+		}
+	}
+}
