@@ -130,17 +130,9 @@ func (g *Gateway) authenticateSession(ctx context.Context, st *requestState, t t
 // verifySession checks a session token's signature, claims and the
 // deny-list. The reason for a refusal goes to the log, never to the caller.
 func (g *Gateway) verifySession(ctx context.Context, token string) (tenancy.SessionClaims, *apierror.Error) {
-	keys := g.app.sessionKeys
-	if keys == nil {
-		return tenancy.SessionClaims{}, errInvalidCredential
-	}
-	claims, err := keys.Verify(token)
+	claims, err := g.app.Identities().VerifyLiveSession(ctx, g.app.sessionKeys, token)
 	if err != nil {
 		g.logger.Debug("session token refused", zap.Error(err))
-		return claims, errInvalidCredential
-	}
-	if g.app.Identities().Revoked(ctx, claims.TokenID, claims.SessionID) {
-		g.logger.Debug("revoked session token refused", zap.String("user", claims.UserID))
 		return claims, errInvalidCredential
 	}
 	return claims, nil

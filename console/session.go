@@ -18,15 +18,9 @@ const ShortTokenTTL = 900 * time.Second
 // verifySession checks a session token: signature and claims, then the
 // deny-list (its own id and its session's).
 func (s *Surface) verifySession(ctx context.Context, token string) (tenancy.SessionClaims, *apierror.Error) {
-	if s.o.Sessions == nil {
-		return tenancy.SessionClaims{}, errInvalidCredential
-	}
-	claims, err := s.o.Sessions.Verify(token)
+	claims, err := s.o.Identities.VerifyLiveSession(ctx, s.o.Sessions, token)
 	if err != nil {
-		s.o.Log.Debug("session token refused")
-		return claims, errInvalidCredential
-	}
-	if s.o.Identities.Revoked(ctx, claims.TokenID, claims.SessionID) {
+		s.o.Log.Debug("session token refused", zap.Error(err))
 		return claims, errInvalidCredential
 	}
 	return claims, nil

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/queengate/queengate/internal/fakebroker"
+	"github.com/queengate/queengate/internal/shared"
 )
 
 const (
@@ -138,27 +139,13 @@ func TestReadInventoryKVAndTimerBytes(t *testing.T) {
 	}
 }
 
-// sharedDir is the folder holding fixtures/broker: QUEENGATE_SHARED_DIR, or
-// ../shared next to the repository.
 func sharedDir(t *testing.T) string {
 	t.Helper()
-	if d := os.Getenv("QUEENGATE_SHARED_DIR"); d != "" {
-		return d
-	}
-	dir, err := os.Getwd()
+	d, err := shared.Dir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, "..", "shared")
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test directory; set QUEENGATE_SHARED_DIR")
-		}
-		dir = parent
-	}
+	return d
 }
 
 // recordedResponse returns the response body of the catalogue exchange seq.

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+
+	"github.com/queengate/queengate/internal/shared"
 )
 
 // exchange is one recorded broker exchange (fixtures/broker/README.md).
@@ -50,27 +52,13 @@ func (e exchange) status(t *testing.T) int {
 	return *e.Status
 }
 
-// sharedDir finds the shared folder: $QUEENGATE_SHARED_DIR, or the sibling
-// of the repository root.
 func sharedDir(t *testing.T) string {
 	t.Helper()
-	if d := os.Getenv("QUEENGATE_SHARED_DIR"); d != "" {
-		return d
-	}
-	dir, err := os.Getwd()
+	d, err := shared.Dir()
 	if err != nil {
-		t.Fatalf("working directory: %v", err)
+		t.Fatal(err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, "..", "shared")
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("cannot find the repository root (go.mod) above the test directory; set QUEENGATE_SHARED_DIR")
-		}
-		dir = parent
-	}
+	return d
 }
 
 var (

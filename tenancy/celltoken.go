@@ -73,7 +73,7 @@ type CellTokens struct {
 	refreshIn time.Duration // age at which a token is replaced
 	now       func() time.Time
 
-	cache   *expiringMap[cellTokenKey, cellToken]
+	cache   *ttlMap[cellTokenKey, cellToken]
 	flightM sync.Mutex
 	flights map[cellTokenKey]*cellFlight
 	minted  atomic.Uint64
@@ -109,7 +109,7 @@ func NewCellTokens(cfg CellTokenConfig) (*CellTokens, error) {
 	if size <= 0 {
 		size = DefaultCellTokenCacheSize
 	}
-	c.cache = newExpiringMap[cellTokenKey, cellToken](size)
+	c.cache = newEvictingTTLMap[cellTokenKey, cellToken](size)
 	return c, nil
 }
 
@@ -267,69 +267,4 @@ func (c *CellTokens) mint(k cellTokenKey, now time.Time) (cellToken, time.Time, 
 	}
 	c.minted.Add(1)
 	return cellToken{token: s, refreshAt: iat.Add(c.refreshIn)}, exp, nil
-}
-
-// expiringMap is a bounded map whose entries expire. When full, an insert
-// first drops expired entries, then about an eighth of the rest, chosen
-// arbitrarily. It is safe for concurrent use; get does not allocate.
-type expiringMap[K comparable, V any] struct {
-	mu  sync.RWMutex
-	m   map[K]expiringEntry[V]
-	max int
-}
-
-type expiringEntry[V any] struct {
-	v     V
-	until time.Time
-}
-
-func newExpiringMap[K comparable, V any](max int) *expiringMap[K, V] {
-	return &expiringMap[K, V]{m: make(map[K]expiringEntry[V]), max: max}
-}
-
-// get returns k's value if it is present and now is before its expiry.
-func (c *expiringMap[K, V]) get(k K, now time.Time) (V, bool) {
-	c.mu.RLock()
-	e, ok := c.m[k]
-	c.mu.RUnlock()
-	if !ok || !now.Before(e.until) {
-		var zero V
-		return zero, false
-	}
-	return e.v, true
-}
-
-// put stores v under k until the given time, making room if needed.
-func (c *expiringMap[K, V]) put(k K, v V, until, now time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.m[k]; !ok && len(c.m) >= c.max {
-		c.makeRoomLocked(now)
-	}
-	c.m[k] = expiringEntry[V]{v: v, until: until}
-}
-
-func (c *expiringMap[K, V]) makeRoomLocked(now time.Time) {
-	for k, e := range c.m {
-		if !now.Before(e.until) {
-			delete(c.m, k)
-		}
-	}
-	if len(c.m) < c.max {
-		return
-	}
-	target := c.max - max(c.max/8, 1)
-	for k := range c.m {
-		if len(c.m) <= target {
-			return
-		}
-		delete(c.m, k)
-	}
-}
-
-// len returns the number of entries, expired ones included.
-func (c *expiringMap[K, V]) len() int {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return len(c.m)
 }

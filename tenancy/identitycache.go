@@ -3,6 +3,7 @@ package tenancy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -195,4 +196,26 @@ func (c *IdentityCache) warn(msg string, err error) {
 		return
 	}
 	c.log.Warn(msg, zap.Error(err))
+}
+
+// ErrSessionRevoked is wrapped (with ErrInvalidSession) when a valid token's
+// id or session is on the deny-list.
+var ErrSessionRevoked = errors.New("session revoked")
+
+// VerifyLiveSession checks a session token with keys (signature, claims)
+// and then the deny-list, by the token's own id and by its session's:
+// what every surface accepting sessions needs. Every refusal wraps
+// ErrInvalidSession.
+func (c *IdentityCache) VerifyLiveSession(ctx context.Context, keys *SessionKeys, token string) (SessionClaims, error) {
+	if keys == nil {
+		return SessionClaims{}, fmt.Errorf("%w: no session keys configured", ErrInvalidSession)
+	}
+	claims, err := keys.Verify(token)
+	if err != nil {
+		return claims, err
+	}
+	if c.Revoked(ctx, claims.TokenID, claims.SessionID) {
+		return claims, fmt.Errorf("%w: %w", ErrInvalidSession, ErrSessionRevoked)
+	}
+	return claims, nil
 }

@@ -174,3 +174,30 @@ func TestTTLMapStaysBounded(t *testing.T) {
 		t.Fatal("expired entries were not pruned to make room")
 	}
 }
+
+func TestVerifyLiveSession(t *testing.T) {
+	src := newFakeIdentities()
+	c := NewIdentityCache(src, IdentityCacheConfig{}, nil)
+	keys, err := NewSessionKeys(SessionKeysConfig{HS256Secret: []byte("0123456789abcdef0123456789abcdef")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tok, minted, err := keys.Mint("u1", "sid-9", "viewer", "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.VerifyLiveSession(ctx, keys, tok); err != nil || got.TokenID != minted.TokenID {
+		t.Fatalf("live token: %+v, %v", got, err)
+	}
+	if _, err := c.VerifyLiveSession(ctx, keys, tok+"x"); !errors.Is(err, ErrInvalidSession) {
+		t.Fatalf("bad signature: %v", err)
+	}
+	if _, err := c.VerifyLiveSession(ctx, nil, tok); !errors.Is(err, ErrInvalidSession) {
+		t.Fatalf("no keys: %v", err)
+	}
+	c.NoteRevoked("sid-9")
+	if _, err := c.VerifyLiveSession(ctx, keys, tok); !errors.Is(err, ErrInvalidSession) || !errors.Is(err, ErrSessionRevoked) {
+		t.Fatalf("revoked session: %v", err)
+	}
+}

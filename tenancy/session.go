@@ -106,7 +106,7 @@ type SessionKeys struct {
 	jwks      []byte
 	warnings  []string
 	leeway    time.Duration
-	verified  *expiringMap[string, SessionClaims] // nil when disabled
+	verified  *ttlMap[string, SessionClaims] // nil when disabled
 }
 
 // NewSessionKeys loads the key material of cfg. The first configured
@@ -145,9 +145,9 @@ func NewSessionKeys(cfg SessionKeysConfig) (*SessionKeys, error) {
 	k.jwks = jwks
 	switch size := cfg.VerifyCacheSize; {
 	case size == 0:
-		k.verified = newExpiringMap[string, SessionClaims](DefaultSessionVerifyCacheSize)
+		k.verified = newEvictingTTLMap[string, SessionClaims](DefaultSessionVerifyCacheSize)
 	case size > 0:
-		k.verified = newExpiringMap[string, SessionClaims](size)
+		k.verified = newEvictingTTLMap[string, SessionClaims](size)
 	}
 	return k, nil
 }

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/queengate/queengate/internal/shared"
 	"github.com/queengate/queengate/internal/uuidtext"
 )
 
@@ -89,27 +90,13 @@ func (ex *exchange) describe() string {
 
 func (ex *exchange) endMS() float64 { return ex.StartedAtMS + ex.ElapsedMS }
 
-// sharedDir finds the shared folder: $QUEENGATE_SHARED_DIR, or the sibling
-// of the repository root.
 func sharedDir(t *testing.T) string {
 	t.Helper()
-	if d := os.Getenv("QUEENGATE_SHARED_DIR"); d != "" {
-		return d
-	}
-	dir, err := os.Getwd()
+	d, err := shared.Dir()
 	if err != nil {
-		t.Fatalf("cannot get the working directory: %v", err)
+		t.Fatal(err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, "..", "shared")
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatalf("cannot find the repository root (go.mod) above the test directory; set QUEENGATE_SHARED_DIR")
-		}
-		dir = parent
-	}
+	return d
 }
 
 func loadExchanges(t *testing.T, path, file string) []exchange {
