@@ -8,6 +8,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	_ "github.com/queengate/queengate/caddymodule"
+	_ "github.com/queengate/queengate/queencli"
 )
 
 func main() { caddycmd.Main() }

@@ -1,4 +1,8 @@
-package caddymodule
+// Package queencli is the `caddy queen` command tree: the operator
+// subcommands (migrate, cells, tenants, clusters, keys, users, plans, usage)
+// that call the control-plane SQL functions through package controlplane.
+// Importing it registers the `queen` command with Caddy's command line.
+package queencli
 
 import (
 	"context"
