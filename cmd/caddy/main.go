@@ -1,5 +1,7 @@
-// Command caddy is Caddy with its standard modules and the queengate modules,
-// so that `go build ./cmd/caddy` gives the same binary xcaddy would.
+// Command caddy is Caddy with its standard modules and queengate (its
+// modules and the `caddy queen` commands, registered by the module root's
+// package, exactly as xcaddy's generated main imports it), so that
+// `go build ./cmd/caddy` gives the same binary xcaddy would.
 package main
 
 import (
@@ -7,8 +9,7 @@ import (
 
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
-	_ "github.com/queengate/queengate/caddymodule"
-	_ "github.com/queengate/queengate/queencli"
+	_ "github.com/queengate/queengate"
 )
 
 func main() { caddycmd.Main() }
