@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/queengate/queengate/internal/harden"
 	"github.com/queengate/queengate/tenancy"
 )
 
@@ -68,7 +69,10 @@ func (g *Gateway) rewriteUpstreamHeaders(h http.Header, c *tenancy.Cluster, rid,
 }
 
 // setUpstreamHeaders is rewriteUpstreamHeaders with the values kept in v.
+// The client's hop-by-hop declarations are settled first, so that nothing
+// it sent can take the gateway's headers off the request later.
 func (g *Gateway) setUpstreamHeaders(h http.Header, c *tenancy.Cluster, rid, cellAuth string, v *headerValues) {
+	harden.ScrubForCell(h)
 	delete(h, "Authorization")
 	if cellAuth != "" {
 		v.set(h, "Authorization", slotAuthorization, cellAuth)

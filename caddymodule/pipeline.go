@@ -184,6 +184,9 @@ func (g *Gateway) prepareForward(r *http.Request, st *requestState, c *tenancy.C
 	ctx, cancel := context.WithTimeout(r.Context(), g.upstreamTimeout(st))
 	st.ctx = clusterContext{Context: ctx, cluster: c}
 	r = r.WithContext(&st.ctx)
+	// Client trailers would reach the cell after the gateway's headers
+	// (reverse_proxy relays them at the body's end): none are forwarded.
+	r.Trailer = nil
 	g.setUpstreamHeaders(r.Header, c, st.rid, cellAuth, &st.headers)
 	return r, cancel, nil
 }

@@ -52,7 +52,7 @@ func TestMain(m *testing.M) {
 }
 
 // freePort returns a loopback port nobody listens on right now.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -64,7 +64,7 @@ func freePort(t *testing.T) int {
 
 // startGateway loads a Caddyfile into the in-process Caddy and unloads it
 // when the test ends.
-func startGateway(t *testing.T, caddyfile string) {
+func startGateway(t testing.TB, caddyfile string) {
 	t.Helper()
 	adapter := caddyconfig.GetAdapter("caddyfile")
 	cfg, warnings, err := adapter.Adapt([]byte(caddyfile), map[string]any{"filename": "Caddyfile"})
@@ -198,7 +198,7 @@ func eventually(t *testing.T, within time.Duration, check func() error) time.Dur
 	}
 }
 
-func startBroker(t *testing.T, opts fakebroker.Options) *fakebroker.Broker {
+func startBroker(t testing.TB, opts fakebroker.Options) *fakebroker.Broker {
 	t.Helper()
 	b := fakebroker.New(opts)
 	if _, err := b.Start(); err != nil {
@@ -211,11 +211,11 @@ func startBroker(t *testing.T, opts fakebroker.Options) *fakebroker.Broker {
 // controlPlane provisions rows through the control-plane SQL functions,
 // exactly as an operator would.
 type controlPlane struct {
-	t    *testing.T
+	t    testing.TB
 	pool *pgxpool.Pool
 }
 
-func newControlPlane(t *testing.T, url string) *controlPlane {
+func newControlPlane(t testing.TB, url string) *controlPlane {
 	t.Helper()
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, url)
