@@ -2,11 +2,15 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,7 +19,10 @@ import (
 
 // TestDevCommandFromREADME runs README's first command the way a newcomer
 // does (no database configured, no broker running) and follows the printed
-// instructions: push and pop through the gateway with the printed key.
+// instructions: push and pop through the gateway with the printed key, open
+// the printed console URL and sign in as the printed dev admin, see the push
+// in the console's usage, and run the printed `caddy queen usage` line until
+// it bills the push.
 func TestDevCommandFromREADME(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "queengate-dev")
 	build := exec.Command("go", "build", "-o", bin, "../cmd/queengate-dev")
@@ -43,22 +50,26 @@ func TestDevCommandFromREADME(t *testing.T) {
 		_ = cmd.Process.Kill()
 	})
 
-	lines := make(chan string, 100)
+	printedLines := make(chan string, 100)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			lines <- sc.Text()
+			printedLines <- sc.Text()
 		}
-		close(lines)
+		close(printedLines)
 		exited <- cmd.Wait()
 	}()
 	var printed strings.Builder
 	keyPattern := regexp.MustCompile(`Dev API key \(shown once\): (qk_dev_[A-Za-z0-9_-]{43})`)
-	var key string
+	consolePattern := regexp.MustCompile(`^Console \(.*\): (http://dev\.localhost:\d+/console/)$`)
+	adminPattern := regexp.MustCompile(`^Dev admin: (\S+@\S+)$`)
+	passwordPattern := regexp.MustCompile(`^Dev admin password \(shown once\): (\S{24})$`)
+	usagePattern := regexp.MustCompile(`^  (go run \./cmd/caddy queen usage --cluster dev .*)$`)
+	var key, consoleURL, admin, password, usageCmd string
 	deadline := time.After(2 * time.Minute)
 	for !strings.Contains(printed.String(), "Press Ctrl-C to stop.") {
 		select {
-		case line, ok := <-lines:
+		case line, ok := <-printedLines:
 			if !ok {
 				t.Fatalf("queengate-dev exited early:\n%s\nstderr:\n%s", printed.String(), stderr.String())
 			}
@@ -66,16 +77,35 @@ func TestDevCommandFromREADME(t *testing.T) {
 			if m := keyPattern.FindStringSubmatch(line); m != nil {
 				key = m[1]
 			}
+			if m := consolePattern.FindStringSubmatch(line); m != nil {
+				consoleURL = m[1]
+			}
+			if m := adminPattern.FindStringSubmatch(line); m != nil {
+				admin = m[1]
+			}
+			if m := passwordPattern.FindStringSubmatch(line); m != nil {
+				password = m[1]
+			}
+			if m := usagePattern.FindStringSubmatch(line); m != nil {
+				usageCmd = m[1]
+			}
 		case <-deadline:
 			t.Fatalf("queengate-dev not ready within 2 minutes:\n%s\nstderr:\n%s", printed.String(), stderr.String())
 		}
 	}
 	go func() {
-		for range lines { // keep draining so the program never blocks on stdout
+		for range printedLines { // keep draining so the program never blocks on stdout
 		}
 	}()
 	if key == "" || !strings.Contains(printed.String(), "IN-MEMORY FAKE BROKER") {
 		t.Fatalf("output lacks the key or the fake-broker label:\n%s", printed.String())
+	}
+	if consoleURL == "" || admin == "" || password == "" || usageCmd == "" {
+		t.Fatalf("output lacks the console URL (%q), the dev admin (%q), its password (%q) or the usage line (%q):\n%s",
+			consoleURL, admin, password, usageCmd, printed.String())
+	}
+	if n := strings.Count(printed.String(), password); n != 1 {
+		t.Fatalf("the password is printed %d times, want once:\n%s", n, printed.String())
 	}
 
 	c := client(port)
@@ -87,6 +117,92 @@ func TestDevCommandFromREADME(t *testing.T) {
 	r = do(t, c, "GET", base+"/api/v1/pop/queue/hello?batch=10", key, "")
 	if r.status != 200 || !strings.Contains(string(r.body), `"msg":"hi"`) {
 		t.Fatalf("pop: %d %s", r.status, r.body)
+	}
+
+	// The console, as a browser gets to it from the printed URL.
+	console := strings.TrimSuffix(consoleURL, "/console/")
+	if console != base {
+		t.Fatalf("console URL %s is not on the dev cluster's host %s", consoleURL, base)
+	}
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	cc := consoleClient{t: t, c: c, origin: console}
+	if r := cc.do("GET", "/console/", "", "", ""); r.status != http.StatusFound || !strings.HasPrefix(r.header.Get("Location"), "/auth/login?next=") {
+		t.Fatalf("console without a session: %d %s", r.status, r.header.Get("Location"))
+	}
+	if r := cc.do("GET", "/auth/login?next=/console/", "", "", ""); r.status != 200 || !strings.Contains(string(r.body), "<form") {
+		t.Fatalf("sign-in page: %d %s", r.status, r.body)
+	}
+	if r := cc.do("POST", "/auth/login", "", "application/x-www-form-urlencoded", "email="+url.QueryEscape(admin)+"&password=wrong-password"); r.status != http.StatusUnauthorized {
+		t.Fatalf("sign-in with a wrong password: %d %s", r.status, r.body)
+	}
+	session := cc.login(admin, password)
+	if r := cc.do("GET", "/console/", session, "", ""); r.status != 200 || !strings.Contains(r.header.Get("Content-Type"), "text/html") {
+		t.Fatalf("console with a session: %d %s", r.status, r.header.Get("Content-Type"))
+	}
+	o := cc.do("GET", "/api/console/overview", session, "", "").json(t)
+	if o["slug"] != "dev" || o["role"] != "admin" {
+		t.Fatalf("console overview %v, want cluster dev with role admin", o)
+	}
+	// The push is in the console's usage at once (from the meter's unwritten
+	// counts), and billed in usage_minutes once its minute is flushed.
+	consolePushes := func() (msgs int64, live bool) {
+		r := cc.do("GET", "/api/console/usage?hours=1", session, "", "")
+		if r.status != 200 {
+			t.Fatalf("console usage: %d %s", r.status, r.body)
+		}
+		var u struct {
+			Minutes []struct {
+				Op   string
+				Msgs int64
+				Live bool
+			}
+		}
+		if err := json.Unmarshal(r.body, &u); err != nil {
+			t.Fatalf("console usage: %v: %s", err, r.body)
+		}
+		for _, m := range u.Minutes {
+			if m.Op == "push" {
+				msgs += m.Msgs
+				live = live || m.Live
+			}
+		}
+		return msgs, live
+	}
+	if msgs, _ := consolePushes(); msgs != 1 {
+		t.Fatalf("the console's usage shows %d pushed messages, want 1", msgs)
+	}
+
+	// The printed usage line, run as printed from the repository root.
+	runUsage := func() []string {
+		t.Helper()
+		usage := exec.Command("bash", "-c", usageCmd)
+		usage.Dir = ".."
+		usage.Env = append(os.Environ(), "QUEENGATE_DATABASE_URL=")
+		var errOut strings.Builder
+		usage.Stderr = &errOut // go run's own messages, if any
+		out, err := usage.Output()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s%s", usageCmd, err, out, errOut.String())
+		}
+		rows := lines(string(out))
+		if len(rows) < 3 || rows[2][0] != "dev" {
+			t.Fatalf("%s printed no row for the dev cluster:\n%s", usageCmd, out)
+		}
+		pushed := slices.IndexFunc(rows[1], func(h string) bool { return strings.EqualFold(h, "pushed") })
+		if pushed < 0 {
+			t.Fatalf("%s printed no pushed column:\n%s", usageCmd, out)
+		}
+		return []string{rows[2][pushed], string(out)}
+	}
+	runUsage()
+	pollEvery(t, 100*time.Second, 2*time.Second, func() error {
+		if msgs, live := consolePushes(); msgs != 1 || live {
+			return fmt.Errorf("the push's minute is not flushed yet (%d pushed, live %v)", msgs, live)
+		}
+		return nil
+	})
+	if got := runUsage(); got[0] != "1" {
+		t.Fatalf("%s bills %s pushed messages, want the one push:\n%s", usageCmd, got[0], got[1])
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {

@@ -8,19 +8,25 @@
 // seeds a dev tenant, cluster and API key; and forwards to the broker at
 // QUEENGATE_BROKER_URL (default http://127.0.0.1:6632). When nothing answers
 // there it starts the in-memory fake broker as a clearly labelled
-// development upstream, so pushes and pops work at once. It prints a ready
-// curl line and runs until interrupted.
+// development upstream, so pushes and pops work at once. It also serves the
+// identity surface and the cluster console, with a dev admin whose generated
+// password it prints once. It prints ready curl lines, the console's URL and
+// the `caddy queen usage` line for the dev cluster, and runs until
+// interrupted.
 package main
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -53,6 +59,9 @@ func run() error {
 	dbURL := os.Getenv("QUEENGATE_DATABASE_URL")
 	if dbURL == "" {
 		fmt.Println("No QUEENGATE_DATABASE_URL: starting a throwaway PostgreSQL ...")
+		if err := ensurePostgres(ctx); err != nil {
+			return err
+		}
 		srv, err := pgserver.Start(ctx, pgserver.Options{})
 		if err != nil {
 			return err
@@ -83,7 +92,13 @@ func run() error {
 		fmt.Println("*** It is a development upstream only: messages live in memory and vanish on exit.")
 	}
 
-	key, err := seed(ctx, dbURL, brokerURL)
+	creds, err := seed(ctx, dbURL, brokerURL)
+	if err != nil {
+		return err
+	}
+	// Sessions are signed with a secret that lives as long as this process:
+	// a restart signs everyone out, which is what a dev gateway wants.
+	sessionSecret, err := randomText(32)
 	if err != nil {
 		return err
 	}
@@ -96,12 +111,17 @@ func run() error {
 	queen {
 		database_url %s
 		base_domain localhost
+		session {
+			hs256_secret %s
+		}
+		identity {
+		}
 	}
 }
 http:// {
 	queen_gateway
 }
-`, port, dbURL)
+`, port, dbURL, sessionSecret)
 	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), nil)
 	if err != nil {
 		return fmt.Errorf("adapt the dev Caddyfile: %w", err)
@@ -121,16 +141,85 @@ Push:
 Pop:
   curl -sS -H 'Host: dev.localhost' -H 'Authorization: Bearer %[3]s' 'http://127.0.0.1:%[1]s/api/v1/pop/queue/hello?batch=10'
 
+Console (sign in, keys, members, usage charts): http://dev.localhost:%[1]s/console/
+Dev admin: %[4]s
+Dev admin password (shown once): %[5]s
+
+Usage of the dev cluster, as billed (written a minute or so after the traffic), from another terminal:
+  %[6]s
+
 Press Ctrl-C to stop.
-`, port, brokerURL, key)
+`, port, brokerURL, creds.key, devAdminEmail, creds.password, usageLine(dbURL))
 	<-ctx.Done()
 	fmt.Println("\nstopping")
 	return nil
 }
 
-// seed applies the migrations and provisions the dev cell, tenant, cluster
-// and a fresh full-scope API key through the control-plane SQL functions.
-func seed(ctx context.Context, dbURL, brokerURL string) (string, error) {
+// devAdminEmail is the dev cluster's admin, who signs in to the console.
+const devAdminEmail = "admin@dev.localhost"
+
+// devCredentials are the secrets seed made for this run, printed once.
+type devCredentials struct {
+	key      string // a full-scope API key of the dev cluster
+	password string // devAdminEmail's password
+}
+
+// usageLine is the `caddy queen usage` command for the dev cluster, run from
+// the repository root. A database URL from the environment is not printed
+// (it may hold a password): the command reads the same variable.
+func usageLine(dbURL string) string {
+	const cmd = "go run ./cmd/caddy queen usage --cluster dev"
+	if os.Getenv("QUEENGATE_DATABASE_URL") != "" {
+		return cmd
+	}
+	return cmd + " --database-url '" + dbURL + "'"
+}
+
+// randomText returns n random bytes as unpadded base64url.
+func randomText(n int) (string, error) {
+	raw := make([]byte, n)
+	if _, err := rand.Read(raw); err != nil {
+		return "", fmt.Errorf("random bytes: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(raw), nil
+}
+
+// seed applies the migrations and provisions the dev cell, tenant, cluster,
+// a fresh full-scope API key and the dev admin (with a fresh password, also
+// when the admin exists) through the control-plane SQL functions.
+func seed(ctx context.Context, dbURL, brokerURL string) (devCredentials, error) {
+	var creds devCredentials
+	var err error
+	if creds.key, err = seedKey(ctx, dbURL, brokerURL); err != nil {
+		return creds, err
+	}
+	if creds.password, err = randomText(18); err != nil {
+		return creds, err
+	}
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return creds, fmt.Errorf("connect to %s: %w", dbURL, err)
+	}
+	defer pool.Close()
+	// bcrypt through pgcrypto, as `caddy queen user create` stores passwords.
+	if _, err := pool.Exec(ctx, `
+		WITH t AS (SELECT id FROM queen_proxy.tenants WHERE slug = 'dev'),
+		     updated AS (UPDATE queen_proxy.users SET password_hash = public.crypt($2, public.gen_salt('bf', 10))
+		                 WHERE email = $1 RETURNING id)
+		SELECT queen_proxy.create_user((SELECT id FROM t), $1, public.crypt($2, public.gen_salt('bf', 10)), 'local')
+		WHERE NOT EXISTS (SELECT 1 FROM updated)`, devAdminEmail, creds.password); err != nil {
+		return creds, fmt.Errorf("seed the dev admin: %w", err)
+	}
+	if _, err := pool.Exec(ctx, `SELECT queen_proxy.grant_cluster_role(
+		(SELECT id FROM queen_proxy.clusters WHERE slug = 'dev'), $1, 'admin')`, devAdminEmail); err != nil {
+		return creds, fmt.Errorf("grant the dev admin its role: %w", err)
+	}
+	return creds, nil
+}
+
+// seedKey applies the migrations and provisions the dev cell, tenant,
+// cluster and a fresh full-scope API key.
+func seedKey(ctx context.Context, dbURL, brokerURL string) (string, error) {
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
 		return "", fmt.Errorf("connect to %s: %w", dbURL, err)
@@ -163,16 +252,42 @@ func seed(ctx context.Context, dbURL, brokerURL string) (string, error) {
 			return "", fmt.Errorf("seed cluster: %w", err)
 		}
 	}
-	raw := make([]byte, 32)
-	if _, err := rand.Read(raw); err != nil {
+	secret, err := randomText(32)
+	if err != nil {
 		return "", err
 	}
-	key := "qk_dev_" + base64.RawURLEncoding.EncodeToString(raw)
+	key := "qk_dev_" + secret
 	if _, err := tx.Exec(ctx, `SELECT queen_proxy.issue_api_key($1::uuid, $2, $3, ARRAY['produce','consume','read','admin'])`,
 		clusterID, "dev key "+time.Now().UTC().Format(time.RFC3339), tenancy.HashAPIKey(key)); err != nil {
 		return "", fmt.Errorf("seed api key: %w", err)
 	}
 	return key, tx.Commit(ctx)
+}
+
+// ensurePostgres makes sure PostgreSQL server binaries are there to start
+// the throwaway database from. On a fresh Debian machine, as root, it
+// installs Debian's postgresql package with apt-get (saying so first);
+// anywhere else a missing server is an error that says how to install one.
+func ensurePostgres(ctx context.Context) error {
+	_, err := pgserver.FindBinDir()
+	if err == nil || !errors.Is(err, pgserver.ErrNotFound) || os.Getenv(pgserver.EnvBinDir) != "" {
+		return err
+	}
+	aptGet, lookErr := exec.LookPath("apt-get")
+	if lookErr != nil || os.Geteuid() != 0 {
+		return err
+	}
+	fmt.Println("No PostgreSQL server binaries: installing Debian's postgresql (apt-get update && apt-get install -y postgresql) ...")
+	for _, args := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", "postgresql"}} {
+		c := exec.CommandContext(ctx, aptGet, args...)
+		c.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+		c.Stdout, c.Stderr = os.Stdout, os.Stderr
+		if err := c.Run(); err != nil {
+			return fmt.Errorf("apt-get %s: %w", strings.Join(args, " "), err)
+		}
+	}
+	_, err = pgserver.FindBinDir()
+	return err
 }
 
 // answers reports whether a broker answers /health at base.
