@@ -10,42 +10,63 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 )
 
-// TestTLSProductionExampleAdapts uncomments the production HTTPS setup at
-// the end of Caddyfile.example, puts the test DNS provider in place of
-// <provider>, and checks that it adapts to what docs/tls.md describes: a
-// DNS-01 wildcard policy for *.eu1.example.com, on-demand issuance gated
-// by the queen permission module for everything else, and both sites
-// served by queen_gateway.
-func TestTLSProductionExampleAdapts(t *testing.T) {
-	raw, err := os.ReadFile("../Caddyfile.example")
+// The two lines of Caddyfile.production.example that name services outside
+// the gateway, and that its tests replace: the ACME CA (Let's Encrypt) and
+// the DNS provider module of the operator's DNS host.
+const (
+	productionCALine  = "\tacme_ca https://acme-v02.api.letsencrypt.org/directory\n"
+	productionDNSLine = "dns <provider> {env.DNS_API_TOKEN}"
+)
+
+// productionExample returns Caddyfile.production.example with its CA line
+// and its DNS provider line replaced, and nothing else changed. An empty
+// replacement keeps that line as it is.
+func productionExample(t *testing.T, caLines, dnsLines string) string {
+	t.Helper()
+	raw, err := os.ReadFile("../Caddyfile.production.example")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, block, ok := strings.Cut(string(raw), "\n# Production HTTPS")
-	if !ok {
-		t.Fatal(`Caddyfile.example has no "# Production HTTPS" section`)
-	}
-	var lines []string
-	started := false
-	for _, line := range strings.Split(block, "\n") {
-		if line == "# {" {
-			started = true
+	out := string(raw)
+	for _, sub := range []struct{ line, with string }{{productionCALine, caLines}, {productionDNSLine, dnsLines}} {
+		if n := strings.Count(out, sub.line); n != 1 {
+			t.Fatalf("Caddyfile.production.example has %d lines %q, want exactly 1 to replace", n, sub.line)
 		}
-		if !started || !strings.HasPrefix(line, "#") {
-			continue
+		if sub.with != "" {
+			out = strings.Replace(out, sub.line, sub.with, 1)
 		}
-		lines = append(lines, strings.TrimPrefix(strings.TrimPrefix(line, "#"), " "))
 	}
-	caddyfile := strings.ReplaceAll(strings.Join(lines, "\n"), "dns <provider> {env.DNS_API_TOKEN}", "dns queen_testdns 127.0.0.1:1")
-	if !strings.Contains(caddyfile, "dns queen_testdns") {
-		t.Fatalf("no `dns <provider> {env.DNS_API_TOKEN}` line to replace in:\n%s", caddyfile)
+	return out
+}
+
+// TestTLSProductionExampleAdapts adapts Caddyfile.production.example with
+// the test DNS provider in place of <provider> (and its defaults for every
+// environment variable) and checks that it is what docs/tls.md describes:
+// a DNS-01 wildcard policy for *.eu1.example.com from Let's Encrypt,
+// on-demand issuance gated by the queen permission module for everything
+// else, certificates in the state directory, and both sites served by
+// queen_gateway.
+func TestTLSProductionExampleAdapts(t *testing.T) {
+	for _, v := range []string{"QUEENGATE_BASE_DOMAIN", "QUEENGATE_ONDEMAND_DOMAIN", "QUEENGATE_ACME_EMAIL", "QUEENGATE_STATE_DIR"} {
+		if _, set := os.LookupEnv(v); set {
+			t.Setenv(v, "")
+			os.Unsetenv(v) // the file's defaults apply
+		}
 	}
-	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), nil)
+	caddyfile := productionExample(t, "", "dns queen_testdns 127.0.0.1:1")
+	out, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), map[string]any{"filename": "Caddyfile.production.example"})
 	if err != nil {
 		t.Fatalf("the production example does not adapt: %v\n%s", err, caddyfile)
 	}
+	for _, w := range warnings { // "input is not formatted" among them: caddy fmt
+		t.Errorf("Caddyfile warning: %s", w.String())
+	}
 
 	var cfg struct {
+		Storage struct {
+			Module string `json:"module"`
+			Root   string `json:"root"`
+		} `json:"storage"`
 		Apps struct {
 			TLS struct {
 				Automation struct {
@@ -54,6 +75,7 @@ func TestTLSProductionExampleAdapts(t *testing.T) {
 						OnDemand bool     `json:"on_demand"`
 						Issuers  []struct {
 							Module     string `json:"module"`
+							CA         string `json:"ca"`
 							Email      string `json:"email"`
 							Challenges struct {
 								DNS struct {
@@ -76,25 +98,35 @@ func TestTLSProductionExampleAdapts(t *testing.T) {
 	if err := json.Unmarshal(out, &cfg); err != nil {
 		t.Fatal(err)
 	}
+	if cfg.Storage.Module != "file_system" || cfg.Storage.Root != "/var/lib/queengate" {
+		t.Errorf("storage %+v, want file_system in /var/lib/queengate", cfg.Storage)
+	}
 	auto := cfg.Apps.TLS.Automation
 	if auto.OnDemand.Permission.Module != "queen" {
 		t.Errorf("on-demand permission module %q, want queen", auto.OnDemand.Permission.Module)
 	}
+	const letsEncrypt = "https://acme-v02.api.letsencrypt.org/directory"
 	var wildcard, onDemand bool
 	for _, p := range auto.Policies {
 		switch {
 		case slices.Equal(p.Subjects, []string{"*.eu1.example.com"}):
-			wildcard = !p.OnDemand && len(p.Issuers) > 0 &&
+			wildcard = !p.OnDemand && len(p.Issuers) == 1 &&
 				p.Issuers[0].Module == "acme" && p.Issuers[0].Challenges.DNS.Provider.Name == "queen_testdns" &&
-				p.Issuers[0].Email == "ops@example.com"
+				p.Issuers[0].Email == "ops@example.com" && p.Issuers[0].CA == letsEncrypt
 		case len(p.Subjects) == 0:
-			onDemand = p.OnDemand
+			onDemand = p.OnDemand && len(p.Issuers) == 1 && p.Issuers[0].CA == letsEncrypt
 		}
 	}
 	if !wildcard || !onDemand {
-		t.Errorf("policies: DNS-01 wildcard for *.eu1.example.com %v, catch-all on-demand %v; want both\n%s", wildcard, onDemand, out)
+		t.Errorf("policies: DNS-01 wildcard for *.eu1.example.com %v, catch-all on-demand %v; want both from %s\n%s", wildcard, onDemand, letsEncrypt, out)
 	}
 	if n := strings.Count(string(out), `"handler":"queen_gateway"`); n != 2 {
 		t.Errorf("%d queen_gateway handlers, want one per site", n)
+	}
+	for _, want := range []string{`"base_domains":["eu1.example.com","eu2.example.com"]`, `"spool_dir":"/var/lib/queengate/spool"`,
+		`"ed25519_key_file":"/etc/queengate/session-ed25519.pem"`, `"identity":{`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the queen app lacks %s:\n%s", want, out)
+		}
 	}
 }

@@ -1,0 +1,178 @@
+package e2e
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/queengate/queengate/internal/fakebroker"
+	"github.com/queengate/queengate/internal/pgtest"
+)
+
+// TestProductionExampleWithPebble loads Caddyfile.production.example
+// verbatim, but for its CA line (the in-process Pebble ACME server instead of
+// Let's Encrypt) and its DNS provider line (the test DNS provider instead of
+// <provider>), with its environment variables set as an operator sets them,
+// and checks what the file promises: a wildcard certificate through DNS-01
+// for the first base domain, certificates on demand for live clusters of
+// the second, no certificate for anything else, HTTP redirected to HTTPS,
+// certificates in the state directory, and password sign-in to the console
+// with EdDSA sessions from the key file.
+func TestProductionExampleWithPebble(t *testing.T) {
+	dnsSrv := startTestDNS(t, "example.test")
+	httpPort, httpsPort := freePort(t), freePort(t)
+	pebble := startPebble(t, httpPort, httpsPort, dnsSrv.addr)
+
+	dbURL := pgtest.NewDatabase(t)
+	broker := fakebroker.New(fakebroker.Options{Name: "prod-cell", RequireTenant: true})
+	t.Cleanup(func() { _ = broker.Close() })
+	cell := startRecordingCell(t, broker, nil)
+	cp := newControlPlane(t, dbURL)
+	cellID := cp.cell("prod-cell", cell.srv.URL, "")
+	tenant := cp.tenant("prodco")
+	wild := cp.cluster(tenant, "prod-wild", cellID)
+	_, wildKey := cp.key(wild.id)
+	onDemand := cp.cluster(tenant, "prod-od", cellID)
+	_, onDemandKey := cp.key(onDemand.id)
+	const email, password = "ops@prodco.test", "a production password"
+	cp.exec(`SELECT queen_proxy.create_user($1::uuid, $2, public.crypt($3, public.gen_salt('bf', 10)), 'local')`, tenant, email, password)
+	cp.exec(`SELECT queen_proxy.grant_cluster_role($1::uuid, $2, 'admin')`, onDemand.id, email)
+
+	// The environment of the file's header. Base domains of their own: Caddy's
+	// certificate cache is process-wide, and other tests leave certificates
+	// for other names in it.
+	state := t.TempDir()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join(t.TempDir(), "session-ed25519.pem")
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, value := range map[string]string{
+		"QUEENGATE_DATABASE_URL":    dbURL,
+		"DNS_API_TOKEN":             "unused-by-the-test-provider",
+		"QUEENGATE_BASE_DOMAIN":     "eu5.example.test",
+		"QUEENGATE_ONDEMAND_DOMAIN": "eu6.example.test",
+		"QUEENGATE_ACME_EMAIL":      "ops@example.test",
+		"QUEENGATE_SESSION_KEY":     keyFile,
+		"QUEENGATE_STATE_DIR":       state,
+		"QUEENGATE_HTTP_PORT":       fmt.Sprint(httpPort),
+		"QUEENGATE_HTTPS_PORT":      fmt.Sprint(httpsPort),
+		"QUEENGATE_ADMIN":           fmt.Sprintf("localhost:%d", freePort(t)),
+	} {
+		t.Setenv(name, value)
+	}
+	caddyfile := productionExample(t,
+		fmt.Sprintf("\tacme_ca %s\n\tacme_ca_root %s\n", pebble.directory, pebble.apiRoot),
+		fmt.Sprintf("dns queen_testdns %s\n\t\tresolvers %s", dnsSrv.addr, dnsSrv.addr))
+	startGateway(t, caddyfile)
+
+	url := func(host, path string) string { return fmt.Sprintf("https://%s:%d%s", host, httpsPort, path) }
+	// through asserts a 200 relayed from the cell for the cluster and a
+	// certificate from Pebble, and returns the certificate's names.
+	through := func(t *testing.T, r tlsResponse, cl cluster) []string {
+		t.Helper()
+		if r.status != http.StatusOK {
+			t.Fatalf("%s: status %d body %s", cl.slug, r.status, r.body)
+		}
+		seen := cell.requests()
+		if len(seen) == 0 || seen[len(seen)-1].tenant != cl.brokerTenant {
+			t.Fatalf("%s: the cell's last request %+v is not the cluster's (x-queen-tenant %s)", cl.slug, seen, cl.brokerTenant)
+		}
+		if issuer := r.tls.PeerCertificates[0].Issuer.CommonName; !strings.HasPrefix(issuer, "Pebble Intermediate CA") {
+			t.Fatalf("%s: issuer %q, want Pebble", cl.slug, issuer)
+		}
+		return r.leafNames()
+	}
+
+	t.Run("a wildcard certificate through DNS-01 for the base domain", func(t *testing.T) {
+		var r tlsResponse
+		took := eventually(t, 90*time.Second, func() error {
+			var err error
+			r, err = getTLS(httpsClient(httpsPort, pebble.issued), url("prod-wild.eu5.example.test", "/api/v1/resources/queues"), wildKey)
+			return err
+		})
+		if names := through(t, r, wild); !slices.Equal(names, []string{"*.eu5.example.test"}) {
+			t.Fatalf("certificate names %v, want [*.eu5.example.test]", names)
+		}
+		t.Logf("wildcard *.eu5.example.test via DNS-01 served %v after the start", took.Round(time.Millisecond))
+		hist := dnsSrv.history()
+		if !slices.ContainsFunc(hist, func(h string) bool { return strings.HasPrefix(h, "+_acme-challenge.eu5.example.test. ") }) {
+			t.Fatalf("DNS changes %v, want the challenge TXT record for eu5.example.test", hist)
+		}
+	})
+
+	t.Run("certificates on demand for live clusters of the other base domain", func(t *testing.T) {
+		host := "prod-od.eu6.example.test"
+		r := mustGetTLS(t, httpsClient(httpsPort, pebble.issued), url(host, "/api/v1/resources/queues"), onDemandKey)
+		if names := through(t, r, onDemand); !slices.Equal(names, []string{host}) {
+			t.Fatalf("certificate names %v, want [%s]", names, host)
+		}
+		for _, refused := range []string{"nosuch.eu6.example.test", "prod-od.eu7.example.test", "example.org"} {
+			assertHandshakeRefused(t, refused, handshake(httpsPort, refused))
+		}
+		if got := pebble.ordered(); !slices.Equal(got, []string{"*.eu5.example.test", host}) {
+			t.Fatalf("Pebble received orders for %v, want the wildcard and %s only", got, host)
+		}
+	})
+
+	t.Run("HTTP is redirected to HTTPS", func(t *testing.T) {
+		c := client(httpPort)
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		r := do(t, c, "GET", fmt.Sprintf("http://prod-od.eu6.example.test:%d/api/v1/resources/queues", httpPort), "", "")
+		if r.status != http.StatusPermanentRedirect || !strings.HasPrefix(r.header.Get("Location"), "https://prod-od.eu6.example.test") {
+			t.Fatalf("plain HTTP: %d Location %q, want a redirect to https", r.status, r.header.Get("Location"))
+		}
+	})
+
+	t.Run("certificates and the ACME account are in the state directory", func(t *testing.T) {
+		var certs []string
+		err := filepath.WalkDir(state, func(path string, d fs.DirEntry, err error) error {
+			if err == nil && strings.HasSuffix(path, ".crt") {
+				certs = append(certs, filepath.Base(path))
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"wildcard_.eu5.example.test.crt", "prod-od.eu6.example.test.crt"} {
+			if !slices.Contains(certs, want) {
+				t.Fatalf("certificates in %s: %v, want %s among them", state, certs, want)
+			}
+		}
+	})
+
+	t.Run("password sign-in to the console over HTTPS", func(t *testing.T) {
+		c := httpsClient(httpsPort, pebble.issued)
+		cc := consoleClient{t: t, c: c, origin: fmt.Sprintf("https://prod-od.eu6.example.test:%d", httpsPort)}
+		if r := cc.do("GET", "/console/", "", "", ""); r.status != http.StatusFound || !strings.HasPrefix(r.header.Get("Location"), "/auth/login?next=") {
+			t.Fatalf("console without a session: %d %s", r.status, r.header.Get("Location"))
+		}
+		session := cc.login(email, password)
+		o := cc.do("GET", "/api/console/overview", session, "", "").json(t)
+		if o["slug"] != "prod-od" || o["role"] != "admin" {
+			t.Fatalf("console overview %v", o)
+		}
+		jwks := cc.do("GET", "/.well-known/jwks.json", "", "", "")
+		if jwks.status != http.StatusOK || !strings.Contains(string(jwks.body), `"EdDSA"`) {
+			t.Fatalf("JWKS: %d %s, want the session key file's EdDSA key", jwks.status, jwks.body)
+		}
+	})
+}
