@@ -20,7 +20,7 @@ import (
 )
 
 // The browser test's prerequisites, and the commands that install them
-// (.ci/run runs both when they are missing).
+// (scripts/test, README's test command, runs both when they are missing).
 const (
 	chromiumInstall   = "apt-get install -y chromium"
 	playwrightInstall = "npm ci --prefix e2e/browser"
@@ -40,14 +40,14 @@ func browserPrerequisites(t *testing.T) (node, chromium, dir string) {
 		chromium = "/usr/bin/chromium"
 	}
 	if _, err := os.Stat(chromium); err != nil {
-		t.Fatalf("the browser test needs Debian's headless Chromium at %s: install it with `%s` (as root)", chromium, chromiumInstall)
+		t.Fatalf("the browser test needs Debian's headless Chromium at %s: install it with `%s` (as root), or run the tests with scripts/test, which does", chromium, chromiumInstall)
 	}
 	node, err = exec.LookPath("node")
 	if err != nil {
 		t.Fatalf("the browser test needs Node.js (`node` on PATH) to run e2e/browser/console.spec.mjs: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "playwright-core", "package.json")); err != nil {
-		t.Fatalf("the browser test needs playwright-core in e2e/browser/node_modules: run `%s` in the repository root", playwrightInstall)
+		t.Fatalf("the browser test needs playwright-core in e2e/browser/node_modules: run `%s` in the repository root, or run the tests with scripts/test, which does", playwrightInstall)
 	}
 	return node, chromium, dir
 }
