@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/queengate/queengate/internal/apierror"
+	"github.com/queengate/queengate/internal/jsonscan"
 	"github.com/queengate/queengate/limits"
 	"github.com/queengate/queengate/tenancy"
 )
@@ -15,9 +17,14 @@ import (
 // admitBody applies the limits that depend on what a request adds: the
 // produce routes (push, transaction, the streams cycle's sink items and
 // ephemeral pushes), queue configuration and DLQ replay. Bodies are parsed
-// once and forwarded byte for byte; a body the parser cannot read is
-// forwarded unenforced so the broker answers it with its own 400.
+// once and forwarded byte for byte. A body the gateway cannot read exactly
+// as the broker will is refused with 400, never forwarded unenforced; and
+// every body, on any route, is buffered here so that one that is not
+// UTF-8 never reaches the cell (bodycheck.go).
 func (g *Gateway) admitBody(r *http.Request, st *requestState, c *tenancy.Cluster) *apierror.Error {
+	if _, e := g.bufferBody(r, st); e != nil {
+		return e
+	}
 	switch {
 	case st.route.Class == tenancy.ClassProduce:
 		return g.admitProduce(r, st, c)
@@ -32,8 +39,12 @@ func (g *Gateway) admitBody(r *http.Request, st *requestState, c *tenancy.Cluste
 		if e != nil {
 			return e
 		}
+		n, err := limits.ParseEphemeralCount(body)
+		if err != nil {
+			return badBody(err)
+		}
 		st.msgChecked = true
-		return g.admitMessages(st, c, int64(limits.ParseEphemeralCount(body)))
+		return g.admitMessages(st, c, int64(n))
 	}
 	return nil
 }
@@ -43,12 +54,13 @@ func (g *Gateway) admitProduce(r *http.Request, st *requestState, c *tenancy.Clu
 	if e != nil {
 		return e
 	}
-	batch, ok := limits.ParsePush(body)
+	parse := limits.ParsePush
 	if r.URL.Path == "/api/v1/transaction" {
-		batch, ok = limits.ParseTransaction(body)
+		parse = limits.ParseTransaction
 	}
-	if !ok {
-		return nil
+	batch, err := parse(body)
+	if err != nil {
+		return badBody(err)
 	}
 	st.produced = batch.Items
 	if refusal := limits.CheckProduce(batch, c.Limits, g.app.MaxBatchItems); refusal != nil {
@@ -62,7 +74,10 @@ func (g *Gateway) admitCycle(r *http.Request, st *requestState, c *tenancy.Clust
 	if e != nil {
 		return e
 	}
-	batch := limits.ParseCycle(body)
+	batch, err := limits.ParseCycle(body)
+	if err != nil {
+		return badBody(err)
+	}
 	if batch.Items == 0 {
 		return nil
 	}
@@ -116,10 +131,12 @@ func (g *Gateway) admitPairs(r *http.Request, st *requestState, c *tenancy.Clust
 // admitConfigure enforces the plan's retention ceiling (refused, never
 // clamped) and admits the configured queue.
 func (g *Gateway) admitConfigure(r *http.Request, st *requestState, c *tenancy.Cluster) *apierror.Error {
-	body, e := g.bufferBody(r, st)
+	body, e := g.jsonBody(r, st)
 	if e != nil {
 		return e
 	}
+	// A readable body without a string queue is one the broker refuses
+	// ("queue is required", fixtures C10, C11): nothing to enforce.
 	queue, refusal, ok := limits.CheckConfigure(body, c.Limits)
 	if !ok {
 		return nil
@@ -138,6 +155,13 @@ func (g *Gateway) admitReplay(r *http.Request, st *requestState, c *tenancy.Clus
 	body, e := g.bufferBody(r, st)
 	if e != nil {
 		return e
+	}
+	// No body, or only whitespace, names no destination; anything else
+	// must be JSON the gateway reads.
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := jsonscan.Check(body); err != nil {
+			return badBody(err)
+		}
 	}
 	queue, partition, refusal, ok := limits.ParseReplayDestination(body)
 	switch {

@@ -172,7 +172,7 @@ func TestSharedHost(t *testing.T) {
 	g := env.g
 	g.SharedHosts = []string{"shared.example.com"}
 	shared := func(auth string, header map[string]string, host string) (int, string, *upstreamSeen) {
-		w, seen := g.do(t, call{method: "POST", host: host, target: "/api/v1/push", auth: auth, body: "{}", header: header}, nil)
+		w, seen := g.do(t, call{method: "POST", host: host, target: "/api/v1/push", auth: auth, body: `{"items":[]}`, header: header}, nil)
 		return w.Code, w.Body.String(), seen
 	}
 	for _, host := range []string{"shared.example.com", "SHARED.example.com.:443"} {
@@ -347,7 +347,7 @@ func TestCellCredential(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.app.cellTokens = map[string]*tenancy.CellTokens{"cell-1": tokens}
-	w, seen := g.do(t, call{method: "POST", host: "pro.eu1.example.com", target: "/api/v1/push", auth: "qk_live_produce", body: "{}"}, nil)
+	w, seen := g.do(t, call{method: "POST", host: "pro.eu1.example.com", target: "/api/v1/push", auth: "qk_live_produce", body: `{"items":[]}`}, nil)
 	expect(t, w, seen, 200, "")
 	raw, ok := strings.CutPrefix(seen.header.Get("Authorization"), "Bearer ")
 	if !ok {
@@ -367,7 +367,7 @@ func TestCellCredential(t *testing.T) {
 
 	// Without a token configuration the cell's static secret is presented.
 	g.app.cellTokens = nil
-	w, seen = g.do(t, call{method: "POST", host: "acme.eu1.example.com", target: "/api/v1/push", auth: "qk_live_acme", body: "{}"}, nil)
+	w, seen = g.do(t, call{method: "POST", host: "acme.eu1.example.com", target: "/api/v1/push", auth: "qk_live_acme", body: `{"items":[]}`}, nil)
 	expect(t, w, seen, 200, "")
 	if got := seen.header.Get("Authorization"); got != "Bearer acme-cell-secret" {
 		t.Fatalf("cell Authorization %q", got)

@@ -322,9 +322,13 @@ func BenchmarkStageMeterPush(b *testing.B) {
 	env := newBenchEnv(b)
 	req := newBenchRequest("POST", "/api/v1/push", "")
 	st, _ := stageState(b, env, req.r)
-	rw := &meteredResponse{started: true, status: http.StatusOK, keep: true, body: []byte(benchPushAnswer), written: int64(len(benchPushAnswer))}
+	answer := []byte(benchPushAnswer)
+	rw := &meteredResponse{started: true, status: http.StatusOK, written: int64(len(answer))}
 	b.ReportAllocs()
 	for b.Loop() {
+		// The answer is tallied as it streams past, then billed.
+		rw.tallyPushes(billPush)
+		_, _ = rw.pushTally.Write(answer)
 		env.g.recordUsage(req.r, st, env.cluster, rw, false)
 	}
 }

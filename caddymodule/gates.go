@@ -120,7 +120,9 @@ func (g *Gateway) pushBlock(c *tenancy.Cluster) *apierror.Error {
 }
 
 // bufferBody reads the whole request body once (bounded by the body cap)
-// and puts it back so it is forwarded byte for byte.
+// and puts it back so it is forwarded byte for byte. A body that is not
+// valid UTF-8, or starts with a byte-order mark, is refused with 400
+// (bodycheck.go).
 func (g *Gateway) bufferBody(r *http.Request, st *requestState) ([]byte, *apierror.Error) {
 	if st.buffered {
 		return st.body, nil
@@ -143,6 +145,10 @@ func (g *Gateway) bufferBody(r *http.Request, st *requestState) ([]byte, *apierr
 	r.Body = &st.bodyReader
 	r.ContentLength = int64(len(body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	// Whoever reads the body first refuses what no reader may see.
+	if e := bodyTextRefusal(body); e != nil {
+		return nil, e
+	}
 	return body, nil
 }
 

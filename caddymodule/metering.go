@@ -60,17 +60,30 @@ func billingOf(r *http.Request, st *requestState) (meter.Op, billing) {
 }
 
 // meteredResponse passes the cell's response to the client as it comes,
-// counts its bytes, and keeps a copy of the body (up to meter.MaxBilledBody)
-// for the routes billed from it. It also notes when the response head
-// arrives, which is when a parked long-poll stops waiting.
+// counts its bytes, and reads what billing needs: a push answer is tallied
+// as it streams (at any size, never copied); for the other routes billed
+// from the body it keeps a copy (up to meter.MaxBilledBody). It also notes
+// when the response head arrives, which is when a parked long-poll stops
+// waiting.
 type meteredResponse struct {
 	caddyhttp.ResponseWriterWrapper
-	started bool
-	status  int
-	written int64
-	keep    bool
-	body    []byte
-	onHead  func()
+	started   bool
+	status    int
+	written   int64
+	keep      bool
+	body      []byte
+	tallying  bool
+	pushTally meter.PushTally
+	onHead    func()
+}
+
+// tallyPushes makes a push's answer tallied as it streams instead of kept:
+// a large push must not escape billing by the size of its answer.
+func (w *meteredResponse) tallyPushes(rule billing) {
+	if rule == billPush {
+		w.keep, w.tallying = false, true
+		w.pushTally.Reset()
+	}
 }
 
 func (w *meteredResponse) start(status int) {
@@ -95,6 +108,9 @@ func (w *meteredResponse) Write(b []byte) (int, error) {
 	w.start(http.StatusOK)
 	n, err := w.ResponseWriterWrapper.Write(b)
 	w.written += int64(n)
+	if w.tallying {
+		_, _ = w.pushTally.Write(b[:n])
+	}
 	if w.keep {
 		if len(w.body)+n > meter.MaxBilledBody {
 			w.keep, w.body = false, nil
@@ -123,8 +139,9 @@ func (g *Gateway) recordUsage(r *http.Request, st *requestState, c *tenancy.Clus
 	}
 	s.BytesOut = rw.written
 	status := rw.status
-	if status >= 500 || (rule != billPlain && !rw.keep) {
-		if rule != billPlain && !rw.keep && status < 500 {
+	copyLost := rule != billPlain && rule != billPush && !rw.keep
+	if status >= 500 || copyLost {
+		if copyLost && status < 500 {
 			g.logger.Warn("response too large to bill; recorded as a request only",
 				zap.String("request_id", st.rid), zap.String("cluster", c.Slug), zap.Int64("bytes", rw.written))
 		}
@@ -134,7 +151,7 @@ func (g *Gateway) recordUsage(r *http.Request, st *requestState, c *tenancy.Clus
 	body := rw.body
 	switch rule {
 	case billPush:
-		out := meter.BillPushDetail(status, body)
+		out := rw.pushTally.Outcome(status)
 		s.Msgs = out.Accepted
 		if out.MostlyBuffered() {
 			g.warnCellSpooling(c)

@@ -158,6 +158,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	_, rule := billingOf(r, st)
 	st.rw = meteredResponse{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w},
 		keep: rule != billPlain, onHead: release}
+	st.rw.tallyPushes(rule)
 	rw := &st.rw
 	err := next.ServeHTTP(rw, r)
 	if g.app.MetricsPerCluster {

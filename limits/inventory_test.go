@@ -57,9 +57,9 @@ func brokerPush(t *testing.T, url, tenant, body string) ProduceBatch {
 	if resp.StatusCode != 200 || !bytes.Contains(answer, []byte(`"queued"`)) {
 		t.Fatalf("push: %d %s", resp.StatusCode, answer)
 	}
-	b, ok := ParsePush([]byte(body))
-	if !ok {
-		t.Fatal("ParsePush refused a body the broker took")
+	b, err := ParsePush([]byte(body))
+	if err != nil {
+		t.Fatalf("ParsePush refused a body the broker took: %v", err)
 	}
 	return b
 }

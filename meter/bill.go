@@ -13,9 +13,9 @@ import (
 // billable message count (M1–M6 of the reference); a body that cannot be read
 // bills nothing.
 
-// MaxBilledBody is the largest response the gateway should buffer for a
-// Bill* function (the reference's cap: a larger one is answered 502
-// bad_gateway "<kind> response too large").
+// MaxBilledBody is the largest response the gateway buffers for a Bill*
+// function that reads a whole body (the reference's cap). Push answers are
+// never buffered: PushTally counts them as they stream, at any size.
 const MaxBilledBody = 64 << 20
 
 // is2xx reports a successful upstream status.
@@ -44,45 +44,18 @@ type PushOutcome struct {
 // were buffered by the broker rather than stored in its database.
 func (o PushOutcome) MostlyBuffered() bool { return o.Buffered*2 > o.Items }
 
-type pushItemStatus struct {
-	Status string `json:"status"`
-}
-
 // BillPushDetail reads a POST /api/v1/push response: a JSON array with one
 // object per item, each with a status. Only a 2xx answer (the broker sends
-// 200, and 201 in maintenance mode) with a readable array is counted.
+// 200, and 201 in maintenance mode) that is a well-formed array is
+// counted. It is PushTally over a whole body; the gateway itself tallies
+// answers as they stream.
 func BillPushDetail(status int, body []byte) PushOutcome {
 	if !is2xx(status) {
 		return PushOutcome{}
 	}
-	body = bytes.TrimSpace(body)
-	if len(body) == 0 || body[0] != '[' {
-		return PushOutcome{}
-	}
-	if out, ok := scanPushOutcome(body); ok {
-		return out
-	}
-	return decodePushOutcome(body)
-}
-
-// decodePushOutcome is BillPushDetail through encoding/json, for the
-// answers the scanner declines.
-func decodePushOutcome(body []byte) PushOutcome {
-	var items []pushItemStatus
-	if !decodeLenient(body, &items) {
-		return PushOutcome{}
-	}
-	out := PushOutcome{Items: int64(len(items))}
-	for _, it := range items {
-		switch it.Status {
-		case "queued":
-			out.Accepted++
-		case "buffered":
-			out.Accepted++
-			out.Buffered++
-		}
-	}
-	return out
+	t := NewPushTally()
+	_, _ = t.Write(body)
+	return t.Outcome(status)
 }
 
 // BillPush is M1: the items of a push response whose status is "queued" or

@@ -7,45 +7,12 @@ import (
 	"github.com/queengate/queengate/internal/jsonscan"
 )
 
-// The fast paths below read the two answers billed on every push and pop
-// without decoding them into Go values. Each either gives exactly what
-// the encoding/json path would, or declines (ok false) on anything out of
-// the ordinary — an escaped key or value, a key that matches a field only
+// The fast path below reads the answer billed on every pop without
+// decoding it into Go values (push answers are tallied as they stream, by
+// PushTally). It either gives exactly what the encoding/json path would,
+// or declines (ok false) on anything out of the ordinary — an escaped key or value, a key that matches a field only
 // case-insensitively, a value of an unexpected type, an element that is
 // not an object — and the caller decodes the body properly.
-
-// scanPushOutcome counts the statuses of a push answer, a JSON array of
-// objects.
-func scanPushOutcome(body []byte) (PushOutcome, bool) {
-	if !json.Valid(body) {
-		return PushOutcome{}, false
-	}
-	if i := jsonscan.SkipSpace(body, 0); body[i] != '[' {
-		return PushOutcome{}, false
-	}
-	var out PushOutcome
-	for arr := jsonscan.Array(body); ; {
-		elem, more := arr.Next()
-		if !more {
-			return out, true
-		}
-		if elem[0] != '{' {
-			return PushOutcome{}, false
-		}
-		status, ok := plainField(elem, "status")
-		if !ok {
-			return PushOutcome{}, false
-		}
-		out.Items++
-		switch status {
-		case "queued":
-			out.Accepted++
-		case "buffered":
-			out.Accepted++
-			out.Buffered++
-		}
-	}
-}
 
 // scanPopAnswer fills r from a pop answer, a JSON object with a
 // consumerGroup and a messages array of objects.
@@ -128,28 +95,6 @@ func scanPopAnswer(body []byte, r *popAnswer) bool {
 			*into = s
 		}
 		r.Messages = append(r.Messages, m)
-	}
-}
-
-// plainField returns the last value of key in a JSON object when it is a
-// plain string (or absent: ""), declining on anything else.
-func plainField(obj []byte, key string) (string, bool) {
-	val := ""
-	for it := jsonscan.Object(obj); ; {
-		k, v, more := it.Next()
-		if !more {
-			return val, true
-		}
-		switch {
-		case string(k) == key:
-			s, ok := stringOrNull(v)
-			if !ok {
-				return "", false
-			}
-			val = s
-		case hasEscape(k) || strings.EqualFold(string(k), key):
-			return "", false
-		}
 	}
 }
 

@@ -4,14 +4,19 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
+
+	"github.com/queengate/queengate/internal/jsonscan"
 )
 
 // The body sniffers below read request bodies the gateway buffers anyway.
-// They fail closed: a body they cannot read exactly as expected never earns
-// a carve-out, and never counts as growing (the broker refuses it with 400).
+// They fail closed: a body they cannot read exactly as the broker does never
+// earns a carve-out, and counts as growing, so a push block refuses it.
 //
-// Object keys are matched exactly, as the broker does; encoding/json's
-// case-insensitive struct matching is avoided by decoding into maps.
+// Every body first passes jsonscan.Check (valid UTF-8, no byte-order mark,
+// well-formed, nesting within jsonscan.DefaultMaxDepth). On such text
+// encoding/json reads what the broker's JSON library reads: object keys
+// are matched exactly by decoding into maps (never into structs, which
+// match case-insensitively), and the last of duplicated keys wins.
 
 // reservedKeySpace is a KV namespace the broker's own facades use, whose
 // traffic is consumption rather than storage.
@@ -40,6 +45,9 @@ var (
 // state, so the caller reclassifies it as ClassConsume: no kv plan flag, no
 // push block, consume-scope authorization.
 func KVBatchIsCarveOut(body []byte) bool {
+	if jsonscan.Check(body) != nil {
+		return false
+	}
 	ops, ok := batchOps(body)
 	if !ok || len(ops) == 0 {
 		return false
@@ -49,12 +57,17 @@ func KVBatchIsCarveOut(body []byte) bool {
 
 // BatchGrows reports whether a POST /api/v1/kv or /api/v1/timers batch may
 // add stored data: any operation whose op is not one of get, getPrefix,
-// delete or cancel (a missing or non-string op counts as growing). An
-// unreadable or empty batch does not grow; the broker refuses it.
+// delete or cancel (a missing or non-string op counts as growing). A body
+// that is not a batch (a bare array of operations, or an object with an
+// "operations" array) grows too: what the broker would do with it is not
+// known. Only an empty batch stores nothing for certain.
 func BatchGrows(body []byte) bool {
+	if jsonscan.Check(body) != nil {
+		return true
+	}
 	ops, ok := batchOps(body)
 	if !ok {
-		return false
+		return true
 	}
 	for _, raw := range ops {
 		if opGrows(raw) {
@@ -64,16 +77,25 @@ func BatchGrows(body []byte) bool {
 	return false
 }
 
-// CycleGrows reports whether a POST /streams/v1/cycle body pushes sink
-// messages: it is a JSON object whose push_items is a non-empty array. What
-// the items hold does not matter here.
+// CycleGrows reports whether a POST /streams/v1/cycle body may push sink
+// messages: a JSON object whose push_items is a non-empty array, or is
+// anything but absent, null or an array (limits.ParseCycle refuses those).
+// What the items hold does not matter here. A body that is not a JSON
+// object pushes nothing; one that is not JSON at all grows.
 func CycleGrows(body []byte) bool {
+	if jsonscan.Check(body) != nil {
+		return true
+	}
 	obj, ok := jsonObject(body)
 	if !ok {
 		return false
 	}
-	items, ok := jsonArray(obj["push_items"])
-	return ok && len(items) > 0
+	raw, present := obj["push_items"]
+	if !present || jsonKind(raw) == 'n' {
+		return false
+	}
+	items, ok := jsonArray(raw)
+	return !ok || len(items) > 0
 }
 
 // batchOps returns the operations of a KV or timers batch: a bare JSON array

@@ -6,6 +6,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/queengate/queengate/internal/jsonscan"
 )
 
 type bodyCase struct {
@@ -95,6 +98,9 @@ func TestKVBatchIsCarveOut(t *testing.T) {
 		{"unparsable", `[{"ns":"queen-kafka","op":"put","key":"qk:x"}`, false},
 		{"trailing garbage", `[{"ns":"queen-kafka","op":"put","key":"qk:x"}] x`, false},
 		{"two documents", `[{"ns":"queen-kafka","op":"put","key":"qk:x"}][]`, false},
+		{"byte-order mark", "\xef\xbb\xbf[{\"ns\":\"queen-kafka\",\"op\":\"put\",\"key\":\"qk:x\"}]", false},
+		{"invalid UTF-8 in a key", "[{\"ns\":\"queen-kafka\",\"op\":\"put\",\"key\":\"qk:\xff\"}]", false},
+		{"half a surrogate pair", `[{"ns":"queen-kafka","op":"put","key":"qk:\ud800"}]`, false},
 	})
 }
 
@@ -118,12 +124,18 @@ func TestBatchGrows(t *testing.T) {
 		{"null element", `[null]`, true},
 		{"empty array", `[]`, false},
 		{"empty operations", `{"operations":[]}`, false},
-		{"operations absent", `{"ops":[{"op":"put"}]}`, false},
-		{"operations not an array", `{"operations":{"op":"put"}}`, false},
-		{"empty body", ``, false},
-		{"unparsable", `[{"op":"put"`, false},
-		{"string body", `"put"`, false},
-		{"number body", `1`, false},
+		// What is not a batch, or not readable, grows: the push block
+		// refuses it rather than guess (issue 14, finding 5).
+		{"operations absent", `{"ops":[{"op":"put"}]}`, true},
+		{"operations not an array", `{"operations":{"op":"put"}}`, true},
+		{"empty body", ``, true},
+		{"unparsable", `[{"op":"put"`, true},
+		{"string body", `"put"`, true},
+		{"number body", `1`, true},
+		{"byte-order mark, kv", "\xef\xbb\xbf[{\"ns\":\"s\",\"op\":\"put\",\"key\":\"a\",\"value\":1}]", true},
+		{"byte-order mark, timers", "\xef\xbb\xbf{\"operations\":[{\"op\":\"schedule\",\"queue\":\"q\",\"key\":\"r\"}]}", true},
+		{"byte-order mark before a read", "\xef\xbb\xbf[{\"ns\":\"s\",\"op\":\"get\",\"key\":\"a\"}]", true},
+		{"deeper than the gateway reads", `[{"op":"get","key":"a","x":` + strings.Repeat("[", 1001) + strings.Repeat("]", 1001) + `}]`, true},
 	})
 }
 
@@ -136,15 +148,17 @@ func TestCycleGrows(t *testing.T) {
 		{"empty push_items", `{"push_items":[],"acks":[{"id":"x"}]}`, false},
 		{"push_items absent", `{"acks":[{"id":"x"}],"state":{"k":"v"}}`, false},
 		{"push_items null", `{"push_items":null}`, false},
-		{"push_items object", `{"push_items":{"queue":"sink"}}`, false},
-		{"push_items string", `{"push_items":"[1]"}`, false},
+		{"push_items object", `{"push_items":{"queue":"sink"}}`, true},
+		{"push_items string", `{"push_items":"[1]"}`, true},
 		{"push_items in other case", `{"Push_Items":[{"queue":"sink"}]}`, false},
 		{"array body", `[{"push_items":[1]}]`, false},
-		{"empty body", ``, false},
 		{"null body", `null`, false},
-		{"unparsable", `{"push_items":[1]`, false},
-		{"broken item", `{"push_items":[{"queue":}]}`, false},
-		{"trailing garbage", `{"push_items":[1]}}`, false},
+		// Unreadable cycles grow: the push block refuses them.
+		{"empty body", ``, true},
+		{"unparsable", `{"push_items":[1]`, true},
+		{"broken item", `{"push_items":[{"queue":}]}`, true},
+		{"trailing garbage", `{"push_items":[1]}}`, true},
+		{"byte-order mark", "\xef\xbb\xbf{\"push_items\":[{\"queue\":\"sink\"}]}", true},
 	})
 }
 
@@ -154,9 +168,12 @@ func TestCycleGrows(t *testing.T) {
 func FuzzBatchSniffers(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		carve, grows, cycle := KVBatchIsCarveOut(body), BatchGrows(body), CycleGrows(body)
-		if !json.Valid(body) {
-			if carve || grows || cycle {
-				t.Fatalf("invalid JSON %q: carve-out %v, grows %v, cycle grows %v", body, carve, grows, cycle)
+		// What the gateway does not read (not JSON, not UTF-8, a
+		// byte-order mark, or refused by jsonscan.Check for its depth or a
+		// half surrogate pair) must fail closed.
+		if !json.Valid(body) || !utf8.Valid(body) || bytes.HasPrefix(body, []byte("\xef\xbb\xbf")) || jsonscan.Check(body) != nil {
+			if carve || !grows || !cycle {
+				t.Fatalf("unread body %q: carve-out %v, grows %v, cycle grows %v", body, carve, grows, cycle)
 			}
 			return
 		}
@@ -256,7 +273,10 @@ func modelInSpace(o any, ns, prefix string, allowed []string) bool {
 }
 
 func modelBatchGrows(v any) bool {
-	ops, _ := modelOps(v)
+	ops, isBatch := modelOps(v)
+	if !isBatch {
+		return true
+	}
 	for _, o := range ops {
 		obj, _ := o.(map[string]any)
 		switch obj["op"] {
@@ -270,6 +290,10 @@ func modelBatchGrows(v any) bool {
 
 func modelCycleGrows(v any) bool {
 	obj, _ := v.(map[string]any)
-	items, _ := obj["push_items"].([]any)
-	return len(items) > 0
+	raw, present := obj["push_items"]
+	if !present || raw == nil {
+		return false
+	}
+	items, isArray := raw.([]any)
+	return !isArray || len(items) > 0
 }
