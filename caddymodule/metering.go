@@ -72,8 +72,7 @@ type meteredResponse struct {
 	written   int64
 	keep      bool
 	body      []byte
-	tallying  bool
-	pushTally meter.PushTally
+	pushTally *meter.PushTally // set for a push only: the state every request carries stays small
 	onHead    func()
 }
 
@@ -81,8 +80,12 @@ type meteredResponse struct {
 // a large push must not escape billing by the size of its answer.
 func (w *meteredResponse) tallyPushes(rule billing) {
 	if rule == billPush {
-		w.keep, w.tallying = false, true
-		w.pushTally.Reset()
+		w.keep = false
+		if w.pushTally == nil {
+			w.pushTally = meter.NewPushTally()
+		} else {
+			w.pushTally.Reset()
+		}
 	}
 }
 
@@ -108,7 +111,7 @@ func (w *meteredResponse) Write(b []byte) (int, error) {
 	w.start(http.StatusOK)
 	n, err := w.ResponseWriterWrapper.Write(b)
 	w.written += int64(n)
-	if w.tallying {
+	if w.pushTally != nil {
 		_, _ = w.pushTally.Write(b[:n])
 	}
 	if w.keep {
@@ -151,7 +154,10 @@ func (g *Gateway) recordUsage(r *http.Request, st *requestState, c *tenancy.Clus
 	body := rw.body
 	switch rule {
 	case billPush:
-		out := rw.pushTally.Outcome(status)
+		var out meter.PushOutcome
+		if rw.pushTally != nil {
+			out = rw.pushTally.Outcome(status)
+		}
 		s.Msgs = out.Accepted
 		if out.MostlyBuffered() {
 			g.warnCellSpooling(c)
