@@ -112,6 +112,13 @@ type App struct {
 	// with what the broker holds. Default 60s.
 	ReconcileInterval caddy.Duration `json:"reconcile_interval,omitempty"`
 
+	// IsolationProbeInterval is how often each served cell's broker is
+	// probed again for whether it scopes by x-queen-tenant (it is also
+	// probed when first seen and after it was unreachable). A cell whose
+	// broker does not, or is not yet known to, serves only its oldest
+	// cluster. Default 15m; each probe is 4 requests to the cell.
+	IsolationProbeInterval caddy.Duration `json:"isolation_probe_interval,omitempty"`
+
 	backend     *backend
 	limits      *limitState
 	released    bool
@@ -150,6 +157,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	setDuration(&a.StaleGrace, 10*time.Minute)
 	setDuration(&a.KeyTouchInterval, 10*time.Second)
 	setDuration(&a.ReconcileInterval, time.Minute)
+	setDuration(&a.IsolationProbeInterval, 15*time.Minute)
 	setDuration(&a.MeterFlushInterval, 15*time.Second)
 	if a.SpoolDir == "" {
 		a.SpoolDir = filepath.Join(caddy.AppDataDir(), "queengate-spool")
@@ -177,6 +185,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		spoolDir:       a.SpoolDir,
 		meterFlush:     time.Duration(a.MeterFlushInterval),
 		reconcile:      time.Duration(a.ReconcileInterval),
+		isolationEvery: time.Duration(a.IsolationProbeInterval),
 		identity: tenancy.IdentityCacheConfig{
 			RevocationStrict: a.Sessions != nil && a.Sessions.RevocationStrict,
 			LookupTimeout:    time.Duration(a.DatabaseTimeout),
@@ -194,7 +203,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.backend = b
 	b.app.Store(a)
 	a.pushBlockSources = []limits.PushBlockSource{b.storage, b.quota}
-	a.extraReadiness = append(a.extraReadiness, b.storageReadiness)
+	a.extraReadiness = append(a.extraReadiness, b.storageReadiness, b.isolationReadiness)
 	ls, err := acquireLimitState(a.CellMaxParked)
 	if err != nil {
 		return fmt.Errorf("queen: limit state: %w", err)

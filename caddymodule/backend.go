@@ -32,6 +32,7 @@ type backendSettings struct {
 	spoolDir       string
 	meterFlush     time.Duration
 	reconcile      time.Duration
+	isolationEvery time.Duration
 }
 
 type backend struct {
@@ -50,6 +51,7 @@ type backend struct {
 	admission  *limits.Admission
 	storage    *limits.Storage
 	reconciler *limits.Reconciler
+	isolation  *tenancy.CellIsolation
 	seenCells  sync.Map // cell id -> struct{}: the cells whose clusters are reconciled
 	kick       chan struct{}
 	staleGrace time.Duration
@@ -66,8 +68,8 @@ type backend struct {
 const listenerReadyWait = 5 * time.Second
 
 func acquireBackend(ctx caddy.Context, s backendSettings, log *zap.Logger) (*backend, error) {
-	key := fmt.Sprintf("%s|%d|%v|%v|%+v|%+v|%s|%v|%v", s.databaseURL, s.poolMaxConns, s.skipMigrations, s.keyTouch,
-		s.cache, s.identity, s.spoolDir, s.meterFlush, s.reconcile)
+	key := fmt.Sprintf("%s|%d|%v|%v|%+v|%+v|%s|%v|%v|%v", s.databaseURL, s.poolMaxConns, s.skipMigrations, s.keyTouch,
+		s.cache, s.identity, s.spoolDir, s.meterFlush, s.reconcile, s.isolationEvery)
 	v, _, err := backends.LoadOrNew(key, func() (caddy.Destructor, error) {
 		return newBackend(ctx, key, s, log)
 	})
@@ -116,6 +118,7 @@ func newBackend(ctx context.Context, key string, s backendSettings, log *zap.Log
 	if databaseUp {
 		b.lastDatabaseOK.Store(time.Now().UnixNano())
 	}
+	b.newCellIsolation(s.isolationEvery, log)
 	if err := b.newLimitsAndMeter(s, log); err != nil {
 		stop()
 		pool.Close()
@@ -142,6 +145,7 @@ func newBackend(ctx context.Context, key string, s backendSettings, log *zap.Log
 	var workers sync.WaitGroup
 	workers.Go(func() { b.listener.Run(runCtx) })
 	workers.Go(func() { b.toucher.Run(runCtx) })
+	workers.Go(func() { b.isolation.Run(runCtx) })
 	b.runLimitsAndMeter(runCtx, &workers, log)
 	if !databaseUp {
 		log.Error("control-plane database unreachable at start; refusing what cannot be confirmed until it answers",

@@ -116,6 +116,11 @@ func (b *backend) reconcileTargets(ctx context.Context) ([]limits.ClusterRef, er
 	app := b.app.Load()
 	refs := make([]limits.ClusterRef, 0, len(clusters))
 	for _, c := range clusters {
+		// A cluster its cell does not serve has no namespace of its own
+		// there: the listing would be another cluster's.
+		if !b.isolation.Serves(tenancy.ProbeCellOf(c), c.ID) {
+			continue
+		}
 		refs = append(refs, limits.ClusterRef{
 			ID: c.ID, BrokerTenant: c.BrokerTenant, CellURL: c.CellURL,
 			Authorization: app.inventoryCredential(c), MaxRetainedBytes: c.Limits.MaxRetainedBytes,

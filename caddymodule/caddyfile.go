@@ -43,6 +43,7 @@ import (
 //		cell_max_parked      <n>
 //		max_batch_items      <n>
 //		reconcile_interval   <duration>
+//		isolation_probe_interval <duration>
 //		meter_flush_interval <duration>
 //		spool_dir            <dir>
 //		metrics_per_cluster
@@ -158,6 +159,10 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "reconcile_interval":
 			if err := parseDuration(d, &a.ReconcileInterval); err != nil {
+				return err
+			}
+		case "isolation_probe_interval":
+			if err := parseDuration(d, &a.IsolationProbeInterval); err != nil {
 				return err
 			}
 		case "meter_flush_interval":

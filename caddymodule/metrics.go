@@ -84,6 +84,7 @@ var (
 	descPoolAcquires  = prometheus.NewDesc("queengate_db_pool_acquires_total", "Connections acquired from the pool.", nil, nil)
 	descPoolWaits     = prometheus.NewDesc("queengate_db_pool_empty_acquires_total", "Acquires that had to wait for a connection.", nil, nil)
 	descStorageActive = prometheus.NewDesc("queengate_storage_quota_active", "1 when the broker reports retained bytes and the storage quota applies.", nil, nil)
+	descCellScoping   = prometheus.NewDesc("queengate_cell_tenant_scoping", "1 for each served cell's current isolation verdict (scoped, unscoped or unknown); a cell that is not scoped serves only its oldest cluster.", []string{"cell", "verdict"}, nil)
 )
 
 // collector exports the gateway's state for one configuration.
@@ -95,7 +96,7 @@ type collector struct {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRequests, descRefusals, descClusterReqs, descParked, descParkedCap,
 		descFlushes, descFlushSeconds, descSpoolFiles, descSpoolBytes, descSpooledRows, descReplayedRows,
-		descQuarantined, descCircuit, descCache, descPoolConns, descPoolAcquires, descPoolWaits, descStorageActive} {
+		descQuarantined, descCircuit, descCache, descPoolConns, descPoolAcquires, descPoolWaits, descStorageActive, descCellScoping} {
 		ch <- d
 	}
 }
@@ -160,6 +161,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if b.storage != nil {
 		active, _ := b.storage.Active()
 		gauge(descStorageActive, boolGauge(active))
+	}
+	if b.isolation != nil {
+		for _, v := range b.isolation.Verdicts() {
+			for _, verdict := range []tenancy.TenantScoping{tenancy.ScopingScoped, tenancy.ScopingUnscoped, tenancy.ScopingUnknown} {
+				gauge(descCellScoping, boolGauge(v.Verdict == verdict), v.CellSlug, string(verdict))
+			}
+		}
 	}
 }
 

@@ -127,6 +127,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return g.refuse(w, r, st, errNotPermitted)
 	}
 
+	// 3e. Isolation: a cell whose broker does not keep clusters apart (or
+	// is not yet verified to) serves only its oldest cluster.
+	if e := g.admitOnCell(r, cluster); e != nil {
+		return g.refuse(w, r, st, e)
+	}
+
 	// 4a. The cluster's request bucket.
 	if e := g.admitRequest(w, st, cluster); e != nil {
 		return g.refuse(w, r, st, e)
@@ -171,6 +177,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	counters.request(st, 2)
 	g.recordUsage(r, st, cluster, rw, true)
+	g.noteCellFailure(cluster, err)
 	return g.upstreamFailure(w, r, st, err)
 }
 

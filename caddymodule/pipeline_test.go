@@ -149,6 +149,7 @@ func newTestEnv(t testing.TB) *testEnv {
 			toucher:   tenancy.NewKeyToucher(nil, time.Second, nil),
 			storage:   limits.NewStorage(nil),
 			admission: limits.NewAdmission(memoryQueues{}),
+			isolation: scopedCells(t),
 		},
 		limits: &limitState{
 			buckets:      limits.NewBuckets(nil),
@@ -172,6 +173,22 @@ func newTestEnv(t testing.TB) *testEnv {
 }
 
 func testGateway(t testing.TB) *Gateway { return newTestEnv(t).g }
+
+// scopedCells is an isolation tracker that finds every cell's broker
+// scoping by tenant, as the fake sources' cells are taken to.
+func scopedCells(t testing.TB) *tenancy.CellIsolation {
+	iso := tenancy.NewCellIsolation(tenancy.CellIsolationConfig{
+		Probe: func(context.Context, tenancy.ProbeCell) (tenancy.TenantScoping, error) {
+			return tenancy.ScopingScoped, nil
+		},
+		Record: func(context.Context, string, tenancy.TenantScoping, string) error { return nil },
+		Keeper: func(context.Context, string) (string, error) { return "", nil },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go iso.Run(ctx)
+	return iso
+}
 
 // session mints a session token for user, optionally bound to a cluster.
 func (e *testEnv) session(t testing.TB, user, cluster string) string {

@@ -46,6 +46,10 @@ type ClusterState interface {
 	// CellCredential is the Authorization value that reads the cluster's
 	// queue listing from its cell ("" for none).
 	CellCredential(c *tenancy.Cluster) string
+	// CellServes reports whether the cluster's cell may serve it: a cell
+	// whose broker does not keep clusters apart serves only its oldest
+	// cluster, and the console reads nothing from the cell for the others.
+	CellServes(ctx context.Context, c *tenancy.Cluster) bool
 	// Unflushed is the cluster's metered usage not yet written to
 	// usage_minutes (the open minute, and closed ones waiting for the
 	// next flush). Every request of a cluster crosses its cell's one

@@ -97,9 +97,10 @@ func (s testState) Unflushed(string) []meter.Unflushed {
 	return *s.live
 }
 
-func (testState) PushBlock(*tenancy.Cluster) string        { return "" }
-func (testState) Storage(string) limits.StorageStatus      { return limits.StorageStatus{} }
-func (testState) CellCredential(c *tenancy.Cluster) string { return "" }
+func (testState) PushBlock(*tenancy.Cluster) string                 { return "" }
+func (testState) Storage(string) limits.StorageStatus               { return limits.StorageStatus{} }
+func (testState) CellCredential(c *tenancy.Cluster) string          { return "" }
+func (testState) CellServes(context.Context, *tenancy.Cluster) bool { return true }
 
 // env is one surface on the package database, with its own cell (a fake
 // broker) and a clock tests can move.

@@ -332,6 +332,11 @@ type queueJSON struct {
 func (s *Surface) queues(w http.ResponseWriter, r *http.Request, c *caller) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
+	if s.o.State != nil && !s.o.State.CellServes(ctx, c.cluster) {
+		writeError(w, apiErr(http.StatusServiceUnavailable, apierror.CellNotIsolated,
+			"this cluster's cell cannot keep it apart from other clusters: its broker does not scope by tenant (or is not yet verified to)"))
+		return
+	}
 	list, err := s.cellQueues(ctx, c, w.Header().Get(headerRequestID))
 	if err != nil {
 		s.o.Log.Warn("queue listing failed", zap.String("cluster", c.cluster.Slug), zap.Error(err))

@@ -32,6 +32,12 @@ type Cell struct {
 	BrokerVersion string    `json:"broker_version,omitempty"`
 	HasSecret     bool      `json:"has_secret"`
 	CreatedAt     time.Time `json:"created_at"`
+	// TenantScoping is what the gateway's probe found the cell's broker
+	// does with x-queen-tenant: "scoped", "unscoped" (one cluster at most)
+	// or "unknown" (not probed yet, or undecided).
+	TenantScoping          string     `json:"tenant_scoping"`
+	TenantScopingCheckedAt *time.Time `json:"tenant_scoping_checked_at"`
+	TenantScopingDetail    string     `json:"tenant_scoping_detail,omitempty"`
 }
 
 // NewCell describes a cell to add.
@@ -48,13 +54,15 @@ type NewCell struct {
 const cellSelect = `SELECT ce.id::text, ce.slug, ce.region, ce.base_url, ce.class, ce.status,
 	ce.capacity_slots, ce.used_slots,
 	(SELECT count(*) FROM queen_proxy.clusters c WHERE c.cell_id = ce.id)::int,
-	coalesce(ce.broker_version, ''), ce.cell_secret IS NOT NULL, coalesce(ce.created_at, now())
+	coalesce(ce.broker_version, ''), ce.cell_secret IS NOT NULL, coalesce(ce.created_at, now()),
+	ce.tenant_scoping, ce.tenant_scoping_checked_at, coalesce(ce.tenant_scoping_detail, '')
 	FROM queen_proxy.cells ce`
 
 func scanCell(row pgx.Row) (Cell, error) {
 	var c Cell
 	err := row.Scan(&c.ID, &c.Slug, &c.Region, &c.BaseURL, &c.Class, &c.Status, &c.CapacitySlots, &c.UsedSlots,
-		&c.Clusters, &c.BrokerVersion, &c.HasSecret, &c.CreatedAt)
+		&c.Clusters, &c.BrokerVersion, &c.HasSecret, &c.CreatedAt,
+		&c.TenantScoping, &c.TenantScopingCheckedAt, &c.TenantScopingDetail)
 	return c, err
 }
 

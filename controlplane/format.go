@@ -95,14 +95,21 @@ func TenantsTable(ts []Tenant) Table {
 
 // CellsTable lists cells.
 func CellsTable(cs []Cell) Table {
-	t := Table{Header: []string{"SLUG", "REGION", "CLASS", "STATUS", "CLUSTERS", "CAPACITY", "BROKER URL", "SECRET", "ID"}}
+	t := Table{Header: []string{"SLUG", "REGION", "CLASS", "STATUS", "CLUSTERS", "CAPACITY", "BROKER URL", "SECRET", "TENANT SCOPING", "ID"}}
 	for _, c := range cs {
 		secret := "no"
 		if c.HasSecret {
 			secret = "yes"
 		}
+		scoping := c.TenantScoping
+		if scoping == "" {
+			scoping = "unknown"
+		}
+		if c.TenantScopingCheckedAt != nil {
+			scoping += " (" + c.TenantScopingCheckedAt.UTC().Format(time.RFC3339) + ")"
+		}
 		t.Rows = append(t.Rows, []string{c.Slug, c.Region, c.Class, c.Status, strconv.Itoa(c.Clusters),
-			strconv.Itoa(c.CapacitySlots), c.BaseURL, secret, c.ID})
+			strconv.Itoa(c.CapacitySlots), c.BaseURL, secret, scoping, c.ID})
 	}
 	return t
 }

@@ -57,6 +57,9 @@ cells broker_version text NULL -
 cells status text NN 'active'::text
 cells cell_secret text NULL -
 cells created_at timestamptz NULL now()
+cells tenant_scoping text NN 'unknown'::text
+cells tenant_scoping_checked_at timestamptz NULL -
+cells tenant_scoping_detail text NULL -
 clusters id uuid NN public.gen_random_uuid()
 clusters tenant_id uuid NN -
 clusters cell_id uuid NN -

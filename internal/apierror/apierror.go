@@ -32,6 +32,11 @@ const (
 	BadRequest             Code = "bad_request"
 	RequestHeadersTooLarge Code = "request_headers_too_large"
 
+	// CellNotIsolated is queengate's own: the cluster's cell runs a broker
+	// that does not keep clusters apart (or is not yet known to), and the
+	// cell serves only its oldest cluster.
+	CellNotIsolated Code = "cell_not_isolated"
+
 	// The identity, console and operator surfaces.
 	CSRFRejected     Code = "csrf_rejected"
 	NotConfigured    Code = "not_configured"

@@ -32,6 +32,12 @@ type Options struct {
 	// TenantHeader, instead of falling back to DefaultTenant.
 	RequireTenant bool
 
+	// IgnoreTenant makes the broker behave like the public Queen broker
+	// 0.15.1, which has no tenancy: TenantHeader is ignored and every
+	// request acts on one shared namespace (DefaultTenant). SetIgnoreTenant
+	// changes it while the broker runs.
+	IgnoreTenant bool
+
 	// Token, when not empty, makes every route except OPTIONS and /health
 	// answer 401 {"error":"Unauthorized"} unless the request carries
 	// "Authorization: Bearer <Token>". The recorded broker ran with auth off,
@@ -96,9 +102,10 @@ type Broker struct {
 	reqTotal  int64
 	msgTotal  int64
 
-	parked atomic.Int64
-	poll   time.Duration // re-check interval of parked pops
-	log    *requestLog
+	parked       atomic.Int64
+	ignoreTenant atomic.Bool
+	poll         time.Duration // re-check interval of parked pops
+	log          *requestLog
 
 	closed    chan struct{}
 	closeOnce sync.Once
@@ -116,7 +123,7 @@ func New(opts Options) *Broker {
 	if opts.RequestLogSize <= 0 {
 		opts.RequestLogSize = 1000
 	}
-	return &Broker{
+	b := &Broker{
 		opts:      opts,
 		jwt:       newJWTAuth(opts),
 		started:   time.Now(),
@@ -127,7 +134,15 @@ func New(opts Options) *Broker {
 		closed:    make(chan struct{}),
 		migration: migrationState{status: "idle"},
 	}
+	b.ignoreTenant.Store(opts.IgnoreTenant)
+	return b
 }
+
+// SetIgnoreTenant switches between scoping by TenantHeader (false) and the
+// public 0.15.1 broker's single shared namespace (true), as if the cell's
+// broker were replaced by the other kind. Data already stored stays where
+// it is.
+func (b *Broker) SetIgnoreTenant(ignore bool) { b.ignoreTenant.Store(ignore) }
 
 // Start serves the broker on a free port of 127.0.0.1 and returns its base
 // URL, for example "http://127.0.0.1:41234".
@@ -241,7 +256,9 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tenantID := r.Header.Get(TenantHeader)
-	if tenantID == "" {
+	if b.ignoreTenant.Load() {
+		tenantID = DefaultTenant
+	} else if tenantID == "" {
 		if b.opts.RequireTenant && rt.scoped {
 			writeJSON(w, http.StatusBadRequest, obj{"error": "x-queen-tenant header is required"})
 			return

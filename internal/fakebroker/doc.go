@@ -7,11 +7,14 @@
 // uWebSockets 404 page for unknown routes, long-poll pops parked until a push
 // wakes them, leases, consumer groups, retries and the dead-letter queue.
 //
-// Unlike the recorded broker it is tenancy-enabled: every queue and
+// By default, unlike the recorded broker, it is tenancy-enabled: every queue and
 // everything hanging off it (messages, leases, consumer groups, dedup sets,
 // DLQ entries, traces, stream state) is scoped by the x-queen-tenant request
 // header, as a tenancy-enabled broker does. Requests without the header use
-// DefaultTenant unless Options.RequireTenant is set.
+// DefaultTenant unless Options.RequireTenant is set. With
+// Options.IgnoreTenant (or SetIgnoreTenant while it runs) it behaves like
+// the recorded public 0.15.1 broker instead, which has no tenancy: the header
+// is ignored and every request shares one namespace.
 //
 // Deliberate differences from the recorded broker:
 //

@@ -1,0 +1,111 @@
+package caddymodule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"go.uber.org/zap"
+
+	"github.com/queengate/queengate/internal/apierror"
+	"github.com/queengate/queengate/tenancy"
+)
+
+// newCellIsolation builds the per-cell isolation tracker: it probes each
+// cell the gateway serves for whether its broker scopes by x-queen-tenant,
+// and records the verdict in the control-plane database.
+func (b *backend) newCellIsolation(every time.Duration, log *zap.Logger) {
+	client := &http.Client{Timeout: 10 * time.Second}
+	b.isolation = tenancy.NewCellIsolation(tenancy.CellIsolationConfig{
+		Probe: func(ctx context.Context, cell tenancy.ProbeCell) (tenancy.TenantScoping, error) {
+			return tenancy.ProbeTenantScoping(ctx, client, cell, b.app.Load().probeCredential(cell))
+		},
+		Record: func(ctx context.Context, cellID string, v tenancy.TenantScoping, detail string) error {
+			_, err := b.pool.Exec(ctx, `SELECT queen_proxy.record_cell_tenant_scoping($1::uuid, $2, $3)`, cellID, string(v), detail)
+			if err != nil {
+				return fmt.Errorf("record cell tenant scoping: %w", err)
+			}
+			return nil
+		},
+		Keeper: func(ctx context.Context, cellID string) (string, error) {
+			var id string
+			err := b.pool.QueryRow(ctx, `SELECT coalesce(queen_proxy.cell_keeper_cluster($1::uuid)::text, '')`, cellID).Scan(&id)
+			if err != nil {
+				return "", fmt.Errorf("read cell keeper: %w", err)
+			}
+			return id, nil
+		},
+		Every: every,
+		Log:   log.Named("isolation"),
+	})
+}
+
+// probeCredential is what the gateway presents to a cell to probe it: an
+// admin token in the gateway's own name (the probe configures and deletes
+// a queue), or the cell's static secret.
+func (a *App) probeCredential(cell tenancy.ProbeCell) string {
+	if a == nil {
+		return ""
+	}
+	if tokens := a.cellTokensFor(cell.Slug); tokens != nil {
+		tok, err := tokens.Token("queengate-isolation-probe", tenancy.BrokerRoleAdmin)
+		if err != nil {
+			return ""
+		}
+		return "Bearer " + tok
+	}
+	if cell.Secret != "" {
+		return "Bearer " + cell.Secret
+	}
+	return ""
+}
+
+// errCellNotIsolated answers a cluster whose cell serves only its oldest
+// cluster.
+var errCellNotIsolated = &apierror.Error{Status: http.StatusServiceUnavailable, Code: apierror.CellNotIsolated,
+	Message: "this cluster's cell cannot keep it apart from other clusters: its broker does not scope by tenant (or is not yet verified to); the operator must move the cluster to a dedicated cell or run a broker with tenancy"}
+
+// admitOnCell refuses a cluster that its cell may not serve.
+func (g *Gateway) admitOnCell(r *http.Request, c *tenancy.Cluster) *apierror.Error {
+	iso := g.app.backend.isolation
+	cell := tenancy.ProbeCellOf(c)
+	d := iso.Admit(r.Context(), cell, c.ID)
+	if d.Serve {
+		return nil
+	}
+	iso.NoteRefusal(cell, c.Slug, d)
+	return errCellNotIsolated
+}
+
+// noteCellFailure tells the isolation tracker that a cell could not be
+// reached: whatever answers there next is probed before it serves more
+// than one cluster.
+func (g *Gateway) noteCellFailure(c *tenancy.Cluster, err error) {
+	var dial reverseproxy.DialError
+	if errors.As(err, &dial) {
+		g.app.backend.isolation.CellUnreachable(c.CellID)
+	}
+}
+
+// isolationReadiness shows each served cell's verdict on the readiness
+// endpoint. It never makes the gateway unready: a cell that does not scope
+// still serves its oldest cluster.
+func (b *backend) isolationReadiness(context.Context) (string, string, bool) {
+	vs := b.isolation.Verdicts()
+	if len(vs) == 0 {
+		return "cell_isolation", "no cell served yet", true
+	}
+	parts := make([]string, 0, len(vs))
+	for _, v := range vs {
+		s := v.CellSlug + ": " + string(v.Verdict)
+		if v.Verdict != tenancy.ScopingScoped {
+			s += " (only the oldest cluster is served)"
+		}
+		parts = append(parts, s)
+	}
+	return "cell_isolation", strings.Join(parts, "; "), true
+}
