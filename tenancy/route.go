@@ -162,6 +162,8 @@ var (
 	errBackslash      = &ambiguousPath{"backslash"}
 	errControlByte    = &ambiguousPath{"control byte"}
 	errMeaningChanged = &ambiguousPath{"percent-decoding changes the route"}
+	errCaseChanged    = &ambiguousPath{"route names are lower case; this path only matches a route in another case"}
+	errMethodCase     = &ambiguousPath{"the method must be upper case (POST, not post)"}
 )
 
 // Route constants shared by the rule table.
@@ -182,16 +184,65 @@ func gatedRoute(f Feature, op GatedOp) Route { return Route{Class: ClassGated, F
 // control bytes, malformed escapes, or escapes that change the route) is
 // refused with an error wrapping ErrAmbiguousPath; the gateway answers 400
 // bad_request and never forwards such a request.
+//
+// Methods and route names are matched exactly, in their case. The broker
+// (uWebSockets) routes on the method as sent, in upper case, and older
+// uWebSockets releases lower-cased it first, so "post" is served as POST by
+// some brokers and not at all by others; a method with a lower-case letter
+// is refused rather than classified one way and served another. The
+// broker's route segments are lower case and matched case-sensitively, so a
+// path whose class would change if it were lower-cased ("/API/V1/PUSH",
+// classed as a plain read here, a push in lower case) is refused too.
 func ClassifyRoute(method, rawPath string) (Route, error) {
+	if hasLowerASCII(method) {
+		return routeBlocked, errMethodCase
+	}
 	escaped, err := checkPath(rawPath)
 	if err != nil {
 		return routeBlocked, err
 	}
 	r := classifyPath(method, rawPath)
-	if escaped && classifyPath(method, unescapePath(rawPath)) != r {
-		return routeBlocked, errMeaningChanged
+	decoded := rawPath
+	if escaped {
+		decoded = unescapePath(rawPath)
+		if classifyPath(method, decoded) != r {
+			return routeBlocked, errMeaningChanged
+		}
+	}
+	if hasUpperASCII(decoded) && classifyPath(method, lowerASCII(decoded)) != r {
+		return routeBlocked, errCaseChanged
 	}
 	return r, nil
+}
+
+func hasLowerASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if 'a' <= s[i] && s[i] <= 'z' {
+			return true
+		}
+	}
+	return false
+}
+
+// lowerASCII lower-cases ASCII letters only: case is all the broker's
+// byte-exact route match could disagree on.
+func lowerASCII(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+func hasUpperASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			return true
+		}
+	}
+	return false
 }
 
 // IsDLQReplay reports whether the request replays dead letters: POST

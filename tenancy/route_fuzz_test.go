@@ -65,6 +65,12 @@ func checkAccepted(t *testing.T, method, path string, r Route) {
 			t.Fatalf("returned %v for %q, but the decoded %q classifies as %v", r, path, decoded, dec)
 		}
 	}
+	if strings.ContainsAny(method, "abcdefghijklmnopqrstuvwxyz") {
+		t.Fatalf("accepted the method %q, which has lower-case letters", method)
+	}
+	if lower := classifyPath(method, strings.ToLower(decoded)); strings.ToLower(decoded) == lowerASCII(decoded) && lower != r {
+		t.Fatalf("returned %v for %q, but in lower case it classifies as %v", r, path, lower)
+	}
 	if IsDLQReplay(method, path) && r != routeQueueAdmin {
 		t.Fatalf("IsDLQReplay(%s %q) is true for a %v route", method, path, r)
 	}

@@ -22,23 +22,29 @@ type popRequest struct {
 	wait       bool
 	timeout    time.Duration
 	subMode    string
+	// negativeBatch: the broker passes the batch to its SQL as a LIMIT,
+	// which PostgreSQL refuses (sqlerrors.go).
+	negativeBatch bool
 }
 
+// parsePop reads a pop's parameters the broker's way (brokerquery.go).
 func parsePop(rc *reqCtx) popRequest {
+	q := rc.r.URL.RawQuery
 	pr := popRequest{
 		queue:      rc.params["queue"],
 		partition:  rc.params["partition"],
-		group:      rc.query.Get("consumerGroup"),
-		batch:      rc.queryInt("batch", 1),
-		partitions: rc.queryInt("partitions", 1),
-		autoAck:    rc.query.Get("autoAck") == "true",
-		wait:       rc.query.Get("wait") == "true",
-		timeout:    time.Duration(rc.queryInt("timeout", 30000)) * time.Millisecond,
-		subMode:    rc.query.Get("subscriptionMode"),
+		group:      brokerParam(q, "consumerGroup"),
+		batch:      brokerParamInt(q, "batch", 1),
+		partitions: brokerParamInt(q, "partitions", 1),
+		autoAck:    brokerParamBool(q, "autoAck", false),
+		wait:       brokerParamBool(q, "wait", false),
+		timeout:    time.Duration(brokerParamInt(q, "timeout", 30000)) * time.Millisecond,
+		subMode:    brokerParam(q, "subscriptionMode"),
 	}
 	if pr.group == "" {
 		pr.group = QueueMode
 	}
+	pr.negativeBatch = pr.batch < 0
 	if pr.batch < 1 {
 		pr.batch = 1
 	}
@@ -52,6 +58,10 @@ func parsePop(rc *reqCtx) popRequest {
 // parking long-polls (wait=true) until a push wakes them or they time out.
 func (b *Broker) handlePop(rc *reqCtx) {
 	pr := parsePop(rc)
+	if pr.negativeBatch {
+		rc.ok(pgNegativeLimitError())
+		return
+	}
 	b.mu.Lock()
 	popMaint := b.popMaint
 	b.mu.Unlock()
