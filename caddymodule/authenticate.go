@@ -27,6 +27,11 @@ func (g *Gateway) authenticate(r *http.Request, st *requestState, t target) (*te
 	if cred.Kind == tenancy.CredentialNone {
 		return nil, errMissingCredential
 	}
+	if cred.FromCookie {
+		if e := g.crossSiteRefusal(r, st); e != nil {
+			return nil, e
+		}
+	}
 	if cred.Kind == tenancy.CredentialAPIKey && t.actAs != "" {
 		return nil, errKeyActAs
 	}

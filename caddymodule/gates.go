@@ -41,10 +41,12 @@ func (g *Gateway) classify(r *http.Request, st *requestState) *apierror.Error {
 	route, err := tenancy.ClassifyRoute(r.Method, r.URL.EscapedPath())
 	if err != nil {
 		g.logger.Debug("ambiguous path refused", zap.String("request_id", st.rid), zap.Error(err))
-		return errAmbiguousPath
+		return ambiguousPathRefusal(err)
 	}
 	st.route, st.classified = route, true
-	st.longPoll, st.longPollMs = tenancy.LongPoll(r.URL.Path, r.URL.RawQuery)
+	if e := g.readPopQuery(r, st); e != nil {
+		return e
+	}
 	switch {
 	case route.Class == tenancy.ClassBlocked:
 		return errRouteBlocked

@@ -9,6 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/queengate/queengate/internal/crossorigin"
 	"github.com/queengate/queengate/internal/harden"
 	"github.com/queengate/queengate/tenancy"
 )
@@ -79,6 +80,7 @@ type Gateway struct {
 	headLimits harden.HeadLimits
 	failures   *harden.FailureGuard
 	surface    webSurface
+	crossSite  *crossorigin.Policy
 }
 
 // CaddyModule returns the Caddy module information.
@@ -119,6 +121,7 @@ func (g *Gateway) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("queen_gateway: %w", err)
 	}
 	g.surface = surface
+	g.crossSite = g.buildCrossSitePolicy()
 	return nil
 }
 

@@ -22,8 +22,9 @@ type requestState struct {
 	buffered   bool
 	principal  tenancy.Principal
 
-	longPoll    bool  // a pop that waits upstream (wait=true, decoded)
+	longPoll    bool  // a pop that waits upstream (wait, read as the broker reads it)
 	longPollMs  int64 // the wait it asks for
+	popAutoAck  bool  // a pop that acknowledges what it delivers (autoAck, read so too)
 	reqDecision limits.Decision
 	msgDecision limits.Decision
 	msgChecked  bool
@@ -39,6 +40,7 @@ type requestState struct {
 	bodyReader bodyReader
 	ctx        clusterContext
 	rw         meteredResponse
+	scrub      cellErrorScrub // between rw and the client: withholds cell internals
 }
 
 // startRequest gives a request its state and its id: on the response
@@ -162,11 +164,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 	// 6. Relay the answer as it comes, and meter it from what it says.
 	_, rule := billingOf(r, st)
-	st.rw = meteredResponse{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w},
+	client := st.scrub.attach(w, r, g.logger, st.rid)
+	st.rw = meteredResponse{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: client},
 		keep: rule != billPlain, onHead: release}
 	st.rw.tallyPushes(rule)
 	rw := &st.rw
 	err := next.ServeHTTP(rw, r)
+	st.scrub.finish()
 	if g.app.MetricsPerCluster {
 		counters.forwardedFor(cluster.Slug)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/queengate/queengate/internal/crossorigin"
 	"github.com/queengate/queengate/limits"
 	"github.com/queengate/queengate/meter"
 	"github.com/queengate/queengate/tenancy"
@@ -128,6 +129,7 @@ type Surface struct {
 	publicOrigin string
 	corsAny      bool
 	corsOrigins  map[string]bool
+	crossSite    *crossorigin.Policy // the CSRF rule, shared with the data plane
 	google       *oauthProvider
 	github       *oauthProvider
 	app          fs.FS
@@ -186,6 +188,11 @@ func New(o Options) (*Surface, error) {
 		}
 		s.corsOrigins[origin] = true
 	}
+	allowed := make([]string, 0, len(s.corsOrigins))
+	for origin := range s.corsOrigins {
+		allowed = append(allowed, origin)
+	}
+	s.crossSite = crossorigin.NewPolicy(s.publicOrigin, allowed, o.IsHTTPS)
 	var err error
 	if s.google, err = newGoogle(o.Google); err != nil {
 		return nil, err
@@ -241,7 +248,7 @@ func (s *Surface) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
 	}
-	if !safeMethod(r.Method) {
+	if !crossorigin.SafeMethod(r.Method) {
 		if e := s.csrfVerdict(r); e != nil {
 			writeError(w, e)
 			return
@@ -276,9 +283,7 @@ func (s *Surface) securityHeaders(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func safeMethod(m string) bool {
-	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions || m == http.MethodTrace
-}
+func safeMethod(m string) bool { return crossorigin.SafeMethod(m) }
 
 // peerAddr is the connection's peer address.
 func peerAddr(r *http.Request) netip.Addr {

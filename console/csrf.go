@@ -2,115 +2,24 @@ package console
 
 import (
 	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
 
 	"github.com/queengate/queengate/internal/apierror"
+	"github.com/queengate/queengate/internal/crossorigin"
 )
 
-// normalizeOrigin turns an origin (or any http(s) URL) into
-// "scheme://host[:port]", lower-cased, userinfo dropped, the scheme's
-// default port dropped. Anything else (other schemes, "null", bad hosts or
-// ports) is not an origin.
-func normalizeOrigin(raw string) (string, bool) {
-	raw = strings.TrimSpace(raw)
-	if raw == "" || strings.EqualFold(raw, "null") || len(raw) > 2048 {
-		return "", false
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "", false
-	}
-	scheme := strings.ToLower(u.Scheme)
-	if scheme != "http" && scheme != "https" {
-		return "", false
-	}
-	host, port := strings.ToLower(u.Hostname()), u.Port()
-	if host == "" || !validHost(host) {
-		return "", false
-	}
-	if port != "" {
-		n, err := strconv.Atoi(port)
-		if err != nil || n < 1 || n > 65535 {
-			return "", false
-		}
-		port = strconv.Itoa(n)
-	}
-	if (scheme == "http" && port == "80") || (scheme == "https" && port == "443") {
-		port = ""
-	}
-	if strings.Contains(host, ":") {
-		host = "[" + host + "]"
-	}
-	if port != "" {
-		return scheme + "://" + host + ":" + port, true
-	}
-	return scheme + "://" + host, true
-}
-
-func validHost(h string) bool {
-	for i := 0; i < len(h); i++ {
-		c := h[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == ':' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
+// normalizeOrigin is the shared origin normaliser (internal/crossorigin).
+func normalizeOrigin(raw string) (string, bool) { return crossorigin.NormalizeOrigin(raw) }
 
 // requestOrigin is the origin the request was sent to.
-func (s *Surface) requestOrigin(r *http.Request) string {
-	scheme := "http"
-	if s.o.IsHTTPS(r) {
-		scheme = "https"
-	}
-	o, ok := normalizeOrigin(scheme + "://" + r.Host)
-	if !ok {
-		return ""
-	}
-	return o
-}
+func (s *Surface) requestOrigin(r *http.Request) string { return s.crossSite.RequestOrigin(r) }
 
-// originAllowed reports whether a (normalised) origin may make
-// credentialed writes: the request's own origin, the public URL's, or a
-// listed CORS origin.
-func (s *Surface) originAllowed(origin string, r *http.Request) bool {
-	if origin == "" {
-		return false
-	}
-	if origin == s.requestOrigin(r) || origin == s.publicOrigin {
-		return true
-	}
-	return s.corsOrigins[origin]
-}
-
-// csrfVerdict decides a state-changing request: Origin, else Referer,
-// else Sec-Fetch-Site must say it comes from an allowed origin; a request
-// with none of them passes only without a session cookie.
+// csrfVerdict decides a state-changing request with the gateway's one
+// cross-site rule (internal/crossorigin), which the data plane applies to
+// cookie-authenticated writes too.
 func (s *Surface) csrfVerdict(r *http.Request) *apierror.Error {
-	if vals := r.Header.Values("Origin"); len(vals) > 0 {
-		o, ok := normalizeOrigin(vals[0])
-		if !ok || !s.originAllowed(o, r) {
-			return csrfRefusal("cross-origin request refused")
-		}
-		return nil
-	}
-	if vals := r.Header.Values("Referer"); len(vals) > 0 {
-		o, ok := normalizeOrigin(vals[0])
-		if !ok || !s.originAllowed(o, r) {
-			return csrfRefusal("cross-origin referer refused")
-		}
-		return nil
-	}
-	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
-		if strings.EqualFold(strings.TrimSpace(site), "same-origin") {
-			return nil
-		}
-		return csrfRefusal("cross-site request refused")
-	}
-	if s.hasSessionCookie(r) {
-		return csrfRefusal("a cookie-authenticated request must carry Origin")
+	if reason := s.crossSite.Refusal(r, s.hasSessionCookie(r)); reason != "" {
+		return csrfRefusal(reason)
 	}
 	return nil
 }

@@ -1,0 +1,44 @@
+package caddymodule
+
+import (
+	"net/http"
+
+	"github.com/queengate/queengate/internal/apierror"
+	"github.com/queengate/queengate/internal/crossorigin"
+)
+
+// buildCrossSitePolicy is the console's cross-site rule with the console's
+// allowed origins (the identity block's public URL and CORS origins), so a
+// page may make cookie-authenticated writes on the data plane exactly where
+// it may on the console API.
+func (g *Gateway) buildCrossSitePolicy() *crossorigin.Policy {
+	var public string
+	var allowed []string
+	if id := g.app.Identity; id != nil {
+		public, _ = crossorigin.NormalizeOrigin(id.PublicURL)
+		allowed = id.CORSOrigins
+	}
+	return crossorigin.NewPolicy(public, allowed, requestIsHTTPS)
+}
+
+var sameOriginOnly = crossorigin.NewPolicy("", nil, requestIsHTTPS)
+
+// crossSiteRefusal applies the cross-site rule to a request authenticated
+// by a session cookie, which a browser attaches to requests other sites
+// make. Only requests that change state are checked: every method but GET,
+// HEAD, OPTIONS and TRACE, and a pop that acknowledges what it delivers
+// (autoAck, whatever its method), since that takes the messages away.
+func (g *Gateway) crossSiteRefusal(r *http.Request, st *requestState) *apierror.Error {
+	if crossorigin.SafeMethod(r.Method) && !st.popAutoAck {
+		return nil
+	}
+	policy := g.crossSite
+	if policy == nil { // a gateway that was never provisioned: its own origin only
+		policy = sameOriginOnly
+	}
+	reason := policy.Refusal(r, true)
+	if reason == "" {
+		return nil
+	}
+	return &apierror.Error{Status: http.StatusForbidden, Code: apierror.CSRFRejected, Message: reason}
+}

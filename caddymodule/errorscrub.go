@@ -1,0 +1,164 @@
+package caddymodule
+
+import (
+	"mime"
+	"net/http"
+	"strconv"
+
+	"go.uber.org/zap"
+
+	"github.com/queengate/queengate/internal/apierror"
+	"github.com/queengate/queengate/internal/cellerror"
+)
+
+// maxInspectedAnswer is the largest cell answer the gateway holds back to
+// look for internals in its error text. The broker's error answers are a
+// few hundred bytes; anything larger is a normal answer and streams as it
+// comes.
+const maxInspectedAnswer = 64 << 10
+
+// errCellInternal replaces a cell answer whose error text exposes the
+// cell's internals (see internal/cellerror). The status stays the cell's.
+var errCellInternal = apierror.Error{Code: apierror.InternalError,
+	Message: "the cell could not process this request; its error details are withheld (the operator can find them by this request id)"}
+
+// cellErrorScrub sits between the metered response and the client. Small
+// JSON answers are held until they are complete, then relayed unchanged,
+// unless their top-level error text exposes the cell's internals (SQL,
+// PL/pgSQL function names, stack traces): those are replaced with the
+// gateway's envelope, keeping the status and the request id, and the
+// original is logged at debug. Everything else (not JSON, larger than
+// maxInspectedAnswer, HEAD, no body) passes straight through, so long
+// answers still stream. The metered response before it sees the cell's
+// own bytes, so billing reads what the broker said.
+type cellErrorScrub struct {
+	w      http.ResponseWriter
+	log    *zap.Logger
+	rid    string
+	head   bool // a HEAD request: no body will come
+	seen   bool // the response head has been handed to us
+	held   bool // holding the head and body until the answer is complete
+	gone   bool // the answer was replaced: whatever else comes is dropped
+	status int
+	want   int64 // the answer's Content-Length, -1 when unknown
+	buf    []byte
+}
+
+// attach readies the scrub for one request and returns the writer the
+// metered response writes to.
+func (s *cellErrorScrub) attach(w http.ResponseWriter, r *http.Request, log *zap.Logger, rid string) http.ResponseWriter {
+	*s = cellErrorScrub{w: w, log: log, rid: rid, head: r.Method == http.MethodHead}
+	return s
+}
+
+func (s *cellErrorScrub) Header() http.Header { return s.w.Header() }
+
+// Unwrap lets http.ResponseController reach the client's writer.
+func (s *cellErrorScrub) Unwrap() http.ResponseWriter { return s.w }
+
+// FlushError flushes what has been relayed; while the answer is held there
+// is nothing to flush (flushing would send a head before its status).
+func (s *cellErrorScrub) FlushError() error {
+	if s.held {
+		return nil
+	}
+	return http.NewResponseController(s.w).Flush()
+}
+
+func (s *cellErrorScrub) WriteHeader(status int) {
+	if status < 200 {
+		s.w.WriteHeader(status)
+		return
+	}
+	if s.seen {
+		return
+	}
+	s.seen, s.status = true, status
+	if s.want = s.inspectable(status); s.want != 0 {
+		s.held = true
+		return
+	}
+	s.w.WriteHeader(status)
+}
+
+// inspectable returns the length of an answer worth holding (-1 when its
+// length is unknown), or 0 to let it pass.
+func (s *cellErrorScrub) inspectable(status int) int64 {
+	if s.head || status == http.StatusNoContent || status == http.StatusNotModified {
+		return 0
+	}
+	h := s.w.Header()
+	if enc := h.Get("Content-Encoding"); enc != "" && enc != "identity" {
+		return 0
+	}
+	ct, _, err := mime.ParseMediaType(h.Get("Content-Type"))
+	if err != nil || ct != "application/json" {
+		return 0
+	}
+	cl := h.Get("Content-Length")
+	if cl == "" {
+		return -1
+	}
+	n, err := strconv.ParseInt(cl, 10, 64)
+	if err != nil || n <= 0 || n > maxInspectedAnswer {
+		return 0
+	}
+	return n
+}
+
+func (s *cellErrorScrub) Write(b []byte) (int, error) {
+	if !s.seen {
+		s.WriteHeader(http.StatusOK)
+	}
+	if s.gone {
+		return len(b), nil
+	}
+	if !s.held {
+		return s.w.Write(b)
+	}
+	if len(s.buf) == 0 && int64(len(b)) == s.want {
+		// The whole answer in one write, as it usually comes: decide on
+		// it in place, without a copy.
+		return len(b), s.relay(b)
+	}
+	s.buf = append(s.buf, b...)
+	switch {
+	case s.want > 0 && int64(len(s.buf)) >= s.want:
+		return len(b), s.relay(s.buf)
+	case len(s.buf) > maxInspectedAnswer:
+		// Longer than any error answer: a normal one, send it on as it comes.
+		s.held = false
+		s.w.WriteHeader(s.status)
+		_, err := s.w.Write(s.buf)
+		s.buf = nil
+		return len(b), err
+	}
+	return len(b), nil
+}
+
+// finish relays an answer still held when the cell is done (one whose
+// length was unknown, or shorter than announced).
+func (s *cellErrorScrub) finish() {
+	if s.held {
+		_ = s.relay(s.buf)
+	}
+}
+
+// relay sends the complete answer, or the envelope in its place.
+func (s *cellErrorScrub) relay(body []byte) error {
+	s.held = false
+	if detail, exposes := cellerror.InternalDetail(body); exposes {
+		s.log.Debug("cell error details withheld from the client",
+			zap.String("request_id", s.rid), zap.Int("status", s.status),
+			zap.Int("body_bytes", len(body)), zap.String("cell_error", detail))
+		e := errCellInternal
+		e.Status = s.status
+		apierror.Write(s.w, &e, s.rid)
+		s.buf, s.gone = nil, true
+		return nil
+	}
+	s.w.WriteHeader(s.status)
+	_, err := s.w.Write(body)
+	s.buf = nil
+	return err
+}

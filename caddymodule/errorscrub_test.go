@@ -1,0 +1,123 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap"
+)
+
+const sqlLeak = `{"error":"ERROR:  invalid input syntax for type uuid: \"p1\"\nCONTEXT:  PL/pgSQL function queen.ack_messages_v2(jsonb) line 14 at FOR over SELECT rows\n","success":false}`
+
+// scrubThrough writes an answer into a scrub the way reverse_proxy does:
+// the headers, the status, the body in the given pieces.
+func scrubThrough(t *testing.T, method, contentType string, status int, contentLength int, pieces ...string) *httptest.ResponseRecorder {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	var s cellErrorScrub
+	w := s.attach(rec, httptest.NewRequest(method, "/api/v1/ack", nil), zap.NewNop(), "rid-1")
+	if contentType != "" {
+		w.Header().Set("Content-Type", contentType)
+	}
+	if contentLength >= 0 {
+		w.Header().Set("Content-Length", strconv.Itoa(contentLength))
+	}
+	w.WriteHeader(status)
+	for _, p := range pieces {
+		if n, err := w.Write([]byte(p)); err != nil || n != len(p) {
+			t.Fatalf("write: %d, %v", n, err)
+		}
+	}
+	s.finish()
+	return rec
+}
+
+func assertWithheld(t *testing.T, rec *httptest.ResponseRecorder, status int) {
+	t.Helper()
+	var env map[string]string
+	if rec.Code != status || json.Unmarshal(rec.Body.Bytes(), &env) != nil ||
+		env["code"] != "internal_error" || env["request_id"] != "rid-1" || !strings.Contains(env["error"], "withheld") {
+		t.Fatalf("%d %s, want %d with the envelope", rec.Code, rec.Body, status)
+	}
+	if rec.Header().Get("Content-Length") != strconv.Itoa(rec.Body.Len()) {
+		t.Fatalf("Content-Length %q for %d bytes", rec.Header().Get("Content-Length"), rec.Body.Len())
+	}
+	if strings.Contains(rec.Body.String(), "PL/pgSQL") || strings.Contains(rec.Body.String(), "ERROR:") {
+		t.Fatalf("internals still relayed: %s", rec.Body)
+	}
+}
+
+func TestCellErrorScrub(t *testing.T) {
+	t.Run("200 with SQL text, in one write", func(t *testing.T) {
+		assertWithheld(t, scrubThrough(t, "POST", "application/json", 200, len(sqlLeak), sqlLeak), 200)
+	})
+	t.Run("500 with SQL text, in pieces", func(t *testing.T) {
+		assertWithheld(t, scrubThrough(t, "POST", "application/json; charset=utf-8", 500, len(sqlLeak), sqlLeak[:10], sqlLeak[10:40], sqlLeak[40:]), 500)
+	})
+	t.Run("400 with SQL text, no Content-Length", func(t *testing.T) {
+		assertWithheld(t, scrubThrough(t, "POST", "application/json", 400, -1, sqlLeak[:7], sqlLeak[7:]), 400)
+	})
+	kept := []struct {
+		name, method, ct string
+		status           int
+		body             string
+	}{
+		{"the broker's own validation message", "POST", "application/json", 400, `{"error":"queue is required"}`},
+		{"an empty pop", "GET", "application/json", 200, `{"error":"no_available_partition","messages":[],"success":false}`},
+		{"a pop with an SQL-looking payload", "GET", "application/json", 200, `{"messages":[{"data":"ERROR:  PL/pgSQL"}],"success":true}`},
+		{"not JSON", "GET", "text/html", 404, `<html><body><h1>File Not Found</h1><hr><i>uWebSockets/20 Server</i></body></html>`},
+		{"no content type", "GET", "", 500, `ERROR:  relation does not exist`},
+	}
+	for _, tc := range kept {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := scrubThrough(t, tc.method, tc.ct, tc.status, len(tc.body), tc.body)
+			if rec.Code != tc.status || rec.Body.String() != tc.body {
+				t.Fatalf("%d %q, want %d %q unchanged", rec.Code, rec.Body, tc.status, tc.body)
+			}
+		})
+	}
+	t.Run("HEAD is not held", func(t *testing.T) {
+		rec := scrubThrough(t, "HEAD", "application/json", 500, len(sqlLeak))
+		if rec.Code != 500 || rec.Body.Len() != 0 {
+			t.Fatalf("%d %q", rec.Code, rec.Body)
+		}
+	})
+	t.Run("a large answer streams", func(t *testing.T) {
+		big := `{"messages":[` + strings.Repeat(`{"data":1},`, maxInspectedAnswer/11+10) + `{}],"success":true}`
+		rec := httptest.NewRecorder()
+		var s cellErrorScrub
+		w := s.attach(rec, httptest.NewRequest("GET", "/api/v1/pop/queue/q", nil), zap.NewNop(), "rid-1")
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(big)))
+		w.WriteHeader(200)
+		if _, err := w.Write([]byte(big[:100])); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Body.Len() != 100 {
+			t.Fatalf("an answer over %d bytes was held: %d bytes relayed", maxInspectedAnswer, rec.Body.Len())
+		}
+		_, _ = w.Write([]byte(big[100:]))
+		s.finish()
+		if rec.Body.String() != big {
+			t.Fatal("large answer changed")
+		}
+	})
+	t.Run("a flush while held sends nothing early", func(t *testing.T) {
+		rec := httptest.NewRecorder()
+		var s cellErrorScrub
+		w := s.attach(rec, httptest.NewRequest("POST", "/api/v1/ack", nil), zap.NewNop(), "rid-1")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(200)
+		_, _ = w.Write([]byte(sqlLeak[:20]))
+		if err := http.NewResponseController(w).Flush(); err != nil || rec.Flushed {
+			t.Fatalf("flush while held: %v, flushed %v", err, rec.Flushed)
+		}
+		_, _ = w.Write([]byte(sqlLeak[20:]))
+		s.finish()
+		assertWithheld(t, rec, 200)
+	})
+}

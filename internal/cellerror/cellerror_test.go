@@ -1,0 +1,85 @@
+package cellerror
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// Answers recorded from Queen 0.15.1 (fixtures/broker, C65 and C104) and
+// the one issue 14 reports, which must be replaced.
+var exposing = []string{
+	`{"error":"ERROR:  invalid input syntax for type uuid: \"p1\"\nCONTEXT:  PL/pgSQL function queen.ack_messages_v2(jsonb) line 14 at FOR over SELECT rows\n","success":false}`,
+	`{"error":"ERROR:  invalid input syntax for type uuid: \"p1\"\nCONTEXT:  unnamed portal parameter $1 = '...'\n","success":false}`,
+	`{"error":"ERROR:  LIMIT must not be negative\nCONTEXT:  SQL statement \"WITH message_data AS (SELECT m.id FROM queen.messages m LIMIT -1)\"\nPL/pgSQL function queen.pop_unified_batch(jsonb) line 93 at RETURN QUERY\n","success":false}`,
+	`{"error":"Failed to connect to target: connection to server at \"10.0.0.5\", port 5432 failed: Connection refused\n\tIs the server running on that host and accepting TCP/IP connections?\n","success":false}`,
+	`{"error":"ACK operation failed: ERROR:  deadlock detected\nDETAIL:  Process 4711 waits for ShareLock"}`,
+	`{"success":false,"error":"FATAL:  terminating connection due to administrator command"}`,
+	`{"error":"std::bad_alloc"}`,
+	`{"error":"WITH message_data AS (SELECT 1) SELECT * FROM message_data"}`,
+	`{"error":{"message":"ERROR:  relation \"queen.messages\" does not exist"}}`,
+	`  {"ack_result":null,"error":"ERROR:  duplicate key value violates unique constraint \"messages_pkey\"","success":false}`,
+}
+
+// Answers that must pass unchanged: the broker's own validation messages
+// (from the fixtures), normal answers, user payloads that happen to hold
+// SQL-looking text, and per-item errors inside arrays.
+var keeping = []string{
+	`{"error":"queue is required"}`,
+	`{"error":"Invalid JSON: [json.exception.parse_error.101] parse error at line 1, column 15: syntax error while parsing object key - unexpected end of input; expected string literal"}`,
+	`{"error":"[json.exception.type_error.306] cannot use value() with null"}`,
+	`{"error":"no_available_partition","messages":[],"success":false}`,
+	`{"error":"lease_held","messages":[],"success":false}`,
+	`{"error":"Queue not found"}`,
+	`{"error":"ACK operation failed: Message not found","results":[],"success":false,"transactionId":"t"}`,
+	`{"error":"config_hash mismatch: operator chain changed for queryId 'cat.totals'. Pass reset:true to wipe existing state, or use a new queryId.","success":false}`,
+	`{"consumerGroup":"__QUEUE_MODE__","messages":[{"data":{"note":"ERROR:  SELECT * FROM x PL/pgSQL"},"id":"1"}],"success":true}`,
+	`[{"error":"ERROR:  per-item text is left alone","index":0,"success":false}]`,
+	`{"messages":[],"error_count":1}`,
+	`not json {"error":"ERROR:  x"`,
+	`{"error":null}`,
+	`{"deleted":true,"existed":false,"queue":"q"}`,
+}
+
+func TestInternalDetail(t *testing.T) {
+	for _, body := range exposing {
+		detail, exposes := InternalDetail([]byte(body))
+		if !exposes || detail == "" {
+			t.Errorf("InternalDetail(%s) = %q, %v; want it replaced", body, detail, exposes)
+		}
+	}
+	for _, body := range keeping {
+		if detail, exposes := InternalDetail([]byte(body)); exposes {
+			t.Errorf("InternalDetail(%s) = %q, true; want it kept", body, detail)
+		}
+	}
+}
+
+// FuzzInternalDetail: a body is only ever judged by its top-level error
+// text, so wrapping that text in any normal answer shape changes nothing,
+// and text without the marks of internals never makes a body exposing.
+func FuzzInternalDetail(f *testing.F) {
+	for _, b := range append(append([]string{}, exposing...), keeping...) {
+		f.Add([]byte(b))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		detail, exposes := InternalDetail(body)
+		if !exposes {
+			return
+		}
+		if !LooksInternal(detail) {
+			t.Fatalf("%q judged exposing for the text %q, which does not look internal", body, detail)
+		}
+		var top map[string]json.RawMessage
+		if err := json.Unmarshal(body, &top); err != nil {
+			t.Fatalf("%q judged exposing but is no JSON object: %v", body, err)
+		}
+		found := false
+		for k := range top {
+			found = found || strings.EqualFold(k, "error")
+		}
+		if !found {
+			t.Fatalf("%q judged exposing without an error field", body)
+		}
+	})
+}
