@@ -327,8 +327,8 @@ func BenchmarkStageMeterPush(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		// The answer is tallied as it streams past, then billed.
-		rw.tallyPushes(billPush)
-		_, _ = rw.pushTally.Write(answer)
+		rw.tallyAnswers(billPush)
+		rw.tally.Write(answer)
 		env.g.recordUsage(req.r, st, env.cluster, rw, false)
 	}
 }

@@ -60,33 +60,52 @@ func billingOf(r *http.Request, st *requestState) (meter.Op, billing) {
 }
 
 // meteredResponse passes the cell's response to the client as it comes,
-// counts its bytes, and reads what billing needs: a push answer is tallied
-// as it streams (at any size, never copied); for the other routes billed
-// from the body it keeps a copy (up to meter.MaxBilledBody). It also notes
-// when the response head arrives, which is when a parked long-poll stops
-// waiting.
+// counts its bytes, and reads what billing needs: push and transaction
+// answers are tallied as they stream (at any size, never copied); for the
+// other routes billed from the body it keeps a copy (up to
+// meter.MaxBilledBody). It also notes when the response head arrives,
+// which is when a parked long-poll stops waiting.
 type meteredResponse struct {
 	caddyhttp.ResponseWriterWrapper
-	started   bool
-	status    int
-	written   int64
-	keep      bool
-	body      []byte
-	pushTally *meter.PushTally // set for a push only: the state every request carries stays small
-	onHead    func()
+	started bool
+	keep    bool
+	status  int
+	written int64
+	body    []byte
+	tally   *answerTally // pushes and transactions only: every request's state stays small
+	onHead  func()
 }
 
-// tallyPushes makes a push's answer tallied as it streams instead of kept:
-// a large push must not escape billing by the size of its answer.
-func (w *meteredResponse) tallyPushes(rule billing) {
-	if rule == billPush {
-		w.keep = false
-		if w.pushTally == nil {
-			w.pushTally = meter.NewPushTally()
-		} else {
-			w.pushTally.Reset()
-		}
+// answerTally reads a push or a transaction answer as it streams; one
+// allocation, of which the route uses one half.
+type answerTally struct {
+	rule billing
+	push meter.PushTally
+	txn  meter.TxnTally
+}
+
+func (t *answerTally) Write(p []byte) {
+	if t.rule == billPush {
+		_, _ = t.push.Write(p)
+	} else {
+		_, _ = t.txn.Write(p)
 	}
+}
+
+// tallyAnswers makes the answer of a push or a transaction tallied as it
+// streams instead of kept: no request may escape billing by the size of
+// its answer.
+func (w *meteredResponse) tallyAnswers(rule billing) {
+	if rule != billPush && rule != billTransaction {
+		return
+	}
+	w.keep = false
+	if w.tally == nil {
+		w.tally = new(answerTally)
+	}
+	w.tally.rule = rule
+	w.tally.push.Reset()
+	w.tally.txn.Reset()
 }
 
 func (w *meteredResponse) start(status int) {
@@ -111,8 +130,8 @@ func (w *meteredResponse) Write(b []byte) (int, error) {
 	w.start(http.StatusOK)
 	n, err := w.ResponseWriterWrapper.Write(b)
 	w.written += int64(n)
-	if w.pushTally != nil {
-		_, _ = w.pushTally.Write(b[:n])
+	if w.tally != nil {
+		w.tally.Write(b[:n])
 	}
 	if w.keep {
 		if len(w.body)+n > meter.MaxBilledBody {
@@ -142,7 +161,7 @@ func (g *Gateway) recordUsage(r *http.Request, st *requestState, c *tenancy.Clus
 	}
 	s.BytesOut = rw.written
 	status := rw.status
-	copyLost := rule != billPlain && rule != billPush && !rw.keep
+	copyLost := rule != billPlain && rw.tally == nil && !rw.keep
 	if status >= 500 || copyLost {
 		if copyLost && status < 500 {
 			g.logger.Warn("response too large to bill; recorded as a request only",
@@ -154,10 +173,7 @@ func (g *Gateway) recordUsage(r *http.Request, st *requestState, c *tenancy.Clus
 	body := rw.body
 	switch rule {
 	case billPush:
-		var out meter.PushOutcome
-		if rw.pushTally != nil {
-			out = rw.pushTally.Outcome(status)
-		}
+		out := rw.tally.push.Outcome(status)
 		s.Msgs = out.Accepted
 		if out.MostlyBuffered() {
 			g.warnCellSpooling(c)
@@ -165,7 +181,7 @@ func (g *Gateway) recordUsage(r *http.Request, st *requestState, c *tenancy.Clus
 	case billEphemeralPush:
 		s.Msgs = meter.BillEphemeralPush(status, body)
 	case billTransaction:
-		s.Msgs = meter.BillTransaction(status, body, st.produced)
+		s.Msgs = rw.tally.txn.Billed(status, st.produced)
 	case billPop:
 		n, ids := meter.BillPop(status, body)
 		s.Msgs = n

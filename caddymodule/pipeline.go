@@ -167,7 +167,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	client := st.scrub.attach(w, r, g.logger, st.rid)
 	st.rw = meteredResponse{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: client},
 		keep: rule != billPlain, onHead: release}
-	st.rw.tallyPushes(rule)
+	st.rw.tallyAnswers(rule)
 	rw := &st.rw
 	err := next.ServeHTTP(rw, r)
 	st.scrub.finish()

@@ -218,7 +218,7 @@ func TestProduceBodiesFailClosed(t *testing.T) {
 
 // Finding 2: a push whose answer is larger than the billing copy limit was
 // billed 0 messages. 320,000 tiny items answer with about 74 MB.
-func TestLargePushAnswerIsBilledInFull(t *testing.T) {
+func TestLargeAnswersAreBilledInFull(t *testing.T) {
 	broker := startBroker(t, fakebroker.Options{Name: "bigpush-cell", RequireTenant: true})
 	cp := newControlPlane(t, pgtest.URL(t))
 	cell := cp.cell("bigpush-cell", broker.URL(), "")
@@ -241,8 +241,24 @@ func TestLargePushAnswerIsBilledInFull(t *testing.T) {
 	if n := acceptedItems(r); n != items {
 		t.Fatalf("the broker stored %d of %d items", n, items)
 	}
+	pushAnswer := len(r.body)
+
+	// The same holds for a transaction: its answer has one result per
+	// pushed item.
+	const txnItems = 400_000
+	txn := `{"operations":[{"type":"push","items":[` + strings.TrimSuffix(strings.Repeat(`{"queue":"t"},`, txnItems), ",") + `]}]}`
+	r = do(t, client(port), "POST", fmt.Sprintf("http://%s.eu1.example.test:%d/api/v1/transaction", cl.slug, port), key, txn)
+	if tail := r.body[max(len(r.body)-200, 0):]; r.status != 200 || !strings.Contains(string(tail), `],"success":true,`) {
+		t.Fatalf("transaction: %d %.200s", r.status, r.body)
+	}
+	if len(r.body) <= meter.MaxBilledBody {
+		t.Fatalf("the transaction's answer is %d bytes, not over the billing copy limit", len(r.body))
+	}
 	stopMetered()
 	if reqs, msgs := cp.usageOf(cl.id, "push"); reqs != 1 || msgs != items {
-		t.Fatalf("a %d-byte answer was billed reqs=%d msgs=%d, want 1 and %d", len(r.body), reqs, msgs, items)
+		t.Fatalf("a %d-byte answer was billed reqs=%d msgs=%d, want 1 and %d", pushAnswer, reqs, msgs, items)
+	}
+	if reqs, msgs := cp.usageOf(cl.id, "txn"); reqs != 1 || msgs != txnItems {
+		t.Fatalf("a %d-byte transaction answer was billed reqs=%d msgs=%d, want 1 and %d", len(r.body), reqs, msgs, txnItems)
 	}
 }

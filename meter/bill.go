@@ -82,37 +82,16 @@ func BillEphemeralPush(status int, body []byte) int64 {
 	return n
 }
 
-type txnResult struct {
-	Type      string `json:"type"`
-	Duplicate bool   `json:"duplicate"`
-}
-
 // BillTransaction is M3: a committed transaction (2xx and a top-level
 // boolean "success": true) bills the push items the gateway counted in the
 // request (countedItems) minus the results[] entries with type "push" and
 // duplicate true. "success": false (a rollback, still HTTP 200), a missing
-// or non-boolean success, or an unreadable body bill 0.
+// or non-boolean success, or an unreadable body bill 0. It is TxnTally over
+// a whole body; the gateway itself tallies answers as they stream.
 func BillTransaction(status int, body []byte, countedItems int) int64 {
-	if !is2xx(status) || countedItems <= 0 {
-		return 0
-	}
-	var r struct {
-		Success *bool        `json:"success"`
-		Results []*txnResult `json:"results"`
-	}
-	if !decodeLenient(body, &r) || r.Success == nil || !*r.Success {
-		return 0
-	}
-	n := int64(countedItems)
-	for _, res := range r.Results {
-		if res != nil && res.Type == "push" && res.Duplicate {
-			n--
-		}
-	}
-	if n < 0 {
-		return 0
-	}
-	return n
+	t := NewTxnTally()
+	_, _ = t.Write(body)
+	return t.Billed(status, countedItems)
 }
 
 type popAnswer struct {

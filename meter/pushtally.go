@@ -111,6 +111,10 @@ func (s *statusScan) Close(depth int) {
 	}
 }
 
+// Scalar needs nothing: a number or literal is never a status, and the
+// name that preceded it was already cleared (StringEnd of a key).
+func (s *statusScan) Scalar(int, byte) {}
+
 func (s *statusScan) StringStart(depth int, key bool) {
 	s.reading = readNothing
 	if depth != 2 || !s.inItem {
@@ -161,8 +165,11 @@ func (s *statusScan) StringEnd() {
 }
 
 // textIs reports whether the string just read, unescaped, is word.
-func (s *statusScan) textIs(word string) bool {
-	raw := s.text[:s.textLen]
+func (s *statusScan) textIs(word string) bool { return unescapedIs(s.text[:s.textLen], word) }
+
+// unescapedIs reports whether the raw text of a JSON string (between the
+// quotes, escapes intact) is word once unescaped.
+func unescapedIs(raw []byte, word string) bool {
 	for _, c := range raw {
 		if c == '\\' {
 			quoted := make([]byte, 0, len(raw)+2)

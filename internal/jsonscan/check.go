@@ -68,6 +68,10 @@ type Watcher interface {
 	StringPart(raw []byte)
 	// StringEnd is called at the closing quote.
 	StringEnd()
+	// Scalar is called where a number or a literal starts; first is its
+	// first byte ('t', 'f', 'n', '-' or a digit), which tells true from
+	// false from null.
+	Scalar(depth int, first byte)
 }
 
 // Problem tells what was wrong with a text.
@@ -342,6 +346,9 @@ func (c *Checker) Write(p []byte) error {
 				c.state, c.lit, c.litAt = sLiteral, "null", 1
 			default:
 				return c.fail(ProblemSyntax, base+int64(i), "expected a value, found "+describe(b))
+			}
+			if c.Watch != nil && c.state != sString && c.state != sKeyOrClose && c.state != sValueOrClose {
+				c.Watch.Scalar(len(c.stack), b)
 			}
 		case sKeyOrClose, sKey:
 			switch {

@@ -126,12 +126,13 @@ func (r *recorder) StringStart(depth int, key bool) {
 		r.b.WriteString("v<")
 	}
 }
-func (r *recorder) StringPart(raw []byte) { r.b.Write(raw) }
-func (r *recorder) StringEnd()            { r.b.WriteString(">") }
+func (r *recorder) StringPart(raw []byte)        { r.b.Write(raw) }
+func (r *recorder) StringEnd()                   { r.b.WriteString(">") }
+func (r *recorder) Scalar(depth int, first byte) { r.b.WriteString("#" + string(first)) }
 
 func TestWatcherInPieces(t *testing.T) {
-	body := []byte(`[{"status":"queued","q":"a\"b\u00e9"},{"n":[1,"x"]}]`)
-	const want = `[{k<status>v<queued>k<q>v<a\"b\u00e9>){k<n>[v<x>)))`
+	body := []byte(`[{"status":"queued","q":"a\"b\u00e9"},{"n":[12,"x",true,null,-1]},false]`)
+	const want = `[{k<status>v<queued>k<q>v<a\"b\u00e9>){k<n>[#1v<x>#t#n#-))#f)`
 	for split := 0; split <= len(body); split++ {
 		var r recorder
 		c := Checker{Watch: &r}
