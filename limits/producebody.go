@@ -32,31 +32,42 @@ func (e *BodyError) Error() string { return e.Message }
 // item without one: the empty object, "{}".
 const missingPayloadBytes = 2
 
-// topLevel checks body and returns the raw text of the last member named
-// field of its top-level object (nil when absent). isObject is false when
-// the body is valid JSON but not an object.
-func topLevel(body []byte, field string) (value []byte, isObject bool, err error) {
+// walkTop checks body and walks its top-level object in one pass, calling
+// read with the index of the value of every member named field (the last
+// one is what counts, as at the broker); read returns the index just past
+// the value. isObject is false when the body is valid JSON but not an
+// object.
+func walkTop(body []byte, field string, read func(at int) int) (isObject bool, err error) {
 	if err := jsonscan.Check(body); err != nil {
-		return nil, false, err
+		return false, err
 	}
 	i := jsonscan.SkipSpace(body, 0)
 	if body[i] != '{' {
-		return nil, false, nil
+		return false, nil
 	}
-	for it := jsonscan.Object(body[i:]); ; {
-		k, v, more := it.Next()
-		if !more {
-			return value, true, nil
-		}
+	jsonscan.Members(body, i, func(k []byte, at int) int {
 		if keyIs(k, field) {
-			value = v
+			return read(at)
 		}
-	}
+		return jsonscan.ValueEnd(body, at)
+	})
+	return true, nil
 }
 
-func isArray(v []byte) bool  { return len(v) > 0 && v[0] == '[' }
-func isObject(v []byte) bool { return len(v) > 0 && v[0] == '{' }
-func isNull(v []byte) bool   { return string(v) == "null" }
+// itemRef names a push item in a refusal: "item 3", "operation 1, item 0",
+// or "operation 2" for a flat transaction operation. It is formatted only
+// when something is refused.
+type itemRef struct{ op, item int }
+
+func (r itemRef) String() string {
+	switch {
+	case r.op < 0:
+		return "item " + strconv.Itoa(r.item)
+	case r.item < 0:
+		return "operation " + strconv.Itoa(r.op)
+	}
+	return "operation " + strconv.Itoa(r.op) + ", item " + strconv.Itoa(r.item)
+}
 
 // ParsePush reads a POST /api/v1/push body: an object with an "items"
 // array, each item an object with a string "queue", an optional string
@@ -66,166 +77,190 @@ func isNull(v []byte) bool   { return string(v) == "null" }
 func ParsePush(body []byte) (ProduceBatch, error) {
 	var b ProduceBatch
 	b.reset()
-	items, isObj, err := topLevel(body, "items")
-	if err != nil {
-		return ProduceBatch{}, err
-	}
-	if !isObj {
-		return ProduceBatch{}, &BodyError{"push body must be a JSON object with an items array"}
-	}
-	if !isArray(items) {
-		return ProduceBatch{}, &BodyError{"items array is required"}
-	}
 	var names nameBuf
-	for it := jsonscan.Array(items); ; {
-		elem, more := it.Next()
-		if !more {
-			return b, nil
+	var itemsErr error
+	seen, isArray := false, false
+	isObj, err := walkTop(body, "items", func(at int) int {
+		b.reset()
+		seen, isArray, itemsErr = true, body[at] == '[', nil
+		if !isArray {
+			return jsonscan.ValueEnd(body, at)
 		}
-		if err := names.addPushItem(&b, elem, "item "+strconv.Itoa(b.Items)); err != nil {
-			return ProduceBatch{}, err
-		}
+		return jsonscan.Elements(body, at, func(at int) int {
+			if itemsErr != nil {
+				return jsonscan.ValueEnd(body, at)
+			}
+			end, err := names.addPushItem(&b, body, at, itemRef{op: -1, item: b.Items})
+			itemsErr = err
+			return end
+		})
+	})
+	switch {
+	case err != nil:
+		return ProduceBatch{}, err
+	case !isObj:
+		return ProduceBatch{}, &BodyError{"push body must be a JSON object with an items array"}
+	case !seen || !isArray:
+		return ProduceBatch{}, &BodyError{"items array is required"}
+	case itemsErr != nil:
+		return ProduceBatch{}, itemsErr
 	}
+	return b, nil
 }
 
 // ParseTransaction reads a POST /api/v1/transaction body: an object with
-// an "operations" array. An operation whose "type" is "ack" adds nothing;
-// otherwise an operation with an "items" array adds each item (push items
-// as in ParsePush); otherwise one with a "queue" is one item of its own
-// (the flat form: a string queue, an optional partition and payload);
-// anything else adds nothing. Items are numbered across operations.
+// a non-empty "operations" array. An operation whose "type" is "ack" adds
+// nothing; otherwise an operation with an "items" array adds each item
+// (push items as in ParsePush); otherwise one with a "queue" is one item
+// of its own (the flat form: a string queue, an optional partition and
+// payload); anything else adds nothing. Items are numbered across
+// operations.
 func ParseTransaction(body []byte) (ProduceBatch, error) {
 	var b ProduceBatch
 	b.reset()
-	ops, isObj, err := topLevel(body, "operations")
-	if err != nil {
-		return ProduceBatch{}, err
-	}
-	if !isObj {
-		return ProduceBatch{}, &BodyError{"transaction body must be a JSON object with an operations array"}
-	}
-	if !isArray(ops) {
-		return ProduceBatch{}, &BodyError{"operations array required"}
-	}
-	if it := jsonscan.Array(ops); !hasElement(&it) {
-		return ProduceBatch{}, &BodyError{"operations array cannot be empty"}
-	}
 	var names nameBuf
-	opIndex := 0
-	for it := jsonscan.Array(ops); ; opIndex++ {
-		op, more := it.Next()
-		if !more {
-			return b, nil
+	var opsErr error
+	seen, isArray, ops := false, false, 0
+	isObj, err := walkTop(body, "operations", func(at int) int {
+		b.reset()
+		seen, isArray, opsErr, ops = true, body[at] == '[', nil, 0
+		if !isArray {
+			return jsonscan.ValueEnd(body, at)
 		}
-		if err := names.addOperation(&b, op, opIndex); err != nil {
-			return ProduceBatch{}, err
-		}
+		return jsonscan.Elements(body, at, func(at int) int {
+			ops++
+			if opsErr != nil {
+				return jsonscan.ValueEnd(body, at)
+			}
+			end, err := names.addOperation(&b, body, at, ops-1)
+			opsErr = err
+			return end
+		})
+	})
+	switch {
+	case err != nil:
+		return ProduceBatch{}, err
+	case !isObj:
+		return ProduceBatch{}, &BodyError{"transaction body must be a JSON object with an operations array"}
+	case !seen || !isArray:
+		return ProduceBatch{}, &BodyError{"operations array required"}
+	case ops == 0:
+		return ProduceBatch{}, &BodyError{"operations array cannot be empty"}
+	case opsErr != nil:
+		return ProduceBatch{}, opsErr
 	}
+	return b, nil
 }
 
-// addOperation adds the items of one transaction operation.
-func (n *nameBuf) addOperation(b *ProduceBatch, op []byte, opIndex int) error {
-	if !isObject(op) {
-		return nil // the broker rejects the transaction; nothing is stored
+// addOperation adds the items of the transaction operation at body[at]
+// and returns the index just past it.
+func (n *nameBuf) addOperation(b *ProduceBatch, body []byte, at, opIndex int) (int, error) {
+	if body[at] != '{' {
+		return jsonscan.ValueEnd(body, at), nil // the broker rejects the transaction; nothing is stored
 	}
-	var typ, items, queue []byte
-	for it := jsonscan.Object(op); ; {
-		k, v, more := it.Next()
-		if !more {
-			break
-		}
+	var typ []byte
+	items, hasQueue := -1, false
+	end := jsonscan.Members(body, at, func(k []byte, at int) int {
+		e := jsonscan.ValueEnd(body, at)
 		switch {
 		case keyIs(k, "type"):
-			typ = v
+			typ = body[at:e]
 		case keyIs(k, "items"):
-			items = v
+			items = at
 		case keyIs(k, "queue"):
-			queue = v
+			hasQueue = true
 		}
-	}
+		return e
+	})
 	if t, isString := n.text(0, typ); isString && string(t) == "ack" {
-		return nil
+		return end, nil
 	}
-	where := "operation " + strconv.Itoa(opIndex)
-	if isArray(items) {
-		for it := jsonscan.Array(items); ; {
-			elem, more := it.Next()
-			if !more {
-				return nil
+	if items >= 0 && body[items] == '[' {
+		var err error
+		jsonscan.Elements(body, items, func(at int) int {
+			if err != nil {
+				return jsonscan.ValueEnd(body, at)
 			}
-			if err := n.addPushItem(b, elem, where+", item "+strconv.Itoa(b.Items)); err != nil {
-				return err
-			}
-		}
+			var e int
+			e, err = n.addPushItem(b, body, at, itemRef{op: opIndex, item: b.Items})
+			return e
+		})
+		return end, err
 	}
-	if queue == nil {
-		return nil
+	if !hasQueue {
+		return end, nil
 	}
-	return n.addPushItem(b, op, where)
+	_, err := n.addPushItem(b, body, at, itemRef{op: opIndex, item: -1})
+	return end, err
 }
 
-// addPushItem reads one push item and counts it; where names it in a
-// refusal.
-func (n *nameBuf) addPushItem(b *ProduceBatch, item []byte, where string) error {
-	if !isObject(item) {
-		return &BodyError{where + " is not an object"}
+// addPushItem reads the push item at body[at], counts it, and returns the
+// index just past it; ref names it in a refusal.
+func (n *nameBuf) addPushItem(b *ProduceBatch, body []byte, at int, ref itemRef) (int, error) {
+	if body[at] != '{' {
+		return jsonscan.ValueEnd(body, at), &BodyError{ref.String() + " is not an object"}
 	}
 	var queue, part, txn, payload []byte
-	for it := jsonscan.Object(item); ; {
-		k, v, more := it.Next()
-		if !more {
-			break
-		}
+	end := jsonscan.Members(body, at, func(k []byte, at int) int {
+		e := jsonscan.ValueEnd(body, at)
 		switch {
 		case keyIs(k, "queue"):
-			queue = v
+			queue = body[at:e]
 		case keyIs(k, "partition"):
-			part = v
+			part = body[at:e]
 		case keyIs(k, "transactionId"):
-			txn = v
+			txn = body[at:e]
 		case keyIs(k, "payload"):
-			payload = v
+			payload = body[at:e]
 		}
-	}
+		return e
+	})
 	if queue == nil {
-		return &BodyError{where + " has no queue"}
+		return end, &BodyError{ref.String() + " has no queue"}
 	}
 	q, isString := n.text(0, queue)
 	if !isString {
-		return &BodyError{where + ": queue must be a string"}
+		return end, &BodyError{ref.String() + ": queue must be a string"}
 	}
 	p, isString := n.partition(part)
 	if !isString {
-		return &BodyError{where + ": partition must be a string"}
+		return end, &BodyError{ref.String() + ": partition must be a string"}
 	}
 	if txn != nil && !isNull(txn) && txn[0] != '"' {
-		return &BodyError{where + ": transactionId must be a string"}
+		return end, &BodyError{ref.String() + ": transactionId must be a string"}
 	}
 	size := len(payload)
 	if payload == nil {
 		size = missingPayloadBytes
 	}
 	b.add(q, p, size, b.Items)
-	return nil
+	return end, nil
 }
+
+func isNull(v []byte) bool { return string(v) == "null" }
 
 // ParseEphemeralCount reads a POST /api/v1/ephemeral/push body
 // ({queue, partition?, messages:[...]}) and returns the number of elements
 // of "messages"; the elements are not inspected.
 func ParseEphemeralCount(body []byte) (int, error) {
-	messages, isObj, err := topLevel(body, "messages")
-	if err != nil {
+	count, isArray := 0, false
+	isObj, err := walkTop(body, "messages", func(at int) int {
+		count, isArray = 0, body[at] == '['
+		if !isArray {
+			return jsonscan.ValueEnd(body, at)
+		}
+		return jsonscan.Elements(body, at, func(at int) int {
+			count++
+			return jsonscan.ValueEnd(body, at)
+		})
+	})
+	switch {
+	case err != nil:
 		return 0, err
-	}
-	if !isObj || !isArray(messages) {
+	case !isObj || !isArray:
 		return 0, &BodyError{"ephemeral push body must be a JSON object with a messages array"}
 	}
-	count := 0
-	for it := jsonscan.Array(messages); ; count++ {
-		if _, more := it.Next(); !more {
-			return count, nil
-		}
-	}
+	return count, nil
 }
 
 // ParseCycle reads the sink items of a POST /streams/v1/cycle body
@@ -241,51 +276,55 @@ func ParseEphemeralCount(body []byte) (int, error) {
 func ParseCycle(body []byte) (ProduceBatch, error) {
 	var b ProduceBatch
 	b.reset()
-	items, isObj, err := topLevel(body, "push_items")
+	var names nameBuf
+	kind := byte(0) // the first byte of the last push_items, 0 when absent
+	_, err := walkTop(body, "push_items", func(at int) int {
+		b.reset()
+		kind = body[at]
+		if kind != '[' {
+			return jsonscan.ValueEnd(body, at)
+		}
+		pos := 0
+		return jsonscan.Elements(body, at, func(at int) int {
+			pos++
+			return names.addSinkItem(&b, body, at, pos-1)
+		})
+	})
 	switch {
 	case err != nil:
 		return ProduceBatch{}, err
-	case !isObj || items == nil || isNull(items):
-		return b, nil
-	case !isArray(items):
+	case kind != 0 && kind != '[' && kind != 'n':
 		return ProduceBatch{}, &BodyError{"push_items must be an array"}
+	case kind != '[':
+		b.reset()
 	}
-	var names nameBuf
-	pos := 0
-	for it := jsonscan.Array(items); ; pos++ {
-		elem, more := it.Next()
-		if !more {
-			return b, nil
-		}
-		names.addSinkItem(&b, elem, pos)
-	}
+	return b, nil
 }
 
-// addSinkItem counts one element of a cycle's push_items at position pos.
-func (n *nameBuf) addSinkItem(b *ProduceBatch, elem []byte, pos int) {
-	if !isObject(elem) {
-		return
+// addSinkItem counts the element of a cycle's push_items at body[at]
+// (position pos) and returns the index just past it.
+func (n *nameBuf) addSinkItem(b *ProduceBatch, body []byte, at, pos int) int {
+	if body[at] != '{' {
+		return jsonscan.ValueEnd(body, at)
 	}
 	var queue, part, payload, alias []byte
-	for it := jsonscan.Object(elem); ; {
-		k, v, more := it.Next()
-		if !more {
-			break
-		}
+	end := jsonscan.Members(body, at, func(k []byte, at int) int {
+		e := jsonscan.ValueEnd(body, at)
 		switch {
 		case keyIs(k, "queue"):
-			queue = v
+			queue = body[at:e]
 		case keyIs(k, "partition"):
-			part = v
+			part = body[at:e]
 		case keyIs(k, "payload"):
-			payload = v
+			payload = body[at:e]
 		case keyIs(k, "data"):
-			alias = v
+			alias = body[at:e]
 		}
-	}
+		return e
+	})
 	q, isString := n.text(0, queue)
 	if !isString || len(q) == 0 {
-		return
+		return end
 	}
 	p, isString := n.text(1, part)
 	if !isString || len(p) == 0 {
@@ -295,10 +334,5 @@ func (n *nameBuf) addSinkItem(b *ProduceBatch, elem []byte, pos int) {
 		payload = alias
 	}
 	b.add(q, p, len(payload), pos)
-}
-
-// hasElement reports whether an array iterator has an element left.
-func hasElement(it *jsonscan.ArrayIter) bool {
-	_, more := it.Next()
-	return more
+	return end
 }

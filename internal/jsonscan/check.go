@@ -1,6 +1,7 @@
 package jsonscan
 
 import (
+	"encoding/binary"
 	"strconv"
 	"unicode/utf8"
 )
@@ -154,6 +155,16 @@ var plain = func() (t [256]bool) {
 	return t
 }()
 
+// plainWord reports whether none of the eight bytes of w is a quote, a
+// backslash, a control character or past ASCII (the bit tricks find a
+// zero byte, or a byte below a bound, in every lane at once).
+func plainWord(w uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	zero := func(v uint64) uint64 { return (v - ones) & ^v & highs }
+	below := (w - ones*0x20) & ^w & highs
+	return (below | zero(w^(ones*'"')) | zero(w^(ones*'\\')) | w&highs) == 0
+}
+
 func (c *Checker) fail(p Problem, at int64, detail string) error {
 	c.err = &SyntaxError{Problem: p, Offset: at, Detail: detail}
 	return c.err
@@ -182,10 +193,16 @@ func (c *Checker) Write(p []byte) error {
 		b := p[i]
 		switch c.state {
 		case sString:
-			// The fast loop: plain ASCII runs are most of any body. After
-			// a high surrogate only the escape of its low half may come.
-			for !c.highSurr && i < len(p) && plain[p[i]] {
-				i++
+			// The fast loop: plain ASCII runs are most of any body, eight
+			// bytes at a time while none of them needs a look. After a
+			// high surrogate only the escape of its low half may come.
+			if !c.highSurr {
+				for i+8 <= len(p) && plainWord(binary.LittleEndian.Uint64(p[i:])) {
+					i += 8
+				}
+				for i < len(p) && plain[p[i]] {
+					i++
+				}
 			}
 			if i == len(p) {
 				continue
@@ -273,6 +290,11 @@ func (c *Checker) Write(p []byte) error {
 			i++
 			continue
 		case sLiteral:
+			if rest := c.lit[c.litAt:]; len(p)-i >= len(rest) && string(p[i:i+len(rest)]) == rest {
+				i += len(rest)
+				c.endValue()
+				continue
+			}
 			if b != c.lit[c.litAt] {
 				return c.fail(ProblemSyntax, base+int64(i), "an invalid literal")
 			}
@@ -285,6 +307,16 @@ func (c *Checker) Write(p []byte) error {
 		}
 
 		if c.state >= sMinus {
+			if c.state == sInt || c.state == sFrac || c.state == sExpDigit {
+				// Digit runs in a tight loop.
+				for i < len(p) && '0' <= p[i] && p[i] <= '9' {
+					i++
+				}
+				if i == len(p) {
+					continue
+				}
+				b = p[i]
+			}
 			if next, ok := numberStep(c.state, b); ok {
 				c.state = next
 				i++

@@ -232,3 +232,63 @@ func FuzzCheck(f *testing.F) {
 		}
 	})
 }
+
+func TestMembersAndElements(t *testing.T) {
+	body := []byte(` { "a" : [1, {"b":"x\"y"}, null] , "c\"d":"e" , "f": -1.5e3, "g":{}, "h":[]}`)
+	var got []string
+	end := Members(body, SkipSpace(body, 0), func(key []byte, at int) int {
+		got = append(got, string(key))
+		if string(key) == "a" {
+			return Elements(body, at, func(at int) int {
+				e := ValueEnd(body, at)
+				got = append(got, "["+string(body[at:e])+"]")
+				return e
+			})
+		}
+		e := ValueEnd(body, at)
+		got = append(got, string(body[at:e]))
+		return e
+	})
+	want := `a [1] [{"b":"x\"y"}] [null] c\"d "e" f -1.5e3 g {} h []`
+	if strings.Join(got, " ") != want || end != len(body) {
+		t.Fatalf("walked %q to %d of %d", strings.Join(got, " "), end, len(body))
+	}
+}
+
+// BenchmarkCheck is the checker over a 100-item push as SDKs send it.
+func BenchmarkCheck(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"items":[`)
+	for i := range 100 {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(`{"queue":"orders","partition":"customer-1","payload":{"orderId":1042,"customer":"customer-1","amount":10.95,"currency":"EUR","items":[{"sku":"SKU-0042","qty":2}],"note":"standard delivery","gift":false,"ref":null},"transactionId":"01a22ac0-e963-7042-986d-86e1125b0042"}`)
+	}
+	sb.WriteString(`]}`)
+	body := []byte(sb.String())
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := Check(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestCheckLongStringRuns puts every interesting byte at every position of
+// a long string, across the eight-byte fast path's lanes and its tail.
+func TestCheckLongStringRuns(t *testing.T) {
+	for _, c := range []byte{'"', '\\', 0x00, 0x1f, 0x20, 0x21, 0x5b, 0x5d, 0x7e, 0x7f, 0x80, 0xc3, 0xff} {
+		for pos := 0; pos < 40; pos++ {
+			run := []byte(strings.Repeat("a", 40))
+			run[pos] = c
+			body := append(append([]byte(`["`), run...), `"]`...)
+			err := Check(body)
+			want, sure := modelCheck(body)
+			if sure && (err == nil) != want {
+				t.Errorf("byte %#x at %d: checker %v, model accepts=%v", c, pos, err, want)
+			}
+		}
+	}
+}

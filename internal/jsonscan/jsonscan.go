@@ -5,7 +5,10 @@
 // few fields they need from bodies they forward unchanged.
 package jsonscan
 
-import "unicode/utf8"
+import (
+	"bytes"
+	"unicode/utf8"
+)
 
 // Space reports whether c is JSON whitespace.
 func Space(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
@@ -55,6 +58,11 @@ func ValueEnd(b []byte, i int) int {
 
 // StringEnd returns the index just past the string whose quote is at b[i].
 func StringEnd(b []byte, i int) int {
+	// Most strings hold no escape: find the closing quote with IndexByte
+	// and walk byte by byte only when a backslash comes before it.
+	if q := bytes.IndexByte(b[i+1:], '"'); q >= 0 && bytes.IndexByte(b[i+1:i+1+q], '\\') < 0 {
+		return i + 2 + q
+	}
 	for i++; i < len(b); i++ {
 		switch b[i] {
 		case '\\':

@@ -1,0 +1,42 @@
+package jsonscan
+
+// Members and Elements walk a container of valid JSON text in place, in
+// one pass: a caller that reads a value where it lies tells them where it
+// ended, so no value is scanned twice to find its end first (as Object and
+// Array must, to hand out slices). They trust their input: run Check first.
+
+// Members walks the object whose '{' is at b[i]. For each member it calls
+// fn with the key's raw text (between the quotes, escapes intact) and the
+// index where the value starts; fn returns the index just past the value
+// (ValueEnd(b, at) for a value it skips). Members returns the index just
+// past the object.
+func Members(b []byte, i int, fn func(key []byte, at int) int) int {
+	i = SkipSpace(b, i+1)
+	for i < len(b) && b[i] == '"' {
+		kEnd := StringEnd(b, i)
+		key := b[i+1 : kEnd-1]
+		at := SkipSpace(b, SkipSpace(b, kEnd)+1) // past the ':'
+		if at >= len(b) {
+			return len(b)
+		}
+		i = SkipSpace(b, fn(key, at))
+		if i < len(b) && b[i] == ',' {
+			i = SkipSpace(b, i+1)
+		}
+	}
+	return min(i+1, len(b)) // past the '}'
+}
+
+// Elements walks the array whose '[' is at b[i], calling fn with the index
+// where each element starts; fn returns the index just past it. Elements
+// returns the index just past the array.
+func Elements(b []byte, i int, fn func(at int) int) int {
+	i = SkipSpace(b, i+1)
+	for i < len(b) && b[i] != ']' {
+		i = SkipSpace(b, fn(i))
+		if i < len(b) && b[i] == ',' {
+			i = SkipSpace(b, i+1)
+		}
+	}
+	return min(i+1, len(b)) // past the ']'
+}
