@@ -1,9 +1,9 @@
 package caddymodule
 
 import (
-	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"go.uber.org/zap"
 
@@ -87,15 +87,16 @@ func (s *cellErrorScrub) inspectable(status int) int64 {
 	if s.head || status == http.StatusNoContent || status == http.StatusNotModified {
 		return 0
 	}
+	// reverse_proxy copies the cell's headers in canonical form, so they
+	// are read straight from the map (Header.Get would canonicalise again).
 	h := s.w.Header()
-	if enc := h.Get("Content-Encoding"); enc != "" && enc != "identity" {
+	if enc := firstValue(h["Content-Encoding"]); enc != "" && enc != "identity" {
 		return 0
 	}
-	ct, _, err := mime.ParseMediaType(h.Get("Content-Type"))
-	if err != nil || ct != "application/json" {
+	if !isJSONMediaType(firstValue(h["Content-Type"])) {
 		return 0
 	}
-	cl := h.Get("Content-Length")
+	cl := firstValue(h["Content-Length"])
 	if cl == "" {
 		return -1
 	}
@@ -104,6 +105,23 @@ func (s *cellErrorScrub) inspectable(status int) int64 {
 		return 0
 	}
 	return n
+}
+
+func firstValue(v []string) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return v[0]
+}
+
+// isJSONMediaType reports an application/json Content-Type, parameters
+// (charset) allowed. It is mime.ParseMediaType's answer for this one type
+// without the map that function allocates on every answer.
+func isJSONMediaType(ct string) bool {
+	if i := strings.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	return strings.EqualFold(strings.TrimSpace(ct), "application/json")
 }
 
 func (s *cellErrorScrub) Write(b []byte) (int, error) {

@@ -23,18 +23,27 @@ import (
 // InternalDetail reports whether body is an error answer whose error text
 // exposes internals, and returns that text (for the gateway's log).
 func InternalDetail(body []byte) (detail string, exposes bool) {
-	if !bytes.Contains(body, []byte(`"error"`)) {
-		return "", false // the common case: no error field at all, no parse
-	}
-	var top struct {
-		Error json.RawMessage `json:"error"`
-	}
-	if err := json.Unmarshal(body, &top); err != nil || len(top.Error) == 0 {
+	escaped := bytes.Contains(body, []byte(`\u`)) // could spell "error" or a mark otherwise
+	// The common case: no error field at all, so no parse. (`or"` is
+	// implied by `"error"` and several times cheaper to look for in JSON,
+	// where quotes are everywhere and an o is rare.)
+	if !escaped && !bytes.Contains(body, []byte(`or"`)) {
 		return "", false
 	}
-	msg := string(top.Error)
-	if top.Error[0] == '"' {
-		if err := json.Unmarshal(top.Error, &msg); err != nil {
+	if !escaped && !mayLookInternal(body) {
+		return "", false // an error field, but no mark of internals anywhere
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil {
+		return "", false
+	}
+	raw := top["error"]
+	if len(raw) == 0 {
+		return "", false
+	}
+	msg := string(raw)
+	if raw[0] == '"' {
+		if err := json.Unmarshal(raw, &msg); err != nil {
 			return "", false
 		}
 	}
@@ -72,6 +81,47 @@ var sqlShapes = [][]string{
 	{"INSERT INTO "},
 	{"DELETE FROM "},
 	{"UPDATE ", " SET "},
+}
+
+// rawMarks are every string LooksInternal looks for, as they appear inside
+// a JSON string: a text that looks internal has one of them in its encoded
+// form, wherever in the body that text is.
+var rawMarks = func() [][]byte {
+	var all []string
+	all = append(all, severities...)
+	all = append(all, markers...)
+	for _, shape := range sqlShapes {
+		all = append(all, shape[0])
+	}
+	out := make([][]byte, 0, len(all))
+	for _, m := range all {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(m); err != nil {
+			panic(err) // a constant string always encodes
+		}
+		out = append(out, bytes.Trim(bytes.TrimSpace(b.Bytes()), `"`))
+	}
+	return out
+}()
+
+// mayLookInternal is a cheap test that lets most error answers ("lease_held",
+// "no_available_partition") through without a parse: false only when no
+// mark of internals can be in body. The escaped solidus, which could spell
+// a mark another way (PL\/pgSQL), makes it answer true (InternalDetail
+// does not ask it at all for a body with \u escapes), so such a body is
+// parsed and judged on its decoded text.
+func mayLookInternal(body []byte) bool {
+	if bytes.Contains(body, []byte(`\/`)) {
+		return true
+	}
+	for _, m := range rawMarks {
+		if bytes.Contains(body, m) {
+			return true
+		}
+	}
+	return false
 }
 
 // LooksInternal reports whether an error text carries the marks of

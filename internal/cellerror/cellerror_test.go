@@ -2,7 +2,6 @@ package cellerror
 
 import (
 	"encoding/json"
-	"strings"
 	"testing"
 )
 
@@ -64,6 +63,9 @@ func FuzzInternalDetail(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		detail, exposes := InternalDetail(body)
+		if slow := slowInternal(body); slow != exposes {
+			t.Fatalf("%q: InternalDetail says %v, a full parse %v (the shortcut missed a mark)", body, exposes, slow)
+		}
 		if !exposes {
 			return
 		}
@@ -74,12 +76,35 @@ func FuzzInternalDetail(f *testing.F) {
 		if err := json.Unmarshal(body, &top); err != nil {
 			t.Fatalf("%q judged exposing but is no JSON object: %v", body, err)
 		}
-		found := false
-		for k := range top {
-			found = found || strings.EqualFold(k, "error")
-		}
-		if !found {
+		if _, found := top["error"]; !found {
 			t.Fatalf("%q judged exposing without an error field", body)
 		}
 	})
+}
+
+// slowInternal is InternalDetail without its shortcuts: always parse.
+func slowInternal(body []byte) bool {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil || len(top["error"]) == 0 {
+		return false
+	}
+	raw := top["error"]
+	msg := string(raw)
+	if raw[0] == '"' && json.Unmarshal(raw, &msg) != nil {
+		return false
+	}
+	return LooksInternal(msg)
+}
+
+func TestShortcutSeesEscapedMarks(t *testing.T) {
+	for _, body := range []string{
+		`{"error":"\u0045RROR:  x"}`,
+		`{"error":"CONTEXT:  PL\/pgSQL function f()"}`,
+		`{"error":"boom\n\tat Foo.bar(Foo.java:1)"}`,
+		`{"\u0065rror":"ERROR:  x"}`,
+	} {
+		if _, exposes := InternalDetail([]byte(body)); !exposes {
+			t.Errorf("%s not recognised", body)
+		}
+	}
 }
