@@ -16,6 +16,13 @@
 // the recorded public 0.15.1 broker instead, which has no tenancy: the header
 // is ignored and every request shares one namespace.
 //
+// Pops read their query parameters as the broker does (brokerquery.go):
+// the first "key=" substring of the raw query, so "wait=1", "await=true"
+// and "x=wait=true" park. A pop with a negative batch answers with the
+// PostgreSQL error, SQL statement and PL/pgSQL context the broker passes
+// through (sqlerrors.go; modelled, not recorded), so tests can show such
+// internals reaching the gateway.
+//
 // Deliberate differences from the recorded broker:
 //
 //   - GET /api/v1/resources/queues reports a per-queue retainedBytes field: the
