@@ -119,6 +119,23 @@ type App struct {
 	// cluster. Default 15m; each probe is 4 requests to the cell.
 	IsolationProbeInterval caddy.Duration `json:"isolation_probe_interval,omitempty"`
 
+	// LeaderGroup makes this gateway one of a group that fronts one cell:
+	// only the group's leader serves, a standby answers 503
+	// gateway_standby (and /readyz 503) and takes over once the leader's
+	// lease in the control-plane database expires. Empty: a gateway of its
+	// own.
+	LeaderGroup string `json:"leader_group,omitempty"`
+
+	// GatewayName names this gateway in its group; unique in the group.
+	// Default: the host name and the process id.
+	GatewayName string `json:"gateway_name,omitempty"`
+
+	// LeaderLeaseTTL is how long the leader's lease lives without renewal:
+	// the longest a group goes unserved after its leader died. The leader
+	// renews every fifth of it, a standby tries every tenth. Default 2s, at
+	// least 500ms.
+	LeaderLeaseTTL caddy.Duration `json:"leader_lease_ttl,omitempty"`
+
 	backend     *backend
 	limits      *limitState
 	released    bool
@@ -158,6 +175,10 @@ func (a *App) Provision(ctx caddy.Context) error {
 	setDuration(&a.KeyTouchInterval, 10*time.Second)
 	setDuration(&a.ReconcileInterval, time.Minute)
 	setDuration(&a.IsolationProbeInterval, 15*time.Minute)
+	setDuration(&a.LeaderLeaseTTL, 2*time.Second)
+	if a.GatewayName == "" {
+		a.GatewayName = defaultGatewayName()
+	}
 	setDuration(&a.MeterFlushInterval, 15*time.Second)
 	if a.SpoolDir == "" {
 		a.SpoolDir = filepath.Join(caddy.AppDataDir(), "queengate-spool")
@@ -186,6 +207,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		meterFlush:     time.Duration(a.MeterFlushInterval),
 		reconcile:      time.Duration(a.ReconcileInterval),
 		isolationEvery: time.Duration(a.IsolationProbeInterval),
+		leader:         leaderSettings{group: a.LeaderGroup, name: a.GatewayName, ttl: time.Duration(a.LeaderLeaseTTL)},
 		identity: tenancy.IdentityCacheConfig{
 			RevocationStrict: a.Sessions != nil && a.Sessions.RevocationStrict,
 			LookupTimeout:    time.Duration(a.DatabaseTimeout),
@@ -203,7 +225,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.backend = b
 	b.app.Store(a)
 	a.pushBlockSources = []limits.PushBlockSource{b.storage, b.quota}
-	a.extraReadiness = append(a.extraReadiness, b.storageReadiness, b.isolationReadiness)
+	a.extraReadiness = append(a.extraReadiness, b.storageReadiness, b.isolationReadiness, b.leaderReadiness)
 	ls, err := acquireLimitState(a.CellMaxParked)
 	if err != nil {
 		return fmt.Errorf("queen: limit state: %w", err)
@@ -238,6 +260,12 @@ func (a *App) Validate() error {
 	if a.CellMaxParked < 0 || a.MaxBatchItems < 0 {
 		return fmt.Errorf("queen: cell_max_parked and max_batch_items must be positive")
 	}
+	if a.LeaderLeaseTTL != 0 && time.Duration(a.LeaderLeaseTTL) < 500*time.Millisecond {
+		return fmt.Errorf("queen: leader_lease_ttl must be at least 500ms, got %s", time.Duration(a.LeaderLeaseTTL))
+	}
+	if a.LeaderGroup != "" && strings.TrimSpace(a.LeaderGroup) != a.LeaderGroup {
+		return fmt.Errorf("queen: leader_group %q has surrounding spaces", a.LeaderGroup)
+	}
 	if a.KeyTouchInterval != 0 && time.Duration(a.KeyTouchInterval) < time.Second {
 		return fmt.Errorf("queen: key_touch_interval must be at least 1s, got %s", time.Duration(a.KeyTouchInterval))
 	}
@@ -258,8 +286,16 @@ func (a *App) Validate() error {
 // its shared backend is acquired.
 func (a *App) Start() error { return nil }
 
-// Stop implements caddy.App.
-func (a *App) Stop() error { return nil }
+// Stop implements caddy.App. When the process is exiting (not on a
+// reload, where the backend lives on), a group leader hands its lease over
+// at once, while the HTTP servers may still drain: the standby serves
+// from its next attempt instead of after the whole shutdown.
+func (a *App) Stop() error {
+	if caddy.Exiting() && a.backend != nil {
+		a.backend.handOver()
+	}
+	return nil
+}
 
 // Cleanup releases this configuration's hold on the shared backend; the
 // pool and listener close when no configuration uses them any more.

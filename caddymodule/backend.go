@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/queengate/queengate/leader"
 	"github.com/queengate/queengate/limits"
 	"github.com/queengate/queengate/meter"
 	"github.com/queengate/queengate/migrations"
@@ -33,6 +34,7 @@ type backendSettings struct {
 	meterFlush     time.Duration
 	reconcile      time.Duration
 	isolationEvery time.Duration
+	leader         leaderSettings
 }
 
 type backend struct {
@@ -52,6 +54,9 @@ type backend struct {
 	storage    *limits.Storage
 	reconciler *limits.Reconciler
 	isolation  *tenancy.CellIsolation
+	// elector is nil for a gateway that is not part of a group.
+	elector     *leader.Elector
+	gatewayName string
 	seenCells  sync.Map // cell id -> struct{}: the cells whose clusters are reconciled
 	kick       chan struct{}
 	staleGrace time.Duration
@@ -68,8 +73,8 @@ type backend struct {
 const listenerReadyWait = 5 * time.Second
 
 func acquireBackend(ctx caddy.Context, s backendSettings, log *zap.Logger) (*backend, error) {
-	key := fmt.Sprintf("%s|%d|%v|%v|%+v|%+v|%s|%v|%v|%v", s.databaseURL, s.poolMaxConns, s.skipMigrations, s.keyTouch,
-		s.cache, s.identity, s.spoolDir, s.meterFlush, s.reconcile, s.isolationEvery)
+	key := fmt.Sprintf("%s|%d|%v|%v|%+v|%+v|%s|%v|%v|%v|%+v", s.databaseURL, s.poolMaxConns, s.skipMigrations, s.keyTouch,
+		s.cache, s.identity, s.spoolDir, s.meterFlush, s.reconcile, s.isolationEvery, s.leader)
 	v, _, err := backends.LoadOrNew(key, func() (caddy.Destructor, error) {
 		return newBackend(ctx, key, s, log)
 	})
@@ -119,6 +124,7 @@ func newBackend(ctx context.Context, key string, s backendSettings, log *zap.Log
 		b.lastDatabaseOK.Store(time.Now().UnixNano())
 	}
 	b.newCellIsolation(s.isolationEvery, log)
+	b.newElector(s.leader, log)
 	if err := b.newLimitsAndMeter(s, log); err != nil {
 		stop()
 		pool.Close()
@@ -146,6 +152,9 @@ func newBackend(ctx context.Context, key string, s backendSettings, log *zap.Log
 	workers.Go(func() { b.listener.Run(runCtx) })
 	workers.Go(func() { b.toucher.Run(runCtx) })
 	workers.Go(func() { b.isolation.Run(runCtx) })
+	if b.elector != nil {
+		workers.Go(func() { b.elector.Run(runCtx) })
+	}
 	b.runLimitsAndMeter(runCtx, &workers, log)
 	if !databaseUp {
 		log.Error("control-plane database unreachable at start; refusing what cannot be confirmed until it answers",
@@ -208,6 +217,7 @@ func (b *backend) awaitDatabase(ctx context.Context, s backendSettings, log *zap
 // Destruct stops the listener and closes the pool; called when the last
 // configuration using this backend is unloaded.
 func (b *backend) Destruct() error {
+	b.handOver()
 	b.stop()
 	<-b.stopped
 	b.pool.Close()

@@ -44,6 +44,9 @@ import (
 //		max_batch_items      <n>
 //		reconcile_interval   <duration>
 //		isolation_probe_interval <duration>
+//		leader_group      <group name>
+//		gateway_name      <name in the group>
+//		leader_lease_ttl  <duration>
 //		meter_flush_interval <duration>
 //		spool_dir            <dir>
 //		metrics_per_cluster
@@ -163,6 +166,18 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "isolation_probe_interval":
 			if err := parseDuration(d, &a.IsolationProbeInterval); err != nil {
+				return err
+			}
+		case "leader_group":
+			if !d.AllArgs(&a.LeaderGroup) {
+				return d.ArgErr()
+			}
+		case "gateway_name":
+			if !d.AllArgs(&a.GatewayName) {
+				return d.ArgErr()
+			}
+		case "leader_lease_ttl":
+			if err := parseDuration(d, &a.LeaderLeaseTTL); err != nil {
 				return err
 			}
 		case "meter_flush_interval":

@@ -21,6 +21,10 @@ func TestAppUnmarshalCaddyfile(t *testing.T) {
 		key_negative_ttl 1s
 		stale_grace 1m
 		skip_migrations
+		isolation_probe_interval 5m
+		leader_group eu1-a
+		gateway_name gw-1
+		leader_lease_ttl 3s
 	}`)
 	var a App
 	if err := a.UnmarshalCaddyfile(d); err != nil {
@@ -28,7 +32,9 @@ func TestAppUnmarshalCaddyfile(t *testing.T) {
 	}
 	if a.DatabaseURL != "{env.DB}" || len(a.BaseDomains) != 2 || a.PoolMaxConns != 4 ||
 		a.DatabaseTimeout != caddy.Duration(2*time.Second) || a.CacheTTL != caddy.Duration(10*time.Second) ||
-		a.KeyNegativeTTL != caddy.Duration(time.Second) || a.StaleGrace != caddy.Duration(time.Minute) || !a.SkipMigrations {
+		a.KeyNegativeTTL != caddy.Duration(time.Second) || a.StaleGrace != caddy.Duration(time.Minute) || !a.SkipMigrations ||
+		a.IsolationProbeInterval != caddy.Duration(5*time.Minute) || a.LeaderGroup != "eu1-a" || a.GatewayName != "gw-1" ||
+		a.LeaderLeaseTTL != caddy.Duration(3*time.Second) {
 		t.Fatalf("parsed %+v", a)
 	}
 }
@@ -126,6 +132,9 @@ func TestCaddyfileErrorsNameTheLine(t *testing.T) {
 		{"failure burst missing", "queen_gateway {\n\tauth_failures 1\n}", "at Testfile:2", true},
 		{"shared hosts empty", "queen_gateway {\n\tshared_hosts\n}", "at Testfile:2", true},
 		{"shield takes no argument", "queen_gateway {\n\tshield yes\n}", "at Testfile:2", true},
+		{"leader group missing", "queen {\n\tleader_group\n}", "at Testfile:2", false},
+		{"leader group twice", "queen {\n\tleader_group a b\n}", "at Testfile:2", false},
+		{"bad lease ttl", "queen {\n\tleader_lease_ttl soon\n}", `leader_lease_ttl: "soon" is not a duration`, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -208,6 +217,10 @@ func TestAppValidate(t *testing.T) {
 	}
 	if err := (&App{DatabaseURL: "postgres://x", PoolMaxConns: 1, BaseDomains: []string{"*.eu1.example.com"}}).Validate(); err == nil {
 		t.Fatal("a wildcard base domain must be refused")
+	}
+	if err := (&App{DatabaseURL: "postgres://x", PoolMaxConns: 1, LeaderLeaseTTL: caddy.Duration(100 * time.Millisecond)}).Validate(); err == nil ||
+		!strings.Contains(err.Error(), "leader_lease_ttl must be at least 500ms") {
+		t.Fatalf("a 100ms lease: err = %v", err)
 	}
 }
 

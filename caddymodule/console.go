@@ -149,6 +149,10 @@ func (s gatewayState) CellCredential(c *tenancy.Cluster) string {
 	return s.g.app.inventoryCredential(c)
 }
 
+func (s gatewayState) ServingGateway() (name, group, role string) {
+	return s.g.app.backend.servingGateway()
+}
+
 func (s gatewayState) CellServes(ctx context.Context, c *tenancy.Cluster) bool {
 	return s.g.app.backend.isolation.Admit(ctx, tenancy.ProbeCellOf(c), c.ID).Serve
 }

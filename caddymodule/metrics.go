@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/queengate/queengate/internal/apierror"
+	"github.com/queengate/queengate/leader"
 	"github.com/queengate/queengate/tenancy"
 )
 
@@ -84,6 +85,9 @@ var (
 	descPoolAcquires  = prometheus.NewDesc("queengate_db_pool_acquires_total", "Connections acquired from the pool.", nil, nil)
 	descPoolWaits     = prometheus.NewDesc("queengate_db_pool_empty_acquires_total", "Acquires that had to wait for a connection.", nil, nil)
 	descStorageActive = prometheus.NewDesc("queengate_storage_quota_active", "1 when the broker reports retained bytes and the storage quota applies.", nil, nil)
+	descGatewayRole   = prometheus.NewDesc("queengate_gateway_role", "1 for this gateway's current role in its group (leader or standby).", []string{"group", "gateway", "role"}, nil)
+	descLeaseRenewals = prometheus.NewDesc("queengate_leader_lease_attempts_total", "Attempts to take or renew the group's lease, by result (held: this gateway holds it; failed: the database did not answer).", []string{"result"}, nil)
+	descTakeovers     = prometheus.NewDesc("queengate_leader_takeovers_total", "Times this gateway became its group's leader.", nil, nil)
 	descCellScoping   = prometheus.NewDesc("queengate_cell_tenant_scoping", "1 for each served cell's current isolation verdict (scoped, unscoped or unknown); a cell that is not scoped serves only its oldest cluster.", []string{"cell", "verdict"}, nil)
 )
 
@@ -96,7 +100,8 @@ type collector struct {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRequests, descRefusals, descClusterReqs, descParked, descParkedCap,
 		descFlushes, descFlushSeconds, descSpoolFiles, descSpoolBytes, descSpooledRows, descReplayedRows,
-		descQuarantined, descCircuit, descCache, descPoolConns, descPoolAcquires, descPoolWaits, descStorageActive, descCellScoping} {
+		descQuarantined, descCircuit, descCache, descPoolConns, descPoolAcquires, descPoolWaits, descStorageActive, descCellScoping,
+		descGatewayRole, descLeaseRenewals, descTakeovers} {
 		ch <- d
 	}
 }
@@ -161,6 +166,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if b.storage != nil {
 		active, _ := b.storage.Active()
 		gauge(descStorageActive, boolGauge(active))
+	}
+	if e := b.elector; e != nil {
+		for _, role := range []leader.Role{leader.Leader, leader.Standby} {
+			gauge(descGatewayRole, boolGauge(e.Role() == role), e.Group(), b.gatewayName, role.String())
+		}
+		k := e.Counters()
+		counter(descLeaseRenewals, k.Renewals, "held")
+		counter(descLeaseRenewals, k.Failures, "failed")
+		counter(descTakeovers, k.Takeovers)
 	}
 	if b.isolation != nil {
 		for _, v := range b.isolation.Verdicts() {

@@ -66,6 +66,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if g.serveHealth(w, r) {
 		return nil
 	}
+	// The standby of a group serves nothing: only the leader enforces the
+	// cell's limits and meters its usage.
+	if g.app.backend.standby() {
+		return g.refuse(w, r, st, errStandby)
+	}
 	if g.surface != nil && g.surface.Owns(r.URL.Path) {
 		g.surface.ServeHTTP(w, r)
 		return nil

@@ -120,6 +120,9 @@ func TestOverviewAndUsage(t *testing.T) {
 	if o["status"] != "active" || o["role"] != "viewer" || o["push_block"] != nil || o["slug"] != strings.TrimSuffix(w.host, "."+baseDomain) {
 		t.Fatalf("overview %v", o)
 	}
+	if gw, _ := o["gateway"].(map[string]any); gw["name"] != "gw-test" || gw["role"] != "leader" {
+		t.Fatalf("overview gateway %v, want the serving gateway gw-test", o["gateway"])
+	}
 	plan := o["plan"].(map[string]any)
 	if plan["code"] != "pro" || plan["monthly_msgs_quota"] != nil {
 		t.Fatalf("plan %v", plan)

@@ -51,6 +51,9 @@ type ClusterState interface {
 	// whose broker does not keep clusters apart serves only its oldest
 	// cluster, and the console reads nothing from the cell for the others.
 	CellServes(ctx context.Context, c *tenancy.Cluster) bool
+	// ServingGateway is the gateway that serves the cell now: its name,
+	// its group ("" for a gateway of its own) and this gateway's role.
+	ServingGateway() (name, group, role string)
 	// Unflushed is the cluster's metered usage not yet written to
 	// usage_minutes (the open minute, and closed ones waiting for the
 	// next flush). Every request of a cluster crosses its cell's one

@@ -101,6 +101,7 @@ func (testState) PushBlock(*tenancy.Cluster) string                 { return "" 
 func (testState) Storage(string) limits.StorageStatus               { return limits.StorageStatus{} }
 func (testState) CellCredential(c *tenancy.Cluster) string          { return "" }
 func (testState) CellServes(context.Context, *tenancy.Cluster) bool { return true }
+func (testState) ServingGateway() (string, string, string)          { return "gw-test", "", "leader" }
 
 // env is one surface on the package database, with its own cell (a fake
 // broker) and a clock tests can move.

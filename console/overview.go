@@ -89,7 +89,10 @@ func (s *Surface) overview(w http.ResponseWriter, r *http.Request, c *caller) {
 		return
 	}
 	var pushBlock *string
+	var gateway map[string]string
 	if s.o.State != nil {
+		name, group, role := s.o.State.ServingGateway()
+		gateway = map[string]string{"name": name, "group": group, "role": role}
 		if b := s.o.State.PushBlock(c.cluster); b != "" {
 			pushBlock = &b
 		}
@@ -113,6 +116,7 @@ func (s *Surface) overview(w http.ResponseWriter, r *http.Request, c *caller) {
 		},
 		"usage":      map[string]any{"month": month.Format("2006-01"), "msgs": msgs},
 		"push_block": pushBlock,
+		"gateway":    gateway,
 		"storage":    s.storageOf(c),
 		"limits":     limitsJSON(c.cluster.Limits),
 		"features": map[string]bool{

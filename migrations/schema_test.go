@@ -86,6 +86,12 @@ api_keys expires_at timestamptz NULL -
 meter_batches batch_id text NN -
 meter_batches row_count integer NN 0
 meter_batches applied_at timestamptz NN now()
+gateway_leases group_name text NN -
+gateway_leases holder text NN -
+gateway_leases epoch bigint NN 1
+gateway_leases acquired_at timestamptz NN now()
+gateway_leases renewed_at timestamptz NN now()
+gateway_leases expires_at timestamptz NN -
 quota_announcements cluster_id uuid NN -
 quota_announcements month text NN -
 quota_announcements kind text NN -

@@ -36,6 +36,9 @@ const (
 	// that does not keep clusters apart (or is not yet known to), and the
 	// cell serves only its oldest cluster.
 	CellNotIsolated Code = "cell_not_isolated"
+	// GatewayStandby is queengate's own: the gateway is the standby of its
+	// group and serves nothing; the leader does.
+	GatewayStandby Code = "gateway_standby"
 
 	// The identity, console and operator surfaces.
 	CSRFRejected     Code = "csrf_rejected"
