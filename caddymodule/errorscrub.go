@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"bytes"
 	"net/http"
 	"strconv"
 	"strings"
@@ -31,22 +32,26 @@ var errCellInternal = apierror.Error{Code: apierror.InternalError,
 // maxInspectedAnswer, HEAD, no body) passes straight through, so long
 // answers still stream. The metered response before it sees the cell's
 // own bytes, so billing reads what the broker said.
+//
+// It lives in the request state on every forwarded request, so it is kept
+// small: the request id is the state's own, and the buffer for an answer
+// that comes in pieces is allocated only then.
 type cellErrorScrub struct {
 	w      http.ResponseWriter
 	log    *zap.Logger
-	rid    string
-	head   bool // a HEAD request: no body will come
-	seen   bool // the response head has been handed to us
-	held   bool // holding the head and body until the answer is complete
-	gone   bool // the answer was replaced: whatever else comes is dropped
-	status int
-	want   int64 // the answer's Content-Length, -1 when unknown
-	buf    []byte
+	rid    *string
+	status int32
+	want   int32 // the answer's Content-Length (at most maxInspectedAnswer), -1 when unknown
+	head   bool  // a HEAD request: no body will come
+	seen   bool  // the response head has been handed to us
+	held   bool  // holding the head and body until the answer is complete
+	gone   bool  // the answer was replaced: whatever else comes is dropped
+	buf    *bytes.Buffer
 }
 
 // attach readies the scrub for one request and returns the writer the
 // metered response writes to.
-func (s *cellErrorScrub) attach(w http.ResponseWriter, r *http.Request, log *zap.Logger, rid string) http.ResponseWriter {
+func (s *cellErrorScrub) attach(w http.ResponseWriter, r *http.Request, log *zap.Logger, rid *string) http.ResponseWriter {
 	*s = cellErrorScrub{w: w, log: log, rid: rid, head: r.Method == http.MethodHead}
 	return s
 }
@@ -73,7 +78,7 @@ func (s *cellErrorScrub) WriteHeader(status int) {
 	if s.seen {
 		return
 	}
-	s.seen, s.status = true, status
+	s.seen, s.status = true, int32(status)
 	if s.want = s.inspectable(status); s.want != 0 {
 		s.held = true
 		return
@@ -83,7 +88,7 @@ func (s *cellErrorScrub) WriteHeader(status int) {
 
 // inspectable returns the length of an answer worth holding (-1 when its
 // length is unknown), or 0 to let it pass.
-func (s *cellErrorScrub) inspectable(status int) int64 {
+func (s *cellErrorScrub) inspectable(status int) int32 {
 	if s.head || status == http.StatusNoContent || status == http.StatusNotModified {
 		return 0
 	}
@@ -104,7 +109,7 @@ func (s *cellErrorScrub) inspectable(status int) int64 {
 	if err != nil || n <= 0 || n > maxInspectedAnswer {
 		return 0
 	}
-	return n
+	return int32(n)
 }
 
 func firstValue(v []string) string {
@@ -134,20 +139,23 @@ func (s *cellErrorScrub) Write(b []byte) (int, error) {
 	if !s.held {
 		return s.w.Write(b)
 	}
-	if len(s.buf) == 0 && int64(len(b)) == s.want {
+	if s.buf == nil && len(b) == int(s.want) {
 		// The whole answer in one write, as it usually comes: decide on
 		// it in place, without a copy.
 		return len(b), s.relay(b)
 	}
-	s.buf = append(s.buf, b...)
+	if s.buf == nil {
+		s.buf = new(bytes.Buffer)
+	}
+	s.buf.Write(b)
 	switch {
-	case s.want > 0 && int64(len(s.buf)) >= s.want:
-		return len(b), s.relay(s.buf)
-	case len(s.buf) > maxInspectedAnswer:
+	case s.want > 0 && s.buf.Len() >= int(s.want):
+		return len(b), s.relay(s.buf.Bytes())
+	case s.buf.Len() > maxInspectedAnswer:
 		// Longer than any error answer: a normal one, send it on as it comes.
 		s.held = false
-		s.w.WriteHeader(s.status)
-		_, err := s.w.Write(s.buf)
+		s.w.WriteHeader(int(s.status))
+		_, err := s.w.Write(s.buf.Bytes())
 		s.buf = nil
 		return len(b), err
 	}
@@ -158,7 +166,11 @@ func (s *cellErrorScrub) Write(b []byte) (int, error) {
 // length was unknown, or shorter than announced).
 func (s *cellErrorScrub) finish() {
 	if s.held {
-		_ = s.relay(s.buf)
+		var body []byte
+		if s.buf != nil {
+			body = s.buf.Bytes()
+		}
+		_ = s.relay(body)
 	}
 }
 
@@ -167,15 +179,15 @@ func (s *cellErrorScrub) relay(body []byte) error {
 	s.held = false
 	if detail, exposes := cellerror.InternalDetail(body); exposes {
 		s.log.Debug("cell error details withheld from the client",
-			zap.String("request_id", s.rid), zap.Int("status", s.status),
+			zap.String("request_id", *s.rid), zap.Int("status", int(s.status)),
 			zap.Int("body_bytes", len(body)), zap.String("cell_error", detail))
 		e := errCellInternal
-		e.Status = s.status
-		apierror.Write(s.w, &e, s.rid)
+		e.Status = int(s.status)
+		apierror.Write(s.w, &e, *s.rid)
 		s.buf, s.gone = nil, true
 		return nil
 	}
-	s.w.WriteHeader(s.status)
+	s.w.WriteHeader(int(s.status))
 	_, err := s.w.Write(body)
 	s.buf = nil
 	return err

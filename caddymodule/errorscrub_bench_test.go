@@ -50,9 +50,10 @@ func benchScrub(b *testing.B, answer string) {
 	w := &discardWriter{h: http.Header{}}
 	r, _ := http.NewRequest("GET", "/api/v1/pop/queue/orders", nil)
 	var s cellErrorScrub
+	rid := "rid"
 	b.ReportAllocs()
 	for b.Loop() {
-		out := s.attach(w.reset(), r, nopLogger, "rid")
+		out := s.attach(w.reset(), r, nopLogger, &rid)
 		h := out.Header()
 		h["Content-Type"], h["Content-Length"] = ct, length
 		out.WriteHeader(http.StatusOK)

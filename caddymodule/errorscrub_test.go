@@ -11,6 +11,8 @@ import (
 	"go.uber.org/zap"
 )
 
+var testRID = "rid-1"
+
 const sqlLeak = `{"error":"ERROR:  invalid input syntax for type uuid: \"p1\"\nCONTEXT:  PL/pgSQL function queen.ack_messages_v2(jsonb) line 14 at FOR over SELECT rows\n","success":false}`
 
 // scrubThrough writes an answer into a scrub the way reverse_proxy does:
@@ -19,7 +21,7 @@ func scrubThrough(t *testing.T, method, contentType string, status int, contentL
 	t.Helper()
 	rec := httptest.NewRecorder()
 	var s cellErrorScrub
-	w := s.attach(rec, httptest.NewRequest(method, "/api/v1/ack", nil), zap.NewNop(), "rid-1")
+	w := s.attach(rec, httptest.NewRequest(method, "/api/v1/ack", nil), zap.NewNop(), &testRID)
 	if contentType != "" {
 		w.Header().Set("Content-Type", contentType)
 	}
@@ -90,7 +92,7 @@ func TestCellErrorScrub(t *testing.T) {
 		big := `{"messages":[` + strings.Repeat(`{"data":1},`, maxInspectedAnswer/11+10) + `{}],"success":true}`
 		rec := httptest.NewRecorder()
 		var s cellErrorScrub
-		w := s.attach(rec, httptest.NewRequest("GET", "/api/v1/pop/queue/q", nil), zap.NewNop(), "rid-1")
+		w := s.attach(rec, httptest.NewRequest("GET", "/api/v1/pop/queue/q", nil), zap.NewNop(), &testRID)
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Content-Length", strconv.Itoa(len(big)))
 		w.WriteHeader(200)
@@ -109,7 +111,7 @@ func TestCellErrorScrub(t *testing.T) {
 	t.Run("a flush while held sends nothing early", func(t *testing.T) {
 		rec := httptest.NewRecorder()
 		var s cellErrorScrub
-		w := s.attach(rec, httptest.NewRequest("POST", "/api/v1/ack", nil), zap.NewNop(), "rid-1")
+		w := s.attach(rec, httptest.NewRequest("POST", "/api/v1/ack", nil), zap.NewNop(), &testRID)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(200)
 		_, _ = w.Write([]byte(sqlLeak[:20]))

@@ -23,8 +23,8 @@ type requestState struct {
 	principal  tenancy.Principal
 
 	longPoll    bool  // a pop that waits upstream (wait, read as the broker reads it)
-	longPollMs  int64 // the wait it asks for
 	popAutoAck  bool  // a pop that acknowledges what it delivers (autoAck, read so too)
+	longPollMs  int64 // the wait it asks for
 	reqDecision limits.Decision
 	msgDecision limits.Decision
 	msgChecked  bool
@@ -169,7 +169,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 	// 6. Relay the answer as it comes, and meter it from what it says.
 	_, rule := billingOf(r, st)
-	client := st.scrub.attach(w, r, g.logger, st.rid)
+	client := st.scrub.attach(w, r, g.logger, &st.rid)
 	st.rw = meteredResponse{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: client},
 		keep: rule != billPlain, onHead: release}
 	st.rw.tallyAnswers(rule)
