@@ -135,11 +135,9 @@ func (g *Gateway) admitConfigure(r *http.Request, st *requestState, c *tenancy.C
 	if e != nil {
 		return e
 	}
-	// A readable body without a string queue is one the broker refuses
-	// ("queue is required", fixtures C10, C11): nothing to enforce.
 	queue, refusal, ok := limits.CheckConfigure(body, c.Limits)
 	if !ok {
-		return nil
+		return errConfigureShape
 	}
 	if refusal != "" {
 		if e := g.limitExceeded(st, c, quotaExceeded(refusal)); e != nil {
@@ -166,7 +164,7 @@ func (g *Gateway) admitReplay(r *http.Request, st *requestState, c *tenancy.Clus
 	queue, partition, refusal, ok := limits.ParseReplayDestination(body)
 	switch {
 	case !ok:
-		return nil
+		return errReplayShape
 	case refusal != "":
 		return g.limitExceeded(st, c, &apierror.Error{Status: http.StatusBadRequest, Code: apierror.InvalidRequest, Message: refusal})
 	case queue == "":

@@ -23,6 +23,15 @@ import (
 // Both refusals are 400 bad_request, are never forwarded and are not
 // billed.
 
+// The shapes of the configure and replay bodies the gateway refuses,
+// where the broker refuses them too or would do what is not known.
+var (
+	errConfigureShape = &apierror.Error{Status: http.StatusBadRequest, Code: apierror.BadRequest,
+		Message: "queue is required: the body must be a JSON object with a string queue"}
+	errReplayShape = &apierror.Error{Status: http.StatusBadRequest, Code: apierror.BadRequest,
+		Message: "a replay destination must be a JSON object whose queue and partition are strings"}
+)
+
 // bodyTextRefusal is the refusal of a body that is not valid UTF-8 or
 // starts with a byte-order mark, or nil.
 func bodyTextRefusal(body []byte) *apierror.Error {

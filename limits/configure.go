@@ -21,8 +21,8 @@ var retentionKeys = [...]string{"retentionSeconds", "completedRetentionSeconds"}
 // The body is an object with a string "queue" (the empty string included);
 // its options are the "options" object, or the top-level object when
 // "options" is absent or not an object. ok is false when the body is not
-// such an object: the caller forwards it unenforced and the broker answers
-// with its own 400.
+// such an object; the caller refuses it, as the broker does ("queue is
+// required", fixtures C10 and C11).
 //
 // The ceiling applies to retentionSeconds and completedRetentionSeconds,
 // each a JSON number or a string holding an integer; only positive values
@@ -136,8 +136,9 @@ func isRangeErr(err error) bool {
 // string}. Values are trimmed, and a blank or null value counts as absent.
 // An empty or all-whitespace body names nothing.
 //
-// ok is false when the body is not such an object (the caller forwards it
-// unenforced; the broker answers). When both are named, queue and partition
+// ok is false when the body is not such an object; the caller refuses it
+// rather than guess where the broker would put the message. When both are
+// named, queue and partition
 // are the pair to admit. When only one is named, refusal is the 400
 // invalid_request message (which honours shadow mode). When neither is,
 // there is nothing to admit. The caller forwards the body as received,
