@@ -19,6 +19,13 @@ import (
 // and a pop that acknowledges what it gets counts as a write. A value the
 // broker could decode in more than one way is refused (400), never guessed.
 func (g *Gateway) readPopQuery(r *http.Request, st *requestState) *apierror.Error {
+	// Only pops are read (queue pops are consumes, the ephemeral pop is a
+	// gated route); everything else skips the path's second escaping.
+	c := st.route.Class
+	if r.URL.RawQuery == "" || (c != tenancy.ClassConsume && !(c == tenancy.ClassGated && st.route.Feature == tenancy.FeatureEphemeral)) {
+		st.longPoll, st.longPollMs, st.popAutoAck = false, 0, false
+		return nil
+	}
 	q, err := tenancy.ReadPopQuery(r.URL.EscapedPath(), r.URL.RawQuery)
 	if err != nil {
 		g.logger.Debug("ambiguous query refused", zap.String("request_id", st.rid), zap.Error(err))
