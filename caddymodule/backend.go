@@ -57,9 +57,9 @@ type backend struct {
 	// elector is nil for a gateway that is not part of a group.
 	elector     *leader.Elector
 	gatewayName string
-	seenCells  sync.Map // cell id -> struct{}: the cells whose clusters are reconciled
-	kick       chan struct{}
-	staleGrace time.Duration
+	seenCells   sync.Map // cell id -> struct{}: the cells whose clusters are reconciled
+	kick        chan struct{}
+	staleGrace  time.Duration
 	// lastDatabaseOK is when the database last answered a readiness ping
 	// (unix nanoseconds).
 	lastDatabaseOK atomic.Int64
