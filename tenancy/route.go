@@ -380,7 +380,15 @@ func classifyPath(method, p string) Route {
 	if rest, ok := strings.CutPrefix(p, "/streams/"); ok { // 18, 19
 		return classifyStreams(method, rest)
 	}
-	return routeRead // 29: SPA, /health, static files
+	// 29: the SPA, /health, static files. Read, like every read prefix,
+	// admits only what reads (and the CORS preflight the broker answers on
+	// every path); a write to no route of the broker is refused, not
+	// forwarded for the broker to answer.
+	switch method {
+	case "GET", "HEAD", "OPTIONS":
+		return routeRead
+	}
+	return routeBlocked
 }
 
 // classifyAPIv1 classifies a path under /api/v1/; r is the rest of it.

@@ -321,7 +321,12 @@ var ourDifferences = []routeCase{
 	{"POST", "/streams/", routeBlocked},
 	{"GET", "/streams/ui", routeBlocked},
 	{"DELETE", "/streams/v1/queries", routeBlocked},
-	{"POST", "/streams", routeRead}, // not under /streams/: the SPA, rule 29
+	{"POST", "/streams", routeBlocked}, // not under /streams/: rule 29, which reads only
+	{"GET", "/streams", routeRead},
+	{"OPTIONS", "/streams", routeRead},
+	{"POST", "/foo", routeBlocked},
+	{"PUT", "/", routeBlocked},
+	{"DELETE", "/health", routeBlocked},
 }
 
 func runRouteCases(t *testing.T, cases []routeCase) {
