@@ -197,12 +197,14 @@ func (ci *CellIsolation) state(cell ProbeCell) *cellIsolationState {
 	if v, ok := ci.cells.Load(cell.ID); ok {
 		s := v.(*cellIsolationState)
 		if c := s.cell.Load(); *c != cell {
-			s.cell.Store(&cell)
+			moved := cell // only a changed cell is copied to the heap
+			s.cell.Store(&moved)
 		}
 		return s
 	}
+	first := cell
 	s := &cellIsolationState{decided: make(chan struct{}), refusedLog: map[string]bool{}}
-	s.cell.Store(&cell)
+	s.cell.Store(&first)
 	unknown := ScopingUnknown
 	s.verdict.Store(&unknown)
 	v, loaded := ci.cells.LoadOrStore(cell.ID, s)

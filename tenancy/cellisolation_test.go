@@ -133,3 +133,40 @@ func (ci *CellIsolation) mustState(id string) *cellIsolationState {
 	v, _ := ci.cells.Load(id)
 	return v.(*cellIsolationState)
 }
+
+// TestAdmitAllocatesNothing: Admit runs on every request; a cell already
+// decided costs no allocation.
+func TestAdmitAllocatesNothing(t *testing.T) {
+	f := &fakeCellBroker{}
+	f.set(ScopingScoped)
+	k := "keeper"
+	f.keeper.Store(&k)
+	ci := NewCellIsolation(f.config())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go ci.Run(ctx)
+	cell := ProbeCell{ID: "cell-1", Slug: "eu1-a", BaseURL: "http://127.0.0.1:1", Secret: "s"}
+	if !ci.Admit(ctx, cell, "other").Serve {
+		t.Fatal("a scoped cell refused a cluster")
+	}
+	if n := testing.AllocsPerRun(1000, func() { ci.Admit(ctx, cell, "other") }); n != 0 {
+		t.Fatalf("Admit allocates %v times per call, want 0", n)
+	}
+}
+
+func BenchmarkAdmitScopedCell(b *testing.B) {
+	f := &fakeCellBroker{}
+	f.set(ScopingScoped)
+	k := "keeper"
+	f.keeper.Store(&k)
+	ci := NewCellIsolation(f.config())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go ci.Run(ctx)
+	cell := ProbeCell{ID: "cell-1", Slug: "eu1-a", BaseURL: "http://127.0.0.1:1", Secret: "s"}
+	ci.Admit(ctx, cell, "other")
+	b.ReportAllocs()
+	for b.Loop() {
+		ci.Admit(ctx, cell, "other")
+	}
+}
