@@ -53,27 +53,60 @@
 //
 // # Writing
 //
-// Meter.Run flushes the closed minutes every FlushEvery (15 s) in one
-// statement: an additive upsert that also records the write's batch ids in
-// queen_proxy.meter_batches, so the same batch is never added twice. When
-// the database fails, the batches go to an append-only JSON Lines spool on
-// disk, fsynced per write and rotated at SpoolRotateBytes (5 MiB); after
-// three consecutive failures a circuit breaker skips the database for 30 s,
-// doubling up to 5 min, and writes straight to the spool. The spool is
-// replayed at start and whenever the database may be tried again; a
-// replayed batch is recorded with its rows in one statement, so a file
-// replayed twice after a crash adds nothing the second time. On shutdown Run
-// drains every aggregate, the open minute included, within ShutdownDrain
-// (5 s), spooling what the database did not take. What a crash (not a
-// shutdown) loses is what was still in memory: up to one flush interval of
-// closed minutes plus the open minute.
+// Every CheckpointEvery (1 s) while Run runs, what Record added since the
+// last checkpoint is sealed into batches with fresh ids, one minute each,
+// and appended to a journal file in the spool directory, fsynced; only then
+// is it durable, and from then on it is written to the database only as
+// those batches, under those ids. Meter.Run writes the journaled batches of
+// the closed minutes every FlushEvery (15 s) in one statement: an additive
+// upsert that also records the write's batch ids in
+// queen_proxy.meter_batches, so the same batch is never added twice. A
+// journal file is deleted once every batch in it is in the database; the
+// open minute's batches wait, journaled, for their minute to close.
+//
+// When the database fails, everything the meter holds goes to the spool:
+// its journal files are renamed from *.journal to *.jsonl (append-only JSON
+// Lines, fsynced per write, rotated at SpoolRotateBytes, 5 MiB) and the
+// batches leave memory; after three consecutive failures a circuit breaker
+// skips the database for 30 s, doubling up to 5 min, and hands straight to
+// the spool. The spool is replayed at start and whenever the database may
+// be tried again; a replayed batch is recorded with its rows in one
+// statement, so a file replayed twice after a crash adds nothing the second
+// time. On shutdown Run drains every aggregate, the open minute included,
+// within ShutdownDrain (5 s), spooling what the database did not take, and
+// leaves no journal behind.
+//
+// # Crash safety
+//
+// A crash (SIGKILL, OOM kill, power loss) loses what was recorded after the
+// last checkpoint: at most CheckpointEvery of usage (1 s), plus the time one
+// checkpoint takes to write (a few milliseconds), plus the requests in
+// flight, which are recorded when the upstream answered. Everything older
+// is in a journal file that the dead process no longer locks; the next
+// start replays it like a spool file. Batches it had already written are
+// no-ops there, and batches the replay applies are no-ops if the old meter
+// writes them after all (a reload's old configuration), so nothing is
+// counted twice. A journal whose last append a crash cut short is replayed
+// without that piece, which was never durable. The e2e test
+// TestMeteringSIGKILLLosesAtMostOneCheckpoint measures the loss of a real
+// gateway killed under load.
+//
+// Meter.Unflushed shows the usage recorded in memory and the journaled
+// batches not yet written; usage handed to the spool after a failed write
+// is in neither until a replay writes it.
 //
 // A sample recorded after Run's final drain (a request still in flight
 // across a Caddy reload) is drained by itself about a second later.
 //
 // Metering cost: Record is one shard lock and one map update, without
 // allocating for a key that exists; while Run runs with the real clock it
-// does not read the clock either (a ticker keeps the current minute). The
-// flush issues one statement per FlushEvery tick that has closed minutes
-// (one per minute in steady traffic), whatever the number of clusters.
+// does not read the clock either (a ticker keeps the current minute). A
+// checkpoint zeroes the entries it takes instead of deleting them, so the
+// next second's Record on the same key still does not allocate. The
+// checkpoint is one fsynced append per second with traffic (none when idle);
+// the flush issues one statement per FlushEvery tick that has closed minutes
+// (one per minute in steady traffic), whatever the number of clusters. Each
+// checkpoint adds one batch id per minute it holds to meter_batches (about
+// 86,400 a day for a gateway with steady traffic), pruned after
+// BatchKeepDays.
 package meter

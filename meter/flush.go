@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -18,18 +17,19 @@ import (
 // being skipped after repeated failures.
 var ErrCircuitOpen = errors.New("meter: database circuit open")
 
-// FlushClosedMinutes writes every aggregate of a minute that has ended (the
-// current minute keeps accumulating) to usage_minutes in one statement, an
-// additive upsert. When the database does not take them, or the circuit is
-// open, the rows go to the disk spool and the error says so; they are never
-// dropped. If even the spool fails they stay in memory for the next call.
+// FlushClosedMinutes journals what was recorded (checkpoint) and writes the
+// journaled usage of every minute that has ended (the current minute keeps
+// accumulating) to usage_minutes in one statement, an additive upsert. When
+// the database does not take it, or the circuit is open, the usage goes to
+// the disk spool and the error says so; it is never dropped. If even the
+// disk fails it stays in memory for the next call.
 func (m *Meter) FlushClosedMinutes(ctx context.Context) error {
 	m.flushMu.Lock()
 	defer m.flushMu.Unlock()
-	return m.write(ctx, m.take(minuteOf(m.now()), false))
+	return m.write(ctx, minuteOf(m.now()), false)
 }
 
-// Drain writes every aggregate, the current minute's included, like
+// Drain writes everything, the current minute's usage included, like
 // FlushClosedMinutes, and then closes the active spool file so that another
 // meter on the same directory (the next process, or the next configuration
 // after a reload) can replay it. Run calls it on shutdown within
@@ -38,56 +38,41 @@ func (m *Meter) FlushClosedMinutes(ctx context.Context) error {
 func (m *Meter) Drain(ctx context.Context) error {
 	m.flushMu.Lock()
 	defer m.flushMu.Unlock()
-	err := m.write(ctx, m.take(0, true))
-	if serr := m.spool.seal(); serr != nil {
-		m.log.Warn("meter spool: closing the active file failed", zap.Error(serr))
-	}
+	err := m.write(ctx, 0, true)
+	m.sealSpool()
 	return err
 }
 
-// write sends rows, plus the batches a failed spool write left over, to the
-// database, or else to the spool. The caller holds flushMu.
-func (m *Meter) write(ctx context.Context, rows []row) error {
-	batches := m.carry
-	m.carry = nil
-	m.carryRows.Store(0)
-	batches = append(batches, m.newBatches(m.checkRows(rows))...)
-	if len(batches) == 0 {
+// write journals what was recorded, then sends the held batches of the
+// minutes before the given one (all when all is set) to the database, or
+// else hands everything held to the spool. Only journaled batches (or, when
+// the disk failed, batches with their ids fixed) are written, so a replay of
+// the journal can never add them a second time. The caller holds flushMu.
+func (m *Meter) write(ctx context.Context, before int64, all bool) error {
+	_ = m.checkpoint() // logged inside; unjournaled batches still go to the database
+	due := m.takeDue(before, all)
+	if len(due) == 0 {
 		return nil
 	}
 	if !m.br.allow(m.now()) {
-		return m.toSpool(batches, ErrCircuitOpen)
+		return m.handOver(due, ErrCircuitOpen)
 	}
 	start := time.Now()
-	res, err := m.apply(ctx, batches)
+	res, err := m.apply(ctx, batchesOf(due))
 	m.lastFlush.Store(int64(time.Since(start)))
 	if err == nil {
+		m.settle(due)
 		m.flushOK.Add(1)
 		m.noteSuccess()
-		m.log.Debug("usage_minutes flush ok", zap.Int("rows", res.rows), zap.Int("batches", len(batches)),
+		m.log.Debug("usage_minutes flush ok", zap.Int("rows", res.rows), zap.Int("batches", len(due)),
 			zap.Duration("took", time.Since(start)))
 		m.logDropped(res)
 		return nil
 	}
 	m.flushFailed.Add(1)
 	m.noteFailure(err)
-	m.log.Warn("usage_minutes flush failed; spooling to disk", zap.Int("rows", countRows(batches)), zap.Error(err))
-	return m.toSpool(batches, err)
-}
-
-// toSpool appends batches to the spool; if that fails too they are kept in
-// memory, with their ids, for the next write.
-func (m *Meter) toSpool(batches []batch, cause error) error {
-	n := countRows(batches)
-	if err := m.spool.append(batches); err != nil {
-		m.carry = batches
-		m.carryRows.Store(int64(n))
-		m.log.Error("meter spool write failed; usage kept in memory for the next flush",
-			zap.Int("rows", n), zap.NamedError("cause", cause), zap.Error(err))
-		return fmt.Errorf("meter: %d usage rows kept in memory: %w", n, errors.Join(cause, err))
-	}
-	m.spooledRows.Add(uint64(n))
-	return fmt.Errorf("meter: %d usage rows spooled to disk: %w", n, cause)
+	m.log.Warn("usage_minutes flush failed; spooling to disk", zap.Int("rows", countHeldRows(due)), zap.Error(err))
+	return m.handOver(due, err)
 }
 
 // checkRows drops, with an error log, rows that usage_minutes can never hold
@@ -107,31 +92,6 @@ func (m *Meter) checkRows(rows []row) []row {
 	return out
 }
 
-// newBatches cuts rows into batches of at most maxBatchRows with fresh ids.
-func (m *Meter) newBatches(rows []row) []batch {
-	if len(rows) == 0 {
-		return nil
-	}
-	sort.Slice(rows, func(i, j int) bool {
-		a, b := rows[i], rows[j]
-		if a.ClusterID != b.ClusterID {
-			return a.ClusterID < b.ClusterID
-		}
-		if a.Minute != b.Minute {
-			return a.Minute < b.Minute
-		}
-		return a.Op < b.Op
-	})
-	created := m.now().UnixMilli()
-	var out []batch
-	for len(rows) > 0 {
-		n := min(len(rows), maxBatchRows)
-		out = append(out, batch{ID: newBatchID(), Created: created, Rows: rows[:n:n]})
-		rows = rows[n:]
-	}
-	return out
-}
-
 func newBatchID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
@@ -141,6 +101,14 @@ func newBatchID() string {
 func countRows(batches []batch) int {
 	n := 0
 	for _, b := range batches {
+		n += len(b.Rows)
+	}
+	return n
+}
+
+func countHeldRows(held []heldBatch) int {
+	n := 0
+	for _, b := range held {
 		n += len(b.Rows)
 	}
 	return n
@@ -272,9 +240,7 @@ func (m *Meter) noteFailure(err error) {
 func (m *Meter) ReplaySpool(ctx context.Context) (rows int, err error) {
 	m.replayMu.Lock()
 	defer m.replayMu.Unlock()
-	if err := m.spool.seal(); err != nil {
-		m.log.Warn("meter spool: closing the active file failed", zap.Error(err))
-	}
+	m.sealSpool()
 	names, err := m.spool.list()
 	if err != nil {
 		return 0, err
@@ -335,6 +301,11 @@ func (m *Meter) replayFile(ctx context.Context, sf *spoolFile, name string) (int
 		m.log.Debug("meter spool file replayed", zap.String("file", name), zap.Int("batches", len(batches)),
 			zap.Int("new_batches", res.newBatches), zap.Int("rows", res.rows))
 	}
+	if crashTail(name, bad) {
+		m.log.Warn("meter journal: a crash cut its last write short; that write was never durable",
+			zap.String("file", name), zap.Int("line", bad[0].line))
+		bad = nil
+	}
 	if len(bad) > 0 {
 		for _, b := range bad {
 			m.log.Error("meter spool: unreadable line; file quarantined", zap.String("file", name),
@@ -374,12 +345,15 @@ func (m *Meter) Run(ctx context.Context) {
 		stop := m.startMinuteClock()
 		defer stop()
 	}
+	// Journaling starts before the replay, which may wait on the database.
+	stopCheckpoints := m.startCheckpoints()
 	m.replay(ctx)
 	t := time.NewTicker(m.cfg.FlushEvery)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			stopCheckpoints() // the drain journals and writes the rest
 			m.shutdown()
 			return
 		case <-t.C:

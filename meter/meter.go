@@ -52,6 +52,10 @@ const (
 	DefaultShutdownDrain    = 5 * time.Second
 	DefaultSpoolRotateBytes = 5 << 20
 	DefaultFlushTimeout     = 10 * time.Second
+	// DefaultCheckpointEvery is the crash bound: what was recorded is on
+	// disk, fsync'd, within this long, so a SIGKILL loses at most about
+	// this much usage (doc.go, "Crash safety").
+	DefaultCheckpointEvery = time.Second
 )
 
 // Config configures a Meter. Only Pool is required.
@@ -62,6 +66,7 @@ type Config struct {
 	ShutdownDrain    time.Duration    // budget of the final drain in Run; default 5 s
 	SpoolRotateBytes int64            // a spool file is closed once it holds this much; default 5 MiB
 	FlushTimeout     time.Duration    // one periodic flush or replay statement; default 10 s
+	CheckpointEvery  time.Duration    // usage is journaled (fsync'd) at least this often while Run runs; default 1 s
 	Now              func() time.Time // default time.Now
 	Log              *zap.Logger      // default no logging
 }
@@ -77,6 +82,10 @@ type aggKey struct {
 
 type counters struct {
 	reqs, msgs, bytesIn, bytesOut int64
+	// dirty is set by Record and cleared when a checkpoint takes the
+	// counts: the entry stays in the map zeroed, so the next second's
+	// Record on the same key neither allocates nor grows the map.
+	dirty bool
 }
 
 type shard struct {
@@ -99,7 +108,7 @@ type Meter struct {
 	spool *spool
 
 	shards  [numShards]shard
-	pending atomic.Int64
+	pending atomic.Int64 // dirty entries in the shards
 
 	// While Run runs with the real clock, a ticker keeps the current minute
 	// here so that Record need not read the clock (about half its cost).
@@ -113,11 +122,18 @@ type Meter struct {
 	lateMu    sync.Mutex
 	lateTimer *time.Timer
 
-	flushMu   sync.Mutex   // one flush or drain at a time
-	carry     []batch      // batches neither the database nor the spool took (under flushMu)
-	carryRows atomic.Int64 // their rows, for Stats
-	replayMu  sync.Mutex   // one replay at a time
-	br        breaker
+	flushMu  sync.Mutex // one flush or drain at a time
+	replayMu sync.Mutex // one replay at a time
+	br       breaker
+
+	// The journal (journal.go): batches sealed from the shards, on disk
+	// unless the disk failed, not yet in the database. Under journalMu,
+	// which is taken before any shard lock.
+	journalMu      sync.Mutex
+	held           []heldBatch
+	heldIndex      map[string]map[minuteOp]*heldTotals // per cluster, for Unflushed
+	heldRows       atomic.Int64                        // rows of held, for Stats
+	journalFailing bool                                // the last journal write failed (logged once)
 
 	flushOK, flushFailed, spooledRows, replayedRows atomic.Uint64
 	lastFlush                                       atomic.Int64 // nanoseconds
@@ -145,6 +161,9 @@ func New(cfg Config) (*Meter, error) {
 	if cfg.FlushTimeout <= 0 {
 		cfg.FlushTimeout = DefaultFlushTimeout
 	}
+	if cfg.CheckpointEvery <= 0 {
+		cfg.CheckpointEvery = DefaultCheckpointEvery
+	}
 	realClock := cfg.Now == nil
 	if realClock {
 		cfg.Now = time.Now
@@ -165,6 +184,7 @@ func New(cfg Config) (*Meter, error) {
 		spool: sp,
 		br:    newBreaker(),
 
+		heldIndex: make(map[string]map[minuteOp]*heldTotals),
 		realClock: realClock,
 	}
 	for i := range m.shards {
@@ -245,6 +265,9 @@ func (m *Meter) Record(s Sample) {
 		k.cluster = strings.Clone(k.cluster)
 		c = new(counters)
 		sh.m[k] = c
+	}
+	if !c.dirty {
+		c.dirty = true
 		m.pending.Add(1)
 	}
 	c.reqs += nonNeg(s.Reqs)
@@ -293,8 +316,10 @@ type row struct {
 	BytesOut  int64  `json:"bytes_out"`
 }
 
-// take removes and returns the aggregates whose minute is before the given
-// one (all of them when all is set).
+// take returns the counts recorded since the last take for the minutes
+// before the given one (all minutes when all is set) and zeroes them. An
+// entry with nothing recorded since the last take is deleted: its key has
+// gone quiet (a closed minute, an idle cluster).
 func (m *Meter) take(before int64, all bool) []row {
 	var out []row
 	for i := range m.shards {
@@ -304,11 +329,15 @@ func (m *Meter) take(before int64, all bool) []row {
 			if !all && k.minute >= before {
 				continue
 			}
+			if !c.dirty {
+				delete(sh.m, k)
+				continue
+			}
 			out = append(out, row{
 				ClusterID: k.cluster, Minute: k.minute, Op: k.op,
 				Reqs: c.reqs, Msgs: c.msgs, BytesIn: c.bytesIn, BytesOut: c.bytesOut,
 			})
-			delete(sh.m, k)
+			*c = counters{}
 			m.pending.Add(-1)
 		}
 		sh.mu.Unlock()
@@ -327,7 +356,7 @@ type Stats struct {
 	QuarantinedFiles int           // *.bad spool files waiting for an operator
 	LastFlush        time.Duration // duration of the last database write attempt
 	CircuitOpen      bool          // the database is being skipped after repeated failures
-	Pending          int           // aggregates in memory
+	Pending          int           // aggregates and journaled rows not in the database or the spool yet
 }
 
 // Stats returns current figures. It lists the spool directory.
@@ -343,6 +372,6 @@ func (m *Meter) Stats() Stats {
 		QuarantinedFiles: bad,
 		LastFlush:        time.Duration(m.lastFlush.Load()),
 		CircuitOpen:      m.br.isOpen(),
-		Pending:          int(m.pending.Load() + m.carryRows.Load()),
+		Pending:          int(m.pending.Load() + m.heldRows.Load()),
 	}
 }

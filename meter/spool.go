@@ -20,9 +20,11 @@ import (
 	"github.com/queengate/queengate/internal/uuidtext"
 )
 
-// The disk spool holds usage batches the database did not take. Files are
-// JSON Lines named meter-<unix ms, 13 digits>-<sequence, 8 digits>.jsonl (so
-// lexical order is write order); each line is one batch:
+// The disk spool holds usage batches the database did not take, and the
+// journal the batches the meter has not written yet (journal.go). Files are
+// JSON Lines named meter-<unix ms, 13 digits>-<sequence, 8 digits> (so
+// lexical order is write order), with the suffix .jsonl for a spool file and
+// .journal for a journal file; each line is one batch:
 //
 //	{"batch":"<id>","created_ms":<unix ms>,"rows":[{"cluster_id":"<uuid>","minute":<unix s / 60>,"op":"push","reqs":1,"msgs":2,"bytes_in":3,"bytes_out":4}, ...]}
 //
@@ -30,14 +32,19 @@ import (
 // by one writer, which holds an exclusive flock on it while it is open and
 // fsyncs after every append; replay skips locked files, so a file is never
 // read while it grows, also when two meters share the directory (a Caddy
-// reload). A file that holds a line that cannot be read is renamed *.bad
-// after its readable batches were applied, and logged.
+// reload). A journal file stays locked until every batch in it is in the
+// database, and is then deleted; the meter lets go of it earlier only by
+// renaming it to .jsonl (handing its batches to the spool). A journal file
+// found unlocked is a crashed process's: replay takes it like a spool file.
+// A file that holds a line that cannot be read is renamed *.bad after its
+// readable batches were applied, and logged.
 const (
-	spoolPrefix  = "meter-"
-	spoolSuffix  = ".jsonl"
-	badSuffix    = ".bad"
-	maxBatchRows = 2000     // rows per spool line and batch id
-	maxLineBytes = 64 << 20 // longest spool line read back
+	spoolPrefix   = "meter-"
+	spoolSuffix   = ".jsonl"
+	journalSuffix = ".journal"
+	badSuffix     = ".bad"
+	maxBatchRows  = 2000     // rows per spool line and batch id
+	maxLineBytes  = 64 << 20 // longest spool line read back
 )
 
 // batch is a unit of usage with a unique id: added to the database once.
@@ -52,11 +59,20 @@ type spool struct {
 	rotate int64
 	log    *zap.Logger
 
-	mu   sync.Mutex
-	f    *os.File // the active file, flocked; nil when none is open
-	name string
-	size int64
-	seq  uint64
+	mu      sync.Mutex
+	active  *journalFile   // the file appended to; nil when none is open
+	retired []*journalFile // full journal files still holding unapplied batches
+	seq     uint64
+}
+
+// journalFile is a file this spool has open and locked.
+type journalFile struct {
+	f         *os.File
+	name      string
+	size      int64
+	unapplied int  // batches appended and not released (journal files)
+	spooling  bool // renamed .jsonl: its batches belong to replay
+	sealed    bool // unlocked and closed (or deleted): no longer this spool's
 }
 
 func openSpool(dir string, rotate int64, log *zap.Logger) (*spool, error) {
@@ -66,59 +82,82 @@ func openSpool(dir string, rotate int64, log *zap.Logger) (*spool, error) {
 	return &spool{dir: dir, rotate: rotate, log: log}, nil
 }
 
-// append writes the batches, one line each, and fsyncs. On error the file
-// is cut back to where this call began (as far as possible) and closed;
-// the caller keeps the batches and offers them again later under the same
-// ids, so a batch that did reach the file is still added once.
-func (s *spool) append(batches []batch) error {
+// append writes the batches, one line each, fsyncs after each, and returns
+// the file each batch went to, as far as it got. On error the file is cut
+// back to where the failed line began (as far as possible) and sealed; the
+// caller keeps the batches that were not written and offers them again
+// later under the same ids, so a batch that did reach the file is still
+// added once.
+func (s *spool) append(batches []batch) ([]*journalFile, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	files := make([]*journalFile, 0, len(batches))
 	for _, b := range batches {
 		line, err := json.Marshal(b)
 		if err != nil {
-			return fmt.Errorf("meter: encode spool batch: %w", err)
+			return files, fmt.Errorf("meter: encode spool batch: %w", err)
 		}
 		line = append(line, '\n')
-		if s.f != nil && s.size >= s.rotate {
-			if err := s.sealLocked(); err != nil {
-				return err
+		if s.active != nil && s.active.size >= s.rotate {
+			if err := s.rotateLocked(); err != nil {
+				return files, err
 			}
 		}
-		if s.f == nil {
+		if s.active == nil {
 			if err := s.createLocked(); err != nil {
-				return err
+				return files, err
 			}
 		}
-		start := s.size
-		if _, err := s.f.Write(line); err != nil {
+		jf := s.active
+		start := jf.size
+		if _, err := jf.f.Write(line); err != nil {
 			s.abandonLocked(start)
-			return fmt.Errorf("meter: write spool file %s: %w", s.name, err)
+			return files, fmt.Errorf("meter: write spool file %s: %w", jf.name, err)
 		}
-		s.size += int64(len(line))
-		if err := s.f.Sync(); err != nil {
+		jf.size += int64(len(line))
+		if err := jf.f.Sync(); err != nil {
 			s.abandonLocked(start)
-			return fmt.Errorf("meter: fsync spool file %s: %w", s.name, err)
+			return files, fmt.Errorf("meter: fsync spool file %s: %w", jf.name, err)
 		}
+		jf.unapplied++
+		files = append(files, jf)
 	}
-	return nil
+	return files, nil
 }
 
-// abandonLocked cuts the active file back to size and closes it, so the next
+// rotateLocked retires the full active file: a spool file is sealed for
+// replay, a journal file stays locked (its batches are still the meter's)
+// until they are released, or is deleted when they already are.
+func (s *spool) rotateLocked() error {
+	jf := s.active
+	s.active = nil
+	if !jf.spooling && jf.unapplied > 0 {
+		s.retired = append(s.retired, jf)
+		return nil
+	}
+	return s.sealLocked(jf)
+}
+
+// abandonLocked cuts the active file back to size and seals it, so the next
 // append starts a fresh file instead of continuing a torn line.
 func (s *spool) abandonLocked(size int64) {
-	if err := s.f.Truncate(size); err == nil {
-		_ = s.f.Sync()
+	jf := s.active
+	s.active = nil
+	if err := jf.f.Truncate(size); err == nil {
+		_ = jf.f.Sync()
 	}
-	_ = s.sealLocked()
+	if err := s.sealLocked(jf); err != nil {
+		s.log.Warn("meter spool: closing a file after a failed write failed", zap.String("file", jf.name), zap.Error(err))
+	}
 }
 
-// createLocked opens a new active file: created under a name replay does
-// not list, locked, then renamed into place, so a replayer never sees it
-// unlocked.
+// createLocked opens a new active journal file: created under a name replay
+// does not list, locked, then renamed into place, so a replayer never sees
+// it unlocked.
 func (s *spool) createLocked() error {
 	for attempt := 0; ; attempt++ {
 		s.seq++
-		name := fmt.Sprintf("%s%013d-%08d%s", spoolPrefix, time.Now().UnixMilli(), s.seq%100000000, spoolSuffix)
+		name := fmt.Sprintf("%s%013d-%08d%s", spoolPrefix, time.Now().UnixMilli(), s.seq%100000000, journalSuffix)
 		tmp := filepath.Join(s.dir, "."+name+".tmp")
 		f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
 		if errors.Is(err, fs.ErrExist) && attempt < 100 {
@@ -144,36 +183,141 @@ func (s *spool) createLocked() error {
 			return fmt.Errorf("meter: create spool file: %w", err)
 		}
 		syncDir(s.dir)
-		s.f, s.name, s.size = f, name, 0
+		s.active = &journalFile{f: f, name: name}
 		return nil
 	}
 }
 
-// seal closes the active file, if any, so that replay can take it.
+// release records that one batch of jf is in the database. A journal file
+// whose batches all are is deleted; a spool file is left to replay, which
+// finds those batches applied.
+func (s *spool) release(jf *journalFile) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if jf.sealed || jf.spooling {
+		return
+	}
+	jf.unapplied--
+	if jf.unapplied > 0 {
+		return
+	}
+	if s.active == jf {
+		s.active = nil
+	}
+	for i, r := range s.retired {
+		if r == jf {
+			s.retired = append(s.retired[:i], s.retired[i+1:]...)
+			break
+		}
+	}
+	if err := s.sealLocked(jf); err != nil {
+		s.log.Warn("meter journal: deleting an applied file failed", zap.String("file", jf.name), zap.Error(err))
+	}
+}
+
+// spoolAll hands every open file to replay: each becomes a spool file; the
+// full ones are sealed at once, the active one stays open for appends (as
+// a spool file) until seal.
+func (s *spool) spoolAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, jf := range s.retired {
+		if err := s.sealLocked(jf); err != nil {
+			s.log.Warn("meter spool: closing a file failed", zap.String("file", jf.name), zap.Error(err))
+		}
+	}
+	s.retired = nil
+	if s.active != nil {
+		if err := s.toSpoolFileLocked(s.active); err != nil {
+			s.log.Warn("meter spool: renaming a journal file failed; it is sealed instead", zap.String("file", s.active.name), zap.Error(err))
+			jf := s.active
+			s.active = nil
+			_ = s.sealLocked(jf)
+		}
+	}
+}
+
+// seal closes the active file if it is a spool file, so that replay can
+// take it. A journal file whose batches the meter still holds stays open.
 func (s *spool) seal() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.sealLocked()
-}
-
-func (s *spool) sealLocked() error {
-	if s.f == nil {
+	if s.active == nil || !s.active.spooling {
 		return nil
 	}
-	f := s.f
-	s.f, s.name, s.size = nil, "", 0
-	err := f.Sync()
-	unlockFile(f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	jf := s.active
+	s.active = nil
+	return s.sealLocked(jf)
+}
+
+// sealLocked lets go of jf: a journal file with nothing left unapplied is
+// deleted; any other is made a spool file, unlocked and closed, for replay.
+func (s *spool) sealLocked(jf *journalFile) error {
+	if jf.sealed {
+		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("meter: close spool file: %w", err)
+	jf.sealed = true
+	path := filepath.Join(s.dir, jf.name)
+	var err error
+	if !jf.spooling && jf.unapplied == 0 {
+		// Deleted while still locked, so no replayer reads it in between.
+		if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			err = fmt.Errorf("meter: delete applied journal file %s: %w", jf.name, rerr)
+		}
+		syncDir(s.dir)
+	} else {
+		err = s.toSpoolFileLocked(jf)
+		if serr := jf.f.Sync(); serr != nil && err == nil {
+			err = fmt.Errorf("meter: fsync spool file %s: %w", jf.name, serr)
+		}
 	}
+	unlockFile(jf.f)
+	if cerr := jf.f.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("meter: close spool file %s: %w", jf.name, cerr)
+	}
+	return err
+}
+
+// toSpoolFileLocked renames a journal file to a spool file, still locked.
+func (s *spool) toSpoolFileLocked(jf *journalFile) error {
+	if jf.spooling {
+		return nil
+	}
+	name := strings.TrimSuffix(jf.name, journalSuffix) + spoolSuffix
+	if err := os.Rename(filepath.Join(s.dir, jf.name), filepath.Join(s.dir, name)); err != nil {
+		return fmt.Errorf("meter: hand journal file %s to the spool: %w", jf.name, err)
+	}
+	syncDir(s.dir)
+	jf.name, jf.spooling = name, true
 	return nil
 }
 
-// list returns the spool files waiting for replay, oldest first.
+// ownJournal reports whether name is a journal file this spool holds open.
+func (s *spool) ownJournal(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active != nil && s.active.name == name {
+		return true
+	}
+	for _, jf := range s.retired {
+		if jf.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// waiting reports whether name is a file replay should take: a spool file,
+// or a journal file this spool does not hold (a crashed process's, or a
+// meter's still running alongside, whose lock makes replay skip it).
+func (s *spool) waiting(name string) bool {
+	if !strings.HasPrefix(name, spoolPrefix) {
+		return false
+	}
+	return strings.HasSuffix(name, spoolSuffix) || strings.HasSuffix(name, journalSuffix) && !s.ownJournal(name)
+}
+
+// list returns the files waiting for replay, oldest first.
 func (s *spool) list() ([]string, error) {
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
@@ -181,8 +325,7 @@ func (s *spool) list() ([]string, error) {
 	}
 	var out []string
 	for _, e := range entries {
-		n := e.Name()
-		if e.Type().IsRegular() && strings.HasPrefix(n, spoolPrefix) && strings.HasSuffix(n, spoolSuffix) {
+		if n := e.Name(); e.Type().IsRegular() && s.waiting(n) {
 			out = append(out, n)
 		}
 	}
@@ -203,12 +346,12 @@ func (s *spool) usage() (files int, size int64, bad int) {
 			continue
 		}
 		switch {
-		case strings.HasSuffix(n, spoolSuffix):
+		case s.waiting(n):
 			files++
 			if info, err := e.Info(); err == nil {
 				size += info.Size()
 			}
-		case strings.HasSuffix(n, spoolSuffix+badSuffix):
+		case strings.HasSuffix(n, spoolSuffix+badSuffix), strings.HasSuffix(n, journalSuffix+badSuffix):
 			bad++
 		}
 	}
@@ -255,6 +398,15 @@ func (sf *spoolFile) release() {
 type badLine struct {
 	line   int
 	reason string
+	torn   bool // the file's last piece, without a newline
+}
+
+// crashTail reports whether bad is only the torn last line of a journal
+// file: the append a crash interrupted. That append never returned, so its
+// usage was never counted as durable and is within the crash bound; the
+// file is not damaged.
+func crashTail(name string, bad []badLine) bool {
+	return strings.HasSuffix(name, journalSuffix) && len(bad) == 1 && bad[0].torn
 }
 
 // read parses the file: the batches it can replay, and the lines it cannot.
@@ -268,7 +420,7 @@ func (sf *spoolFile) read() (batches []batch, bad []badLine, err error) {
 		if len(line) > 0 {
 			b, reason := parseBatch(line, rerr == nil)
 			if reason != "" {
-				bad = append(bad, badLine{n, reason})
+				bad = append(bad, badLine{line: n, reason: reason, torn: rerr == io.EOF})
 			} else if b != nil {
 				batches = append(batches, *b)
 			}
@@ -280,7 +432,7 @@ func (sf *spoolFile) read() (batches []batch, bad []badLine, err error) {
 			return nil, nil, fmt.Errorf("meter: read spool file %s: %w", filepath.Base(sf.path), rerr)
 		}
 		if errors.Is(rerr, errLineTooLong) {
-			bad = append(bad, badLine{n, "line longer than the replay limit"})
+			bad = append(bad, badLine{line: n, reason: "line longer than the replay limit"})
 		}
 	}
 }
