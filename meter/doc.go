@@ -81,7 +81,10 @@
 // A crash (SIGKILL, OOM kill, power loss) loses what was recorded after the
 // last checkpoint: at most CheckpointEvery of usage (1 s), plus the time one
 // checkpoint takes to write (a few milliseconds), plus the requests in
-// flight, which are recorded when the upstream answered. Everything older
+// flight, which are recorded when the upstream answered. The interval is
+// the process's running time: on a starved host a process that is not
+// scheduled checkpoints late, and what it recorded just before the stall
+// waits with it (it records nothing during the stall). Everything older
 // is in a journal file that the dead process no longer locks; the next
 // start replays it like a spool file. Batches it had already written are
 // no-ops there, and batches the replay applies are no-ops if the old meter
