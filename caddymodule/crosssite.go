@@ -5,6 +5,7 @@ import (
 
 	"github.com/queengate/queengate/internal/apierror"
 	"github.com/queengate/queengate/internal/crossorigin"
+	"github.com/queengate/queengate/tenancy"
 )
 
 // buildCrossSitePolicy is the console's cross-site rule with the console's
@@ -26,10 +27,11 @@ var sameOriginOnly = crossorigin.NewPolicy("", nil, requestIsHTTPS)
 // crossSiteRefusal applies the cross-site rule to a request authenticated
 // by a session cookie, which a browser attaches to requests other sites
 // make. Only requests that change state are checked: every method but GET,
-// HEAD, OPTIONS and TRACE, and a pop that acknowledges what it delivers
-// (autoAck, whatever its method), since that takes the messages away.
+// HEAD, OPTIONS and TRACE, and every consume whatever its method: a pop
+// with autoAck takes the messages away, and one without leases them, which
+// hides them from the cluster's own consumers for the lease time.
 func (g *Gateway) crossSiteRefusal(r *http.Request, st *requestState) *apierror.Error {
-	if crossorigin.SafeMethod(r.Method) && !st.popAutoAck {
+	if crossorigin.SafeMethod(r.Method) && !st.popAutoAck && st.route.Class != tenancy.ClassConsume {
 		return nil
 	}
 	policy := g.crossSite
