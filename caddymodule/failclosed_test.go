@@ -48,7 +48,8 @@ func TestReadLikeTheBroker(t *testing.T) {
 		{"cookie autoAck=1 pop from another site", call{host: pro, target: "/api/v1/pop/queue/q?batch=5&autoAck=1", header: cookie("http://evil.example")}, 403, "csrf_rejected"},
 		{"cookie delete without any origin", call{method: "DELETE", host: pro, target: "/api/v1/resources/queues/q", header: cookie("")}, 403, "csrf_rejected"},
 		{"cookie push from its own origin", call{method: "POST", host: pro, target: "/api/v1/push", body: push, header: cookie("http://" + pro)}, 200, ""},
-		{"cookie pop that only leases", call{host: pro, target: "/api/v1/pop/queue/q", header: cookie("http://evil.example")}, 200, ""},
+		{"cookie pop that only leases, from another site", call{host: pro, target: "/api/v1/pop/queue/q", header: cookie("http://evil.example")}, 403, "csrf_rejected"},
+		{"cookie pop that only leases, from its own origin", call{host: pro, target: "/api/v1/pop/queue/q", header: cookie("http://" + pro)}, 200, ""},
 		{"bearer push from another site", call{method: "POST", host: pro, target: "/api/v1/push", body: push, auth: "qk_live_produce", header: map[string]string{"Origin": "http://evil.example"}}, 200, ""},
 	}
 	for _, tc := range crossSite {
