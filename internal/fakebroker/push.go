@@ -81,6 +81,9 @@ func parsePushItems(items []json.RawMessage, producerSub string) ([]pushItem, st
 			return nil, "Queue must be a string"
 		}
 		it := pushItem{queue: qn, partition: "Default", payload: compactJSON(m["payload"]), producerSub: producerSub}
+		if _, given := m["payload"]; !given {
+			it.payload = json.RawMessage("{}") // the broker stores a missing payload as an empty object
+		}
 		if !absent(m["partition"]) {
 			s, ok := asString(m["partition"])
 			if !ok {
