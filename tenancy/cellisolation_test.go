@@ -134,39 +134,40 @@ func (ci *CellIsolation) mustState(id string) *cellIsolationState {
 	return v.(*cellIsolationState)
 }
 
-// TestAdmitAllocatesNothing: Admit runs on every request; a cell already
-// decided costs no allocation.
-func TestAdmitAllocatesNothing(t *testing.T) {
+// decidedScopedCell returns a tracker that has decided cell is scoped.
+func decidedScopedCell(tb testing.TB, ctx context.Context, cell ProbeCell) *CellIsolation {
+	tb.Helper()
 	f := &fakeCellBroker{}
 	f.set(ScopingScoped)
 	k := "keeper"
 	f.keeper.Store(&k)
 	ci := NewCellIsolation(f.config())
+	go ci.Run(ctx)
+	if !ci.Admit(ctx, cell, "other").Serve {
+		tb.Fatal("a scoped cell refused a cluster")
+	}
+	return ci
+}
+
+var benchCell = ProbeCell{ID: "cell-1", Slug: "eu1-a", BaseURL: "http://127.0.0.1:1", Secret: "s"}
+
+// TestAdmitAllocatesNothing: Admit runs on every request; a cell already
+// decided costs no allocation.
+func TestAdmitAllocatesNothing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go ci.Run(ctx)
-	cell := ProbeCell{ID: "cell-1", Slug: "eu1-a", BaseURL: "http://127.0.0.1:1", Secret: "s"}
-	if !ci.Admit(ctx, cell, "other").Serve {
-		t.Fatal("a scoped cell refused a cluster")
-	}
-	if n := testing.AllocsPerRun(1000, func() { ci.Admit(ctx, cell, "other") }); n != 0 {
+	ci := decidedScopedCell(t, ctx, benchCell)
+	if n := testing.AllocsPerRun(1000, func() { ci.Admit(ctx, benchCell, "other") }); n != 0 {
 		t.Fatalf("Admit allocates %v times per call, want 0", n)
 	}
 }
 
 func BenchmarkAdmitScopedCell(b *testing.B) {
-	f := &fakeCellBroker{}
-	f.set(ScopingScoped)
-	k := "keeper"
-	f.keeper.Store(&k)
-	ci := NewCellIsolation(f.config())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go ci.Run(ctx)
-	cell := ProbeCell{ID: "cell-1", Slug: "eu1-a", BaseURL: "http://127.0.0.1:1", Secret: "s"}
-	ci.Admit(ctx, cell, "other")
+	ci := decidedScopedCell(b, ctx, benchCell)
 	b.ReportAllocs()
 	for b.Loop() {
-		ci.Admit(ctx, cell, "other")
+		ci.Admit(ctx, benchCell, "other")
 	}
 }
