@@ -73,7 +73,11 @@ type meteredResponse struct {
 	written int64
 	body    []byte
 	tally   *answerTally // pushes and transactions only: every request's state stays small
-	onHead  func()
+	// countPops: a pop's answer too large to keep is counted as it
+	// streams on (pops, from the copy's overflow on).
+	countPops bool
+	pops      *meter.PopCount
+	onHead    func()
 }
 
 // answerTally reads a push or a transaction answer as it streams; one
@@ -133,8 +137,16 @@ func (w *meteredResponse) Write(b []byte) (int, error) {
 	if w.tally != nil {
 		w.tally.Write(b[:n])
 	}
+	if w.pops != nil {
+		_, _ = w.pops.Write(b[:n])
+	}
 	if w.keep {
 		if len(w.body)+n > meter.MaxBilledBody {
+			if w.countPops {
+				w.pops = meter.NewPopCount()
+				_, _ = w.pops.Write(w.body)
+				_, _ = w.pops.Write(b[:n])
+			}
 			w.keep, w.body = false, nil
 		} else {
 			w.body = append(w.body, b[:n]...)
@@ -161,6 +173,19 @@ func (g *Gateway) recordUsage(r *http.Request, st *requestState, c *tenancy.Clus
 	}
 	s.BytesOut = rw.written
 	status := rw.status
+	if rule == billPop && rw.pops != nil && status < 500 {
+		// Too large to keep: the count is exact, but without the ids the
+		// redelivery filter needs, so every message is taken from the
+		// message bucket as a first delivery.
+		g.logger.Warn("pop answer too large to keep; billed from its streamed message count",
+			zap.String("request_id", st.rid), zap.String("cluster", c.Slug), zap.Int64("bytes", rw.written))
+		s.Msgs = rw.pops.Messages(status)
+		if s.Msgs > 0 {
+			g.app.limits.buckets.DebitDeliveries(c.ID, c.Limits, s.Msgs)
+		}
+		record(s)
+		return
+	}
 	copyLost := rule != billPlain && rw.tally == nil && !rw.keep
 	if status >= 500 || copyLost {
 		if copyLost && status < 500 {

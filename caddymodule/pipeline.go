@@ -171,7 +171,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	_, rule := billingOf(r, st)
 	client := st.scrub.attach(w, r, g.logger, &st.rid)
 	st.rw = meteredResponse{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: client},
-		keep: rule != billPlain, onHead: release}
+		keep: rule != billPlain, countPops: rule == billPop, onHead: release}
 	st.rw.tallyAnswers(rule)
 	rw := &st.rw
 	err := next.ServeHTTP(rw, r)

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -254,7 +255,24 @@ func TestLargeAnswersAreBilledInFull(t *testing.T) {
 	if len(r.body) <= meter.MaxBilledBody {
 		t.Fatalf("the transaction's answer is %d bytes, not over the billing copy limit", len(r.body))
 	}
+	// And for a pop: 320,000 messages answer with more than the copy
+	// limit; they are counted as the answer streams.
+	r = do(t, client(port), "GET", fmt.Sprintf("http://%s.eu1.example.test:%d/api/v1/pop/queue/t?batch=%d&autoAck=true", cl.slug, port, items), key, "")
+	if r.status != 200 || len(r.body) <= meter.MaxBilledBody {
+		t.Fatalf("pop: %d, %d bytes, want 200 and more than the copy limit (%d)", r.status, len(r.body), meter.MaxBilledBody)
+	}
+	var popped struct {
+		Messages []json.RawMessage `json:"messages"`
+	}
+	if err := json.Unmarshal(r.body, &popped); err != nil || len(popped.Messages) == 0 {
+		t.Fatalf("pop answer: %v, %d messages", err, len(popped.Messages))
+	}
+	delivered := int64(len(popped.Messages))
+	popAnswer := len(r.body)
 	stopMetered()
+	if reqs, msgs := cp.usageOf(cl.id, "delivery"); reqs != 1 || msgs != delivered {
+		t.Fatalf("a %d-byte pop answer was billed reqs=%d msgs=%d, want 1 and %d", popAnswer, reqs, msgs, delivered)
+	}
 	if reqs, msgs := cp.usageOf(cl.id, "push"); reqs != 1 || msgs != items {
 		t.Fatalf("a %d-byte answer was billed reqs=%d msgs=%d, want 1 and %d", pushAnswer, reqs, msgs, items)
 	}
