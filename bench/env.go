@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,7 +33,7 @@ type env struct {
 	moduleRoot string
 	gomaxprocs int
 
-	broker   *proc
+	broker   *proc // nil when the upstream is the operator's own (-upstream)
 	bare     *proc
 	gateway  *proc
 	pg       *pgserver.Server
@@ -40,6 +41,10 @@ type env struct {
 	pool     *pgxpool.Pool
 	cellKey  string // the cell secret the broker requires
 	clusters []benchCluster
+
+	// upstreamAddr is the upstream's host:port: the fake broker's, or the
+	// one -upstream names.
+	upstreamAddr string
 
 	brokerPort, barePort, gatewayPort, metricsPort int
 	bareAdmin, gatewayAdmin                        int // Caddy admin endpoints (for pprof)
@@ -219,17 +224,25 @@ func setup(ctx context.Context, o options) (*env, error) {
 		}
 	}
 
-	// The upstream: the fake broker, requiring the cell secret and the
-	// tenant header like a tenancy-enabled broker, without its request log
-	// and dropping messages an autoAck pop completes, so it stays fast.
-	e.cellKey = randomToken("cell_")
-	e.broker, err = e.start("fakebroker", "-listen", fmt.Sprintf("127.0.0.1:%d", e.brokerPort),
-		"-name", "bench-cell", "-require-tenant", "-token", e.cellKey, "-no-request-log", "-discard-completed")
-	if err != nil {
-		return nil, err
-	}
-	if err := waitHTTP(e.broker, fmt.Sprintf("http://127.0.0.1:%d/health", e.brokerPort), "", 200); err != nil {
-		return nil, err
+	if o.upstream != "" {
+		if err := e.useUpstream(o.upstream, o.upstreamSecret); err != nil {
+			return nil, err
+		}
+	} else {
+		// The upstream: the fake broker, requiring the cell secret and the
+		// tenant header like a tenancy-enabled broker, without its request
+		// log and dropping messages an autoAck pop completes, so it stays
+		// fast.
+		e.cellKey = randomToken("cell_")
+		e.upstreamAddr = fmt.Sprintf("127.0.0.1:%d", e.brokerPort)
+		e.broker, err = e.start("fakebroker", "-listen", e.upstreamAddr,
+			"-name", "bench-cell", "-require-tenant", "-token", e.cellKey, "-no-request-log", "-discard-completed")
+		if err != nil {
+			return nil, err
+		}
+		if err := waitHTTP(e.broker, "http://"+e.upstreamAddr+"/health", "", 200); err != nil {
+			return nil, err
+		}
 	}
 
 	logf("starting PostgreSQL (pg_stat_statements preloaded) ...")
@@ -272,6 +285,9 @@ func randomToken(prefix string) string {
 // SQL functions, one cell (the fake broker, with its secret), a tenant and
 // n clusters on the pro plan with limits no benchmark reaches (finite, so
 // the buckets and caps do their work), each with a full-scope API key.
+// Against an operator's upstream every cluster gets a cell of its own (all
+// at that address): a broker without tenancy serves one cluster per cell
+// (docs/isolation.md), and one with tenancy serves them either way.
 func (e *env) seed(ctx context.Context, n int) error {
 	pool, err := pgxpool.New(ctx, e.dbURL)
 	if err != nil {
@@ -285,10 +301,20 @@ func (e *env) seed(ctx context.Context, n int) error {
 		return fmt.Errorf("pg_stat_statements: %w", err)
 	}
 	var cellID, tenantID string
-	if err := pool.QueryRow(ctx, `INSERT INTO queen_proxy.cells (slug, region, base_url, class, cell_secret)
-		VALUES ('bench-cell', 'local', $1, 'shared', $2) RETURNING id::text`,
-		fmt.Sprintf("http://127.0.0.1:%d", e.brokerPort), e.cellKey).Scan(&cellID); err != nil {
-		return fmt.Errorf("seed cell: %w", err)
+	addCell := func(slug string) error {
+		var secret any
+		if e.cellKey != "" {
+			secret = e.cellKey
+		}
+		if err := pool.QueryRow(ctx, `INSERT INTO queen_proxy.cells (slug, region, base_url, class, cell_secret)
+			VALUES ($1, 'local', $2, 'shared', $3) RETURNING id::text`,
+			slug, "http://"+e.upstreamAddr, secret).Scan(&cellID); err != nil {
+			return fmt.Errorf("seed cell: %w", err)
+		}
+		return nil
+	}
+	if err := addCell("bench-cell"); err != nil {
+		return err
 	}
 	if err := pool.QueryRow(ctx, `SELECT queen_proxy.create_tenant('bench', 'Bench Tenant')::text`).Scan(&tenantID); err != nil {
 		return fmt.Errorf("seed tenant: %w", err)
@@ -298,6 +324,11 @@ func (e *env) seed(ctx context.Context, n int) error {
 		"max_queues":%[1]d,"max_partitions_per_queue":%[1]d,"max_parked_pops":%[1]d,"max_batch_items":%[1]d,
 		"max_payload_bytes":%[1]d,"max_retained_bytes":%[1]d}`, huge)
 	for i := range n {
+		if e.broker == nil && i > 0 {
+			if err := addCell(fmt.Sprintf("bench-cell-%d", i+1)); err != nil {
+				return err
+			}
+		}
 		c := benchCluster{slug: fmt.Sprintf("bench%d", i+1)}
 		if err := pool.QueryRow(ctx, `SELECT queen_proxy.create_cluster($1::uuid, $2, 'pro', $3::uuid)::text`,
 			tenantID, c.slug, cellID).Scan(&c.id); err != nil {
@@ -330,14 +361,14 @@ func (e *env) startBare() error {
 	default_bind 127.0.0.1
 }
 http:// {
-	reverse_proxy 127.0.0.1:%d {
+	reverse_proxy %s {
 		header_up Host {upstream_hostport}
 		transport http {
 			versions 1.1
 		}
 	}
 }
-`, e.bareAdmin, e.barePort, e.brokerPort)
+`, e.bareAdmin, e.barePort, e.upstreamAddr)
 	path := filepath.Join(e.dir, "Caddyfile.bare")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return err
@@ -387,6 +418,9 @@ http://127.0.0.1:%d {
 // close stops everything and removes the work directory unless keep.
 func (e *env) close(keep bool) {
 	for _, p := range []*proc{e.gateway, e.bare, e.broker} {
+		if p == nil {
+			continue
+		}
 		if p != nil {
 			if err := p.stop(15 * time.Second); err != nil {
 				logf("%v", err)
@@ -479,4 +513,28 @@ func (e *env) metric(name string) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("metric %s not found", name)
+}
+
+// useUpstream points the benchmark at an operator's broker: it must answer
+// GET /health with 200.
+func (e *env) useUpstream(raw, secret string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "http" || u.Host == "" || (u.Path != "" && u.Path != "/") {
+		return fmt.Errorf("-upstream %q: want http://host:port (the load generator speaks plain HTTP/1.1)", raw)
+	}
+	e.upstreamAddr = u.Host
+	if u.Port() == "" {
+		e.upstreamAddr = net.JoinHostPort(u.Hostname(), "80")
+	}
+	e.cellKey = secret
+	resp, err := http.Get("http://" + e.upstreamAddr + "/health")
+	if err != nil {
+		return fmt.Errorf("-upstream: %w", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("-upstream: GET /health answered %d, want 200", resp.StatusCode)
+	}
+	logf("upstream %s (the operator's broker; its CPU is not measured)", e.upstreamAddr)
+	return nil
 }

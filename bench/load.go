@@ -30,10 +30,14 @@ type target struct {
 func (e *env) targets() []target {
 	upstreamHeader := func(i int) string {
 		c := e.clusters[i%len(e.clusters)]
-		return fmt.Sprintf("Host: 127.0.0.1:%d\r\nAuthorization: Bearer %s\r\nX-Queen-Tenant: %s\r\n", e.brokerPort, e.cellKey, c.tenant)
+		auth := ""
+		if e.cellKey != "" {
+			auth = "Authorization: Bearer " + e.cellKey + "\r\n"
+		}
+		return fmt.Sprintf("Host: %s\r\n%sX-Queen-Tenant: %s\r\n", e.upstreamAddr, auth, c.tenant)
 	}
 	return []target{
-		{name: "upstream", addr: fmt.Sprintf("127.0.0.1:%d", e.brokerPort), header: upstreamHeader},
+		{name: "upstream", addr: e.upstreamAddr, header: upstreamHeader},
 		{name: "caddy", addr: fmt.Sprintf("127.0.0.1:%d", e.barePort), header: upstreamHeader, pid: e.bare.pid(), admin: e.bareAdmin},
 		{name: "queengate", addr: fmt.Sprintf("127.0.0.1:%d", e.gatewayPort), pid: e.gateway.pid(), admin: e.gatewayAdmin, header: func(i int) string {
 			c := e.clusters[i%len(e.clusters)]

@@ -43,6 +43,10 @@ type options struct {
 	parked      int
 	keep        bool
 	profileDir  string
+	// upstream, when set, is an operator's broker (http://host:port) to
+	// measure instead of the fake broker; upstreamSecret its bearer token.
+	upstream       string
+	upstreamSecret string
 }
 
 func main() {
@@ -60,6 +64,8 @@ func main() {
 	flag.IntVar(&o.parked, "parked", 5000, "long-poll pops to park in parked mode")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (binaries, Caddyfiles, logs)")
 	flag.StringVar(&o.profileDir, "profile", "", "write CPU and allocation profiles of both Caddy processes, taken during the first closed-loop round, to this directory")
+	flag.StringVar(&o.upstream, "upstream", "", "measure this broker (http://host:port) instead of the fake broker: directly, through bare Caddy and through queengate; it receives real pushes and pops")
+	flag.StringVar(&o.upstreamSecret, "upstream-secret", os.Getenv("QUEENGATE_BENCH_UPSTREAM_SECRET"), "bearer token the -upstream broker requires (default $QUEENGATE_BENCH_UPSTREAM_SECRET)")
 	flag.Parse()
 	if o.gomaxprocs > 0 {
 		runtime.GOMAXPROCS(o.gomaxprocs)
@@ -87,7 +93,7 @@ func benchmark(ctx context.Context, o options) error {
 		return err
 	}
 	defer e.close(o.keep)
-	printMachine(o)
+	printMachine(o, e)
 	if o.mode != "parked" {
 		if err := loadBenchmark(ctx, e, o); err != nil {
 			return err
@@ -107,11 +113,16 @@ func benchmark(ctx context.Context, o options) error {
 	return nil
 }
 
-func printMachine(o options) {
+func printMachine(o options, e *env) {
 	fmt.Printf("## Machine\n\n")
 	fmt.Printf("- CPU: %d × %s (GOMAXPROCS of every process: %s)\n", runtime.NumCPU(), cpuModel(), procsLabel(o.gomaxprocs))
 	fmt.Printf("- memory: %s; kernel %s; %s\n", memTotal(), readTrim("/proc/sys/kernel/osrelease"), runtime.Version())
 	fmt.Printf("- load average at the start: %s\n", loadAvg())
+	if e.broker == nil {
+		fmt.Printf("- upstream: the broker at %s (-upstream; its CPU is not measured), one cell per cluster\n", e.upstreamAddr)
+		fmt.Printf("- load generator, bare Caddy, queengate and PostgreSQL share these cores\n\n")
+		return
+	}
 	fmt.Printf("- load generator, bare Caddy, queengate, the fake broker and PostgreSQL all share these cores\n\n")
 }
 
@@ -194,7 +205,10 @@ func (s *series) merged() *result {
 // measure runs one target, with the CPU time each process spent on it,
 // and profiles the proxy meanwhile when profileDir is set.
 func measure(e *env, t target, spec loadSpec, profileDir string) (*result, error) {
-	pids := map[string]int{"loadgen": os.Getpid(), "upstream": e.broker.pid()}
+	pids := map[string]int{"loadgen": os.Getpid()}
+	if e.broker != nil {
+		pids["upstream"] = e.broker.pid()
+	}
 	if t.pid != 0 {
 		pids["proxy"] = t.pid
 	}

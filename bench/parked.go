@@ -29,8 +29,10 @@ func (e *env) sampleParked() (parkedSample, error) {
 	if s.gateway, err = readProc(e.gateway.pid()); err != nil {
 		return s, err
 	}
-	if s.broker, err = readProc(e.broker.pid()); err != nil {
-		return s, err
+	if e.broker != nil {
+		if s.broker, err = readProc(e.broker.pid()); err != nil {
+			return s, err
+		}
 	}
 	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/heap?gc=1", e.gatewayAdmin))
 	if err != nil {

@@ -23,6 +23,7 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:6632", "address to listen on")
 	name := flag.String("name", "", "server id reported by /health (default \"fakebroker\")")
 	requireTenant := flag.Bool("require-tenant", false, "refuse tenant-scoped requests without the x-queen-tenant header")
+	ignoreTenant := flag.Bool("ignore-tenant", false, "ignore x-queen-tenant, one namespace for all, like the public 0.15.1 broker")
 	token := flag.String("token", "", "require \"Authorization: Bearer <token>\" (default: no auth, like the recorded broker)")
 	kvBytes := flag.Bool("report-kv-bytes", false, "add kvBytes/timerBytes to GET /api/v1/resources/queues")
 	noLog := flag.Bool("no-request-log", false, "keep no request log (for load benchmarks)")
@@ -37,6 +38,7 @@ func main() {
 	b := fakebroker.New(fakebroker.Options{
 		Name:               *name,
 		RequireTenant:      *requireTenant,
+		IgnoreTenant:       *ignoreTenant,
 		Token:              *token,
 		ReportKVTimerBytes: *kvBytes,
 		NoRequestLog:       *noLog,
