@@ -78,6 +78,11 @@ func (b *backend) reportStorageQuota(ctx context.Context, log *zap.Logger) {
 // join the inventory reconciler, and a cell seen for the first time is
 // reconciled at once rather than at the next interval.
 func (b *backend) noteCell(c *tenancy.Cluster) {
+	// Load first: LoadOrStore boxes its key on every call, and nearly every
+	// call finds the cell already seen.
+	if _, seen := b.seenCells.Load(c.CellID); seen {
+		return
+	}
 	if _, seen := b.seenCells.LoadOrStore(c.CellID, struct{}{}); seen {
 		return
 	}

@@ -2,7 +2,10 @@ package tenancy
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -383,5 +386,21 @@ func TestCacheCountsHitsAndMisses(t *testing.T) {
 	got := cc.Counters()
 	if got.ClusterMisses != 1 || got.ClusterHits != 2 || got.KeyMisses != 1 || got.KeyHits != 1 {
 		t.Fatalf("counters %+v, want 1 cluster miss, 2 hits, 1 key miss (then a cached unknown key), 1 key hit", got)
+	}
+}
+
+// TestHashAPIKeyOfAnyLength holds the hash to SHA-256 in lower-case hex,
+// for keys of any length, with at most one allocation for keys of
+// ordinary length.
+func TestHashAPIKeyOfAnyLength(t *testing.T) {
+	for _, key := range []string{"", "qk_live_short", strings.Repeat("k", 128), strings.Repeat("k", 129), strings.Repeat("x", 4096)} {
+		sum := sha256.Sum256([]byte(key))
+		if got, want := HashAPIKey(key), hex.EncodeToString(sum[:]); got != want {
+			t.Fatalf("HashAPIKey(%d bytes) = %s, want %s", len(key), got, want)
+		}
+	}
+	key := "qk_live_" + strings.Repeat("a", 43)
+	if n := testing.AllocsPerRun(100, func() { _ = HashAPIKey(key) }); n > 1 {
+		t.Fatalf("HashAPIKey allocates %v times, want at most 1", n)
 	}
 }
