@@ -1,6 +1,9 @@
 package limits
 
-import "strconv"
+import (
+	"strconv"
+	"sync"
+)
 
 // Names of the two policies in the RateLimit headers.
 const (
@@ -41,16 +44,7 @@ func RateLimitHeaders(req, msgs Decision) (policy, limit string) {
 		return "", ""
 	}
 	buf := make([]byte, 0, 64)
-	if !req.Unlimited {
-		buf = appendPolicy(buf, RateLimitPolicyRequests, req)
-	}
-	if !msgs.Unlimited {
-		if len(buf) > 0 {
-			buf = append(buf, ", "...)
-		}
-		buf = appendPolicy(buf, RateLimitPolicyMessages, msgs)
-	}
-	policy = string(buf)
+	policy = renderedPolicies.get(req, msgs, buf)
 
 	name, d := RateLimitPolicyRequests, req
 	if req.Unlimited || (!msgs.Unlimited && closerToEmpty(msgs, req)) {
@@ -101,4 +95,57 @@ func share(d Decision) float64 {
 		return 0
 	}
 	return float64(d.Remaining) / float64(d.Limit)
+}
+
+// renderPolicy is the RateLimit-Policy value for the two buckets.
+func renderPolicy(req, msgs Decision, buf []byte) string {
+	buf = buf[:0]
+	if !req.Unlimited {
+		buf = appendPolicy(buf, RateLimitPolicyRequests, req)
+	}
+	if !msgs.Unlimited {
+		if len(buf) > 0 {
+			buf = append(buf, ", "...)
+		}
+		buf = appendPolicy(buf, RateLimitPolicyMessages, msgs)
+	}
+	return string(buf)
+}
+
+// policyKey is what a RateLimit-Policy value depends on: the buckets'
+// capacities and windows, fixed per cluster until its limits change.
+type policyKey struct {
+	reqLimit, msgsLimit         int64
+	reqWindow, msgsWindow       int
+	reqUnlimited, msgsUnlimited bool
+}
+
+// policyMemo keeps the rendered RateLimit-Policy values, so that the one
+// a cluster sends on every response is not built again each time. It is
+// bounded: when full it starts over.
+type policyMemo struct {
+	mu sync.RWMutex
+	m  map[policyKey]string
+}
+
+const policyMemoMax = 4096
+
+var renderedPolicies = &policyMemo{m: map[policyKey]string{}}
+
+func (p *policyMemo) get(req, msgs Decision, buf []byte) string {
+	k := policyKey{req.Limit, msgs.Limit, req.Window, msgs.Window, req.Unlimited, msgs.Unlimited}
+	p.mu.RLock()
+	v, ok := p.m[k]
+	p.mu.RUnlock()
+	if ok {
+		return v
+	}
+	v = renderPolicy(req, msgs, buf)
+	p.mu.Lock()
+	if len(p.m) >= policyMemoMax {
+		clear(p.m)
+	}
+	p.m[k] = v
+	p.mu.Unlock()
+	return v
 }

@@ -2,6 +2,8 @@ package limits
 
 import (
 	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -92,5 +94,33 @@ func BenchmarkRateLimitHeaders(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		RateLimitHeaders(req, msgs)
+	}
+}
+
+// TestRateLimitPolicyIsRememberedPerLimits: the policy a cluster sends on
+// every response is rendered once per set of limits (one allocation per
+// call is left, the RateLimit value), and the memo stays bounded.
+func TestRateLimitPolicyIsRememberedPerLimits(t *testing.T) {
+	req := Decision{Allowed: true, Limit: 50, Remaining: 10, ResetSecs: 2, Window: 5}
+	msgs := Decision{Allowed: true, Limit: 200, Remaining: 150, ResetSecs: 1, Window: 5}
+	policy, _ := RateLimitHeaders(req, msgs)
+	if policy != `"req";q=50;w=5, "msgs";q=200;w=5` {
+		t.Fatalf("policy %s", policy)
+	}
+	if n := testing.AllocsPerRun(100, func() { _, _ = RateLimitHeaders(req, msgs) }); n > 1 {
+		t.Fatalf("RateLimitHeaders allocates %v times, want 1 (the RateLimit value)", n)
+	}
+	for i := range policyMemoMax + 10 {
+		other := req
+		other.Limit = int64(1000 + i)
+		if p, _ := RateLimitHeaders(other, msgs); !strings.HasPrefix(p, `"req";q=`+strconv.Itoa(1000+i)+`;w=5`) {
+			t.Fatalf("policy %s for limit %d", p, 1000+i)
+		}
+	}
+	renderedPolicies.mu.RLock()
+	size := len(renderedPolicies.m)
+	renderedPolicies.mu.RUnlock()
+	if size > policyMemoMax {
+		t.Fatalf("the memo holds %d policies, more than %d", size, policyMemoMax)
 	}
 }
