@@ -48,9 +48,20 @@ type requestState struct {
 func startRequest(w http.ResponseWriter, r *http.Request) *requestState {
 	st := &requestState{rid: newRequestID()}
 	st.headers.set(w.Header(), headerRequestID, slotResponseRequestID, st.rid)
-	caddyhttp.SetVar(r.Context(), varRequestID, st.rid)
+	caddyhttp.SetVar(r.Context(), varRequestID, (*requestIDVar)(st))
 	return st
 }
+
+// requestIDVar and clusterSlugVar are the request id and the cluster slug
+// as Caddy variables: pointers a placeholder renders through String, so
+// setting them on every request boxes no string.
+type (
+	requestIDVar   requestState
+	clusterSlugVar tenancy.Cluster
+)
+
+func (v *requestIDVar) String() string   { return v.rid }
+func (v *clusterSlugVar) String() string { return v.Slug }
 
 // ServeHTTP is the data-plane pipeline, in its load-bearing order. Each
 // step either refuses the request with the error envelope or hands it on.
@@ -117,7 +128,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if e != nil {
 		return g.refuse(w, r, st, e)
 	}
-	caddyhttp.SetVar(r.Context(), varClusterSlug, cluster.Slug)
+	caddyhttp.SetVar(r.Context(), varClusterSlug, (*clusterSlugVar)(cluster))
 	g.app.backend.noteCell(cluster)
 	if !gatesFirst {
 		if !cluster.Status.Serves() {

@@ -401,3 +401,26 @@ func BenchmarkClassifyAuthenticateAuthorize(b *testing.B) {
 		}
 	}
 }
+
+// TestRequestVariablesRenderAsText: the request id and the cluster slug
+// are Caddy variables that placeholders ({http.vars.queen.request_id},
+// {http.vars.queen.cluster}) render as text, for access logs.
+func TestRequestVariablesRenderAsText(t *testing.T) {
+	g := testGateway(t)
+	vars := map[string]any{}
+	r := httptest.NewRequest("GET", "/api/v1/resources/queues", nil)
+	r.Host = "acme.eu1.example.com"
+	r.Header.Set("Authorization", "Bearer qk_live_acme")
+	r = r.WithContext(context.WithValue(r.Context(), caddyhttp.VarsCtxKey, vars))
+	w := httptest.NewRecorder()
+	seen := &upstreamSeen{}
+	if err := g.ServeHTTP(w, r, seen.handler(nil)); err != nil || !seen.called {
+		t.Fatalf("ServeHTTP: %v, forwarded %v", err, seen.called)
+	}
+	if got, want := caddy.ToString(vars[varRequestID]), w.Header().Get(headerRequestID); got != want || want == "" {
+		t.Fatalf("queen.request_id renders %q, want %q", got, want)
+	}
+	if got := caddy.ToString(vars[varClusterSlug]); got != "acme" {
+		t.Fatalf("queen.cluster renders %q, want acme", got)
+	}
+}
