@@ -57,51 +57,25 @@ func (e *env) sampleParked() (parkedSample, error) {
 // holding them costs the gateway; then it lets them go and checks that
 // everything they held is given back.
 func parkedBenchmark(ctx context.Context, e *env, o options) error {
+	floor, err := bareParkedFloor(ctx, e, o.parked)
+	if err != nil {
+		return err
+	}
 	time.Sleep(2 * time.Second)
 	idle, err := e.sampleParked()
 	if err != nil {
 		return err
 	}
 	logf("parking %d long-poll pops through the gateway ...", o.parked)
-	conns := make([]net.Conn, o.parked)
-	var next atomic.Int64
-	var failed atomic.Int64
-	var firstErr atomic.Value
-	addr := fmt.Sprintf("127.0.0.1:%d", e.gatewayPort)
 	start := time.Now()
-	var wg sync.WaitGroup
-	for range 64 {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(conns) || ctx.Err() != nil {
-					return
-				}
-				c := e.clusters[i%len(e.clusters)]
-				conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
-				if err == nil {
-					_, err = fmt.Fprintf(conn, "GET /api/v1/pop/queue/parked-%d?wait=true&timeout=60000 HTTP/1.1\r\nHost: %s.%s\r\nAuthorization: Bearer %s\r\n\r\n",
-						i, c.slug, baseDomain, c.key)
-				}
-				if err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, err.Error())
-					continue
-				}
-				conns[i] = conn
-			}
-		})
-	}
-	wg.Wait()
-	defer func() {
-		for _, c := range conns {
-			if c != nil {
-				_ = c.Close()
-			}
-		}
-	}()
-	if n := failed.Load(); n > 0 {
-		return fmt.Errorf("%d of %d connections failed, first: %v", n, o.parked, firstErr.Load())
+	conns, err := parkConns(ctx, fmt.Sprintf("127.0.0.1:%d", e.gatewayPort), o.parked, func(i int) string {
+		c := e.clusters[i%len(e.clusters)]
+		return fmt.Sprintf("GET /api/v1/pop/queue/parked-%d?wait=true&timeout=60000 HTTP/1.1\r\nHost: %s.%s\r\nAuthorization: Bearer %s\r\n\r\n",
+			i, c.slug, baseDomain, c.key)
+	})
+	defer closeConns(conns)
+	if err != nil {
+		return err
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -181,6 +155,8 @@ func parkedBenchmark(ctx context.Context, e *env, o options) error {
 	perPop := float64(held.gateway.rssKB-idle.gateway.rssKB) / float64(o.parked)
 	fmt.Printf("\n- gateway RSS while holding them: **%.1f MB** — goal ≤ 150 MB: %s (%.1f KB per parked pop over idle)\n",
 		float64(held.gateway.rssKB)/1024, verdict(held.gateway.rssKB <= 150*1024), perPop)
+	fmt.Printf("- the floor, bare Caddy's reverse_proxy holding the same %d pops (to the same upstream, same run): %.1f MB RSS, **%.1f KB per parked pop** over idle; queengate's own share is the difference, %.1f KB\n",
+		o.parked, floor.heldMB, floor.perPopKB, perPop-floor.perPopKB)
 	fmt.Printf("- per parked pop: %.2f goroutines, %.2f file descriptors in the gateway (the client's connection and the one to the cell)\n",
 		(held.goroutines-idle.goroutines)/float64(o.parked), float64(held.gateway.fds-idle.gateway.fds)/float64(o.parked))
 	fmt.Printf("- CPU while holding them (%v): gateway %.3f cores, fake broker %.3f cores (it re-checks every parked pop every 100 ms); broker RSS %.1f MB\n",
@@ -188,4 +164,102 @@ func parkedBenchmark(ctx context.Context, e *env, o options) error {
 	fmt.Printf("- after the clients hung up: %.0f parked, %.0f goroutines (idle: %.0f), %d fds (idle: %d)\n\n",
 		back.parked, back.goroutines, idle.goroutines, back.gateway.fds, idle.gateway.fds)
 	return nil
+}
+
+// parkConns opens n connections to addr and sends request(i) on each,
+// 64 at a time, and returns them open.
+func parkConns(ctx context.Context, addr string, n int, request func(i int) string) ([]net.Conn, error) {
+	conns := make([]net.Conn, n)
+	var next, failed atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(conns) || ctx.Err() != nil {
+					return
+				}
+				conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
+				if err == nil {
+					_, err = fmt.Fprint(conn, request(i))
+				}
+				if err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+					continue
+				}
+				conns[i] = conn
+			}
+		})
+	}
+	wg.Wait()
+	if k := failed.Load(); k > 0 {
+		return conns, fmt.Errorf("%d of %d connections failed, first: %v", k, n, firstErr.Load())
+	}
+	return conns, nil
+}
+
+func closeConns(conns []net.Conn) {
+	for i, c := range conns {
+		if c != nil {
+			_ = c.Close()
+			conns[i] = nil
+		}
+	}
+}
+
+// parkedFloor is what bare Caddy spends holding parked pops.
+type parkedFloor struct {
+	heldMB, perPopKB float64
+}
+
+// bareParkedFloor parks n pops through bare Caddy's reverse_proxy, with
+// the requests the gateway would send the cell, and measures its RSS: the
+// floor that Go's HTTP stack and Caddy's proxy set, whatever the plugin
+// does. A pop is parked once both its connections are open (2 fds).
+func bareParkedFloor(ctx context.Context, e *env, n int) (parkedFloor, error) {
+	idle, err := readProc(e.bare.pid())
+	if err != nil {
+		return parkedFloor{}, err
+	}
+	logf("parking %d long-poll pops through bare Caddy (the floor) ...", n)
+	auth := ""
+	if e.cellKey != "" {
+		auth = "Authorization: Bearer " + e.cellKey + "\r\n"
+	}
+	conns, err := parkConns(ctx, fmt.Sprintf("127.0.0.1:%d", e.barePort), n, func(i int) string {
+		c := e.clusters[i%len(e.clusters)]
+		return fmt.Sprintf("GET /api/v1/pop/queue/parked-bare-%d?wait=true&timeout=60000 HTTP/1.1\r\nHost: %s\r\n%sX-Queen-Tenant: %s\r\n\r\n",
+			i, e.upstreamAddr, auth, c.tenant)
+	})
+	defer closeConns(conns)
+	if err != nil {
+		return parkedFloor{}, err
+	}
+	// Parked once the connection count stops growing near 2 per pop; the
+	// figure is per connection pair actually held.
+	deadline := time.Now().Add(60 * time.Second)
+	last := -1
+	for {
+		s, err := readProc(e.bare.pid())
+		if err != nil {
+			return parkedFloor{}, err
+		}
+		if s.fds == last && s.fds-idle.fds >= 2*n*9/10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return parkedFloor{}, fmt.Errorf("bare Caddy holds %d connections after a minute, want about %d", s.fds-idle.fds, 2*n)
+		}
+		last = s.fds
+		time.Sleep(500 * time.Millisecond)
+	}
+	time.Sleep(3 * time.Second)
+	held, err := readProc(e.bare.pid())
+	if err != nil {
+		return parkedFloor{}, err
+	}
+	pairs := max(1, (held.fds-idle.fds)/2)
+	return parkedFloor{heldMB: float64(held.rssKB) / 1024, perPopKB: float64(held.rssKB-idle.rssKB) / float64(pairs)}, nil
 }
