@@ -23,19 +23,23 @@ type target struct {
 	admin  int // the proxy's Caddy admin port, for pprof (0: none)
 }
 
+// cellHeader is the head lines the gateway would send the cell for
+// cluster c: the upstream's Host, the cell secret (when there is one) and
+// x-queen-tenant, each ending in CRLF.
+func (e *env) cellHeader(c benchCluster) string {
+	auth := ""
+	if e.cellKey != "" {
+		auth = "Authorization: Bearer " + e.cellKey + "\r\n"
+	}
+	return fmt.Sprintf("Host: %s\r\n%sX-Queen-Tenant: %s\r\n", e.upstreamAddr, auth, c.tenant)
+}
+
 // targets are the three systems, with byte-identical requests except for
 // the Host and the credential: the upstream and bare Caddy get what the
 // gateway would send the cell (the cell secret and x-queen-tenant), the
 // gateway gets the cluster's hostname and API key.
 func (e *env) targets() []target {
-	upstreamHeader := func(i int) string {
-		c := e.clusters[i%len(e.clusters)]
-		auth := ""
-		if e.cellKey != "" {
-			auth = "Authorization: Bearer " + e.cellKey + "\r\n"
-		}
-		return fmt.Sprintf("Host: %s\r\n%sX-Queen-Tenant: %s\r\n", e.upstreamAddr, auth, c.tenant)
-	}
+	upstreamHeader := func(i int) string { return e.cellHeader(e.clusters[i%len(e.clusters)]) }
 	return []target{
 		{name: "upstream", addr: e.upstreamAddr, header: upstreamHeader},
 		{name: "caddy", addr: fmt.Sprintf("127.0.0.1:%d", e.barePort), header: upstreamHeader, pid: e.bare.pid(), admin: e.bareAdmin},

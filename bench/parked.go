@@ -224,14 +224,9 @@ func bareParkedFloor(ctx context.Context, e *env, n int) (parkedFloor, error) {
 		return parkedFloor{}, err
 	}
 	logf("parking %d long-poll pops through bare Caddy (the floor) ...", n)
-	auth := ""
-	if e.cellKey != "" {
-		auth = "Authorization: Bearer " + e.cellKey + "\r\n"
-	}
 	conns, err := parkConns(ctx, fmt.Sprintf("127.0.0.1:%d", e.barePort), n, func(i int) string {
-		c := e.clusters[i%len(e.clusters)]
-		return fmt.Sprintf("GET /api/v1/pop/queue/parked-bare-%d?wait=true&timeout=60000 HTTP/1.1\r\nHost: %s\r\n%sX-Queen-Tenant: %s\r\n\r\n",
-			i, e.upstreamAddr, auth, c.tenant)
+		return fmt.Sprintf("GET /api/v1/pop/queue/parked-bare-%d?wait=true&timeout=60000 HTTP/1.1\r\n%s\r\n",
+			i, e.cellHeader(e.clusters[i%len(e.clusters)]))
 	})
 	defer closeConns(conns)
 	if err != nil {

@@ -48,20 +48,7 @@ func (b *backend) newCellIsolation(every time.Duration, log *zap.Logger) {
 // admin token in the gateway's own name (the probe configures and deletes
 // a queue), or the cell's static secret.
 func (a *App) probeCredential(cell tenancy.ProbeCell) string {
-	if a == nil {
-		return ""
-	}
-	if tokens := a.cellTokensFor(cell.Slug); tokens != nil {
-		tok, err := tokens.Token("queengate-isolation-probe", tenancy.BrokerRoleAdmin)
-		if err != nil {
-			return ""
-		}
-		return "Bearer " + tok
-	}
-	if cell.Secret != "" {
-		return "Bearer " + cell.Secret
-	}
-	return ""
+	return a.ownCellCredential(cell.Slug, cell.Secret, "queengate-isolation-probe", tenancy.BrokerRoleAdmin)
 }
 
 // errCellNotIsolated answers a cluster whose cell serves only its oldest

@@ -138,18 +138,25 @@ func (b *backend) reconcileTargets(ctx context.Context) ([]limits.ClusterRef, er
 // cluster's queue listing: a read-only token in the gateway's own name,
 // or the cell's static secret.
 func (a *App) inventoryCredential(c *tenancy.Cluster) string {
+	return a.ownCellCredential(c.CellSlug, c.CellSecret, "queengate-inventory", tenancy.BrokerRoleReadOnly)
+}
+
+// ownCellCredential is what the gateway presents to a cell for a request
+// in its own name (subject, with role): a minted token when the cell has a
+// cell_token entry, else the cell's static secret, else nothing.
+func (a *App) ownCellCredential(cellSlug, secret, subject, role string) string {
 	if a == nil {
 		return ""
 	}
-	if tokens := a.cellTokensFor(c.CellSlug); tokens != nil {
-		tok, err := tokens.Token("queengate-inventory", tenancy.BrokerRoleReadOnly)
+	if tokens := a.cellTokensFor(cellSlug); tokens != nil {
+		tok, err := tokens.Token(subject, role)
 		if err != nil {
 			return ""
 		}
 		return "Bearer " + tok
 	}
-	if c.CellSecret != "" {
-		return "Bearer " + c.CellSecret
+	if secret != "" {
+		return "Bearer " + secret
 	}
 	return ""
 }

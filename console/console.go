@@ -286,8 +286,6 @@ func (s *Surface) securityHeaders(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func safeMethod(m string) bool { return crossorigin.SafeMethod(m) }
-
 // peerAddr is the connection's peer address.
 func peerAddr(r *http.Request) netip.Addr {
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/queengate/queengate/internal/apierror"
+	"github.com/queengate/queengate/internal/crossorigin"
 	"github.com/queengate/queengate/tenancy"
 )
 
@@ -125,7 +126,7 @@ func (s *Surface) consoleCaller(w http.ResponseWriter, r *http.Request, adminOnl
 		writeError(w, e)
 		return nil, false
 	}
-	if c.cluster.Status == tenancy.StatusDeleting || (!safeMethod(r.Method) && c.cluster.Status == tenancy.StatusSuspended) {
+	if c.cluster.Status == tenancy.StatusDeleting || (!crossorigin.SafeMethod(r.Method) && c.cluster.Status == tenancy.StatusSuspended) {
 		writeError(w, errClusterSuspended)
 		return nil, false
 	}
