@@ -122,14 +122,19 @@ func BillPop(status int, body []byte) (messages int64, ids []string) {
 	if !is2xx(status) {
 		return 0, nil
 	}
+	if n, ids, ok := scanPopBilling(body); ok {
+		return n, ids
+	}
+	return billDecodedPop(body)
+}
+
+// billDecodedPop is BillPop for an answer the fast scanner declined,
+// decoded with encoding/json.
+func billDecodedPop(body []byte) (messages int64, ids []string) {
 	var r popAnswer
-	if !scanPopAnswer(body, &r) && !decodeLenient(body, &r) {
+	if !decodeLenient(body, &r) || len(r.Messages) == 0 {
 		return 0, nil
 	}
-	if len(r.Messages) == 0 {
-		return 0, nil
-	}
-	ids = make([]string, 0, len(r.Messages))
 	for _, m := range r.Messages {
 		if m == nil {
 			continue

@@ -1,7 +1,8 @@
 package meter
 
 import (
-	"reflect"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -18,30 +19,53 @@ var scanSeeds = []string{
 	`{"messages":null}`, `{"messages":[1]}`, `{"error":"x","messages":[]}`,
 	`{"messages":[{"transactionId":"t"}],"messages":[{"id":"late"}]}`,
 	`{"consumerGroup":5,"messages":[{"id":"i"}]}`,
+	`{"consumerGroup":"g","consumerGroup":null,"messages":[{"id":"a","id":null},{"partitionId":"p","transactionId":""},{"consumerGroup":"","id":"b"}]}`,
 }
 
 // FuzzScannersMatchDecoding: whenever the fast pop scanner answers, it
-// answers exactly what encoding/json would.
+// answers exactly what decoding with encoding/json gives.
 func FuzzScannersMatchDecoding(f *testing.F) {
 	for _, s := range scanSeeds {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		var fast, slow popAnswer
-		if scanPopAnswer(body, &fast) {
-			if !decodeLenient(body, &slow) {
-				t.Fatalf("pop %q: scanned, but encoding/json refuses it", body)
-			}
-			if !reflect.DeepEqual(fast, slow) {
-				t.Fatalf("pop %q: scanned %+v, decoded %+v", body, fast, slow)
-			}
+		n, ids, ok := scanPopBilling(body)
+		if !ok {
+			return
+		}
+		var r popAnswer
+		if !decodeLenient(body, &r) {
+			t.Fatalf("pop %q: scanned, but encoding/json refuses it", body)
+		}
+		wantN, wantIDs := billDecodedPop(body)
+		if n != wantN || !slices.Equal(ids, wantIDs) {
+			t.Fatalf("pop %q: scanned %d %q, decoded %d %q", body, n, ids, wantN, wantIDs)
 		}
 	})
 }
 
 func TestScannersTakeTheCommonAnswers(t *testing.T) {
-	var r popAnswer
-	if !scanPopAnswer([]byte(scanSeeds[10]), &r) || len(r.Messages) != 3 || r.Messages[2].ConsumerGroup != "other" {
-		t.Fatalf("the pop scanner on an ordinary answer: %+v", r)
+	n, ids, ok := scanPopBilling([]byte(scanSeeds[10]))
+	if !ok || n != 3 || !slices.Equal(ids, []string{"p/t/g", "id/i2/other"}) {
+		t.Fatalf("the pop scanner on an ordinary answer: %v %d %q", ok, n, ids)
+	}
+	// A null member leaves the field as an earlier member set it.
+	n, ids, ok = scanPopBilling([]byte(`{"consumerGroup":"g","consumerGroup":null,"messages":[{"id":"a","id":null}]}`))
+	if !ok || n != 1 || !slices.Equal(ids, []string{"id/a/g"}) {
+		t.Fatalf("null members: %v %d %q", ok, n, ids)
+	}
+}
+
+// The fast path allocates the keys and their list, nothing per message.
+func TestScanPopBillingAllocations(t *testing.T) {
+	body := []byte(`{"consumerGroup":"g","messages":[` + strings.Repeat(`{"id":"i","partitionId":"p","transactionId":"t","data":{"x":[1,2]}},`, 20) + `{"id":"last"}]}`)
+	allocs := testing.AllocsPerRun(100, func() {
+		if n, ids, ok := scanPopBilling(body); !ok || n != 21 || len(ids) != 21 {
+			t.Fatalf("%v %d %d", ok, n, len(ids))
+		}
+	})
+	// The checker's stack, the messages beyond the first eight, the key string, its ends and the key list.
+	if allocs > 8 {
+		t.Fatalf("%v allocations for a 21-message pop", allocs)
 	}
 }

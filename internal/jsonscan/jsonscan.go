@@ -134,20 +134,26 @@ func (it *ArrayIter) Next() (elem []byte, more bool) {
 // escape, or one that is not valid UTF-8 (encoding/json would replace the
 // bad bytes): those the caller must decode properly.
 func PlainString(v []byte) (string, bool) {
+	b, ok := PlainBytes(v)
+	return string(b), ok
+}
+
+// PlainBytes is PlainString without the copy: the contents are a slice of v.
+func PlainBytes(v []byte) ([]byte, bool) {
 	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
-		return "", false
+		return nil, false
 	}
 	ascii := true
 	for _, c := range v[1 : len(v)-1] {
 		switch {
 		case c == '\\':
-			return "", false
+			return nil, false
 		case c >= 0x80:
 			ascii = false
 		}
 	}
 	if !ascii && !utf8.Valid(v[1:len(v)-1]) {
-		return "", false
+		return nil, false
 	}
-	return string(v[1 : len(v)-1]), true
+	return v[1 : len(v)-1], true
 }
