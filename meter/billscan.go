@@ -23,7 +23,7 @@ type popFields struct {
 
 // scanPopBilling reads a pop answer (a JSON object with a consumerGroup
 // and a messages array of objects) in one pass and returns what BillPop
-// returns for it. The keys are slices of one string, so a pop costs two
+// returns for it. The keys are slices of one string, so a pop costs a few
 // allocations whatever it delivered.
 func scanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
 	if jsonscan.Check(body) != nil {
@@ -33,57 +33,30 @@ func scanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
 	if i >= len(body) || body[i] != '{' {
 		return 0, nil, false
 	}
-	var group, list []byte
-	for obj := jsonscan.Object(body[i:]); ; {
-		k, v, more := obj.Next()
-		if !more {
-			break
-		}
-		switch {
-		case string(k) == "consumerGroup":
-			if string(v) == "null" {
-				continue // leaves the field as it was, as encoding/json does
-			}
-			s, ok := jsonscan.PlainBytes(v)
-			if !ok {
-				return 0, nil, false
-			}
-			group = s
-		case string(k) == "messages":
-			if list != nil {
-				return 0, nil, false // a repeated key: encoding/json merges into the first
-			}
-			list = v
-		case strings.EqualFold(string(k), "consumerGroup") || strings.EqualFold(string(k), "messages") || hasEscape(k):
-			return 0, nil, false
-		}
+	var (
+		group    []byte
+		small    [8]popFields
+		msgs     = small[:0]
+		seenList bool
+		declined bool
+	)
+	// decline stops both walks: a member's end at len(body) ends them.
+	decline := func() int {
+		declined = true
+		return len(body)
 	}
-	if len(list) == 0 || list[0] == 'n' { // absent or null
-		return 0, nil, true
-	}
-	if list[0] != '[' {
-		return 0, nil, false
-	}
-	var small [8]popFields
-	msgs := small[:0]
-	for arr := jsonscan.Array(list); ; {
-		elem, more := arr.Next()
-		if !more {
-			break
-		}
-		if elem[0] == 'n' { // null element: billed, without a key
+	readMessage := func(at int) int {
+		switch body[at] {
+		case 'n': // a null element: billed, without a key
 			msgs = append(msgs, popFields{})
-			continue
-		}
-		if elem[0] != '{' {
-			return 0, nil, false
+			return jsonscan.ValueEnd(body, at)
+		case '{':
+		default:
+			return decline()
 		}
 		var m popFields
-		for obj := jsonscan.Object(elem); ; {
-			k, v, more := obj.Next()
-			if !more {
-				break
-			}
+		end := jsonscan.Members(body, at, func(k []byte, at int) int {
+			end := jsonscan.ValueEnd(body, at)
 			var into *[]byte
 			switch string(k) {
 			case "id":
@@ -96,22 +69,61 @@ func scanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
 				into = &m.group
 			default:
 				if hasEscape(k) || foldsTo(k, "id", "partitionId", "transactionId", "consumerGroup") {
-					return 0, nil, false
+					return decline()
 				}
-				continue
+				return end
 			}
-			if string(v) == "null" {
-				continue // leaves the field as it was, as encoding/json does
+			if !readPlain(body[at:end], into) {
+				return decline()
 			}
-			s, ok := jsonscan.PlainBytes(v)
-			if !ok {
-				return 0, nil, false
-			}
-			*into = s // the last of repeated members wins, as in encoding/json
-		}
+			return end
+		})
 		msgs = append(msgs, m)
+		return end
+	}
+	jsonscan.Members(body, i, func(k []byte, at int) int {
+		switch {
+		case string(k) == "consumerGroup":
+			end := jsonscan.ValueEnd(body, at)
+			if !readPlain(body[at:end], &group) {
+				return decline()
+			}
+			return end
+		case string(k) == "messages":
+			if seenList {
+				return decline() // a repeated key: encoding/json merges into the first
+			}
+			seenList = true
+			switch body[at] {
+			case 'n': // null: no messages
+				return jsonscan.ValueEnd(body, at)
+			case '[':
+				return jsonscan.Elements(body, at, readMessage)
+			}
+			return decline()
+		case strings.EqualFold(string(k), "consumerGroup") || strings.EqualFold(string(k), "messages") || hasEscape(k):
+			return decline()
+		}
+		return jsonscan.ValueEnd(body, at)
+	})
+	if declined {
+		return 0, nil, false
 	}
 	return int64(len(msgs)), popKeys(msgs, group), true
+}
+
+// readPlain sets *into to a plain string value's contents and reports
+// whether the value was one; null leaves *into as it was, as encoding/json
+// does.
+func readPlain(v []byte, into *[]byte) bool {
+	if string(v) == "null" {
+		return true
+	}
+	s, ok := jsonscan.PlainBytes(v)
+	if ok {
+		*into = s // the last of repeated members wins, as in encoding/json
+	}
+	return ok
 }
 
 // popKeys builds the redelivery keys of BillPop, all in one string.
@@ -187,9 +199,19 @@ func hasEscape(k []byte) bool {
 	return false
 }
 
+// foldsTo reports whether encoding/json would take k for one of names
+// (it matches field names case-insensitively, with Unicode folding: only
+// a key with non-ASCII bytes can fold to a name of another length).
 func foldsTo(k []byte, names ...string) bool {
+	ascii := true
+	for _, c := range k {
+		if c >= 0x80 {
+			ascii = false
+			break
+		}
+	}
 	for _, n := range names {
-		if strings.EqualFold(string(k), n) {
+		if (!ascii || len(k) == len(n)) && strings.EqualFold(string(k), n) {
 			return true
 		}
 	}

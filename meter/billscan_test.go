@@ -20,6 +20,8 @@ var scanSeeds = []string{
 	`{"messages":[{"transactionId":"t"}],"messages":[{"id":"late"}]}`,
 	`{"consumerGroup":5,"messages":[{"id":"i"}]}`,
 	`{"consumerGroup":"g","consumerGroup":null,"messages":[{"id":"a","id":null},{"partitionId":"p","transactionId":""},{"consumerGroup":"","id":"b"}]}`,
+	`{"messages":[{"partitionId":"p","tranſactionId":"x","transactionId":"t"}]}`,
+	`{"meſſages":[{"id":"hidden"}],"messages":[]}`,
 }
 
 // FuzzScannersMatchDecoding: whenever the fast pop scanner answers, it
