@@ -377,17 +377,20 @@ func loadBenchmark(ctx context.Context, e *env, o options) error {
 	fmt.Printf("## Load: %d keep-alive connections, pushes and autoAck pops alternating, %d clusters, %d rounds of %v per target\n\n",
 		o.concurrency, o.clusters, o.rounds, o.duration)
 	fmt.Printf("### Closed loop (each connection sends its next request as soon as the last is answered)\n\n")
-	printPhase(closed)
+	printPhase(closed, false)
 	if paced != nil {
 		fmt.Printf("### Paced (open loop): %.0f requests/s offered to every target (%.0f %% of bare Caddy's closed-loop throughput)\n\n",
 			rate, 100*rate/closed[1].medianRate())
-		printPhase(paced)
+		printPhase(paced, true)
 	}
 	printStatements(stmts, gatewayRequests, warmupRequests+gatewayRequests, metered)
 	return nil
 }
 
-func printPhase(ss []*series) {
+// printPhase prints one phase's table and its verdicts against the goals
+// of issue 16: throughput ≥ 0.95 of bare Caddy in the closed loop, at most
+// 6 µs of plugin CPU per request, at most 0.5 ms of p99 added when paced.
+func printPhase(ss []*series, paced bool) {
 	fmt.Println("| target | req/s (median) | req/s per round | p50 | p99 | p99.9 | max | errors | pops delivering | CPU µs/req: proxy | upstream | load generator |")
 	fmt.Println("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, s := range ss {
@@ -429,12 +432,20 @@ func printPhase(ss []*series) {
 	merged99 := float64(g.hist.quantile(0.99)-b.hist.quantile(0.99)) / 1e6
 	added50 := float64(g.hist.quantile(0.5)-b.hist.quantile(0.5)) / 1e6
 	perReq := func(r *result) float64 { return float64(r.cpu["proxy"].Microseconds()) / float64(r.requests) }
-	fmt.Printf("\n- throughput queengate / bare Caddy: **%.3f** (median of the rounds: %s; ratio of the medians %.3f) — goal ≥ 0.90: %s\n",
-		ratio, strings.Join(perRound, ", "), gate.medianRate()/bare.medianRate(), verdict(ratio >= 0.90))
-	fmt.Printf("- p99 added by queengate over bare Caddy: **%+.3f ms** (median of the rounds; over all requests %+.3f ms) — goal ≤ 1 ms: %s; p50 added %+.3f ms\n",
-		added99, merged99, verdict(added99 <= 1), added50)
-	fmt.Printf("- proxy CPU per request: queengate %.1f µs, bare Caddy %.1f µs: **%+.1f µs** added by the plugin\n\n",
-		perReq(g), perReq(b), perReq(g)-perReq(b))
+	throughputGoal := "goal ≥ 0.95 closed loop: " + verdict(ratio >= 0.95)
+	p99Goal := "goal ≤ 0.5 ms when paced: " + verdict(added99 <= 0.5)
+	if paced {
+		throughputGoal = "keeping up is the point here"
+	} else {
+		p99Goal = "the goal is on the paced run"
+	}
+	plugin := perReq(g) - perReq(b)
+	fmt.Printf("\n- throughput queengate / bare Caddy: **%.3f** (median of the rounds: %s; ratio of the medians %.3f) — %s\n",
+		ratio, strings.Join(perRound, ", "), gate.medianRate()/bare.medianRate(), throughputGoal)
+	fmt.Printf("- p99 added by queengate over bare Caddy: **%+.3f ms** (median of the rounds; over all requests %+.3f ms) — %s; p50 added %+.3f ms\n",
+		added99, merged99, p99Goal, added50)
+	fmt.Printf("- proxy CPU per request: queengate %.1f µs, bare Caddy %.1f µs: **%+.1f µs** added by the plugin — goal ≤ 6 µs: %s\n\n",
+		perReq(g), perReq(b), plugin, verdict(plugin <= 6))
 }
 
 func median(v []float64) float64 {

@@ -239,13 +239,16 @@ func parseGatewayDirective(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue,
 		return nil, err
 	}
 	proxy := newCellProxy(dialTimeout, cellTLS)
-	chain := &caddyhttp.Subroute{Routes: caddyhttp.RouteList{{
-		HandlersRaw: []json.RawMessage{
-			caddyconfig.JSONModuleObject(g, "handler", "queen_gateway", nil),
-			caddyconfig.JSONModuleObject(proxy, "handler", "reverse_proxy", nil),
-		},
-	}}}
-	return h.NewRoute(matcherSet, chain), nil
+	// One route holding both handlers, not a subroute: the chain is the
+	// same, without a second route layer on every request.
+	route := caddyhttp.Route{HandlersRaw: []json.RawMessage{
+		caddyconfig.JSONModuleObject(g, "handler", "queen_gateway", nil),
+		caddyconfig.JSONModuleObject(proxy, "handler", "reverse_proxy", nil),
+	}}
+	if matcherSet != nil {
+		route.MatcherSetsRaw = []caddy.ModuleMap{matcherSet}
+	}
+	return []httpcaddyfile.ConfigValue{{Class: "route", Value: route}}, nil
 }
 
 // UnmarshalCaddyfile sets up the handler alone from Caddyfile tokens (the
