@@ -21,7 +21,8 @@ import (
 // burst does not refill the bucket.
 func TestRateLimitsAcrossClustersAndReload(t *testing.T) {
 	broker := startBroker(t, fakebroker.Options{Name: "rl-cell", RequireTenant: true})
-	cp := newControlPlane(t, pgtest.URL(t))
+	db := pgtest.NewDatabase(t) // its own: the slugs are fixed, and -count=N runs it again
+	cp := newControlPlane(t, db)
 	cell := cp.cell("rl-cell", broker.URL(), "")
 	tn := cp.tenant("rl")
 	narrow := cp.cluster(tn, "rl-narrow", cell)
@@ -31,7 +32,7 @@ func TestRateLimitsAcrossClustersAndReload(t *testing.T) {
 	_, calmKey := cp.key(calm.id)
 
 	port := freePort(t)
-	cfg := gatewayCaddyfile(port, pgtest.URL(t), "", "")
+	cfg := gatewayCaddyfile(port, db, "", "")
 	startGateway(t, cfg)
 	c := client(port)
 	get := func(slug, key string) response {
@@ -66,7 +67,7 @@ func TestRateLimitsAcrossClustersAndReload(t *testing.T) {
 
 	// Reload (a changed configuration) in the middle of the burst: the
 	// bucket stays empty.
-	reloaded, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(gatewayCaddyfile(port, pgtest.URL(t), "", "upstream_timeout 30s")), nil)
+	reloaded, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(gatewayCaddyfile(port, db, "", "upstream_timeout 30s")), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
