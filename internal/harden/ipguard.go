@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,6 +21,12 @@ type FailureGuard struct {
 	max    int // tracked addresses per shard
 	seed   maphash.Seed
 	shards [16]guardShard
+	// lastFail is when any address last failed (Unix nanoseconds, by now).
+	// A bucket earns a token back every 1/rate seconds, so once that long
+	// has passed since the last failure every bucket holds a token, and
+	// Allow answers without hashing or locking: the state of nearly every
+	// request of a healthy gateway.
+	lastFail atomic.Int64
 }
 
 type guardShard struct {
@@ -77,7 +84,7 @@ func AddressKey(addr netip.Addr) netip.Prefix {
 // how many whole seconds it may (at least 1). An invalid address is
 // allowed: without a peer address there is nothing to count by.
 func (g *FailureGuard) Allow(addr netip.Addr) (ok bool, retryAfter int) {
-	if !addr.IsValid() {
+	if !addr.IsValid() || g.sinceLastFail() >= time.Duration(float64(time.Second)/g.rate) {
 		return true, 0
 	}
 	key := AddressKey(addr)
@@ -114,6 +121,17 @@ func (g *FailureGuard) Fail(addr netip.Addr) {
 	}
 	g.refill(b)
 	b.tokens = max(b.tokens-1, 0)
+	g.lastFail.Store(b.at.UnixNano())
+}
+
+// sinceLastFail is how long ago any address last failed (very long when
+// none has).
+func (g *FailureGuard) sinceLastFail() time.Duration {
+	last := g.lastFail.Load()
+	if last == 0 {
+		return math.MaxInt64
+	}
+	return time.Duration(g.now().UnixNano() - last)
 }
 
 // Tracked reports how many addresses hold a bucket.

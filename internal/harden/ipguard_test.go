@@ -89,3 +89,41 @@ func BenchmarkFailureGuardAllow(b *testing.B) {
 		g.Allow(a)
 	}
 }
+
+// While no address has failed within a token's refill time, Allow answers
+// without touching the shards (every shard is held locked here).
+func TestFailureGuardAllowSkipsTheShardsWhenNothingFailedLately(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	g := NewFailureGuard(FailureGuardConfig{Rate: 1, Burst: 1, Now: c.now})
+	answersWithoutShards := func() bool {
+		for i := range g.shards {
+			g.shards[i].mu.Lock()
+		}
+		done := make(chan bool, 1)
+		go func() { ok, _ := g.Allow(addr("203.0.113.9")); done <- ok }()
+		answered := false
+		select {
+		case <-done:
+			answered = true
+		case <-time.After(100 * time.Millisecond): // it waits for a shard
+		}
+		for i := range g.shards {
+			g.shards[i].mu.Unlock()
+		}
+		if !answered {
+			<-done
+		}
+		return answered
+	}
+	if !answersWithoutShards() {
+		t.Fatal("no failure yet, but Allow went to the shards")
+	}
+	g.Fail(addr("198.51.100.1"))
+	if answersWithoutShards() {
+		t.Fatal("a failure just now, but Allow answered without looking")
+	}
+	c.advance(time.Second)
+	if !answersWithoutShards() {
+		t.Fatal("a token's refill time after the last failure, Allow still went to the shards")
+	}
+}
