@@ -16,7 +16,8 @@ import (
 // the body properly.
 
 // popFields is what one message of a pop answer contributes to billing:
-// the raw contents of its keying members (nil when absent or null).
+// the raw contents of its keying members (nil when absent; a null member
+// leaves what an earlier one of the same name set).
 type popFields struct {
 	id, partitionID, transactionID, group []byte
 }
