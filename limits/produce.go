@@ -78,7 +78,7 @@ func (b *ProduceBatch) addPair(queue, partition []byte) {
 				return
 			}
 		}
-		b.Pairs = append(b.Pairs, QueuePartition{string(queue), string(partition)})
+		b.Pairs = append(b.Pairs, QueuePartition{string(queue), partitionName(partition)})
 		b.PairItems = append(b.PairItems, 1)
 		if len(b.Pairs) > produceLinearPairs {
 			b.pairIdx = make(map[string]int, 2*len(b.Pairs))
@@ -93,9 +93,18 @@ func (b *ProduceBatch) addPair(queue, partition []byte) {
 		b.PairItems[i]++
 		return
 	}
-	b.Pairs = append(b.Pairs, QueuePartition{string(queue), string(partition)})
+	b.Pairs = append(b.Pairs, QueuePartition{string(queue), partitionName(partition)})
 	b.PairItems = append(b.PairItems, 1)
 	b.pairIdx[string(key)] = len(b.Pairs) - 1
+}
+
+// partitionName is string(partition), without a copy for the partition
+// nearly every item names (or gets by naming none).
+func partitionName(partition []byte) string {
+	if string(partition) == DefaultPartition {
+		return DefaultPartition
+	}
+	return string(partition)
 }
 
 // pairKey is an unambiguous map key for a pair: the queue's length, then both

@@ -432,3 +432,24 @@ func TestParseCycleCountsItemsPerGroup(t *testing.T) {
 		}
 	}
 }
+
+// A push's pairs name the default partition without a copy of its own:
+// one item costs its size record, the pair list, its counts and the queue
+// name, whether the partition is named or left out.
+func TestParsePushAllocations(t *testing.T) {
+	for _, body := range []string{
+		`{"items":[{"queue":"orders","partition":"Default","payload":{"n":1}}]}`,
+		`{"items":[{"queue":"orders","payload":{"n":1}}]}`,
+	} {
+		b := []byte(body)
+		allocs := testing.AllocsPerRun(100, func() {
+			batch, err := ParsePush(b)
+			if err != nil || batch.Pairs[0].Partition != DefaultPartition {
+				t.Fatalf("%s: %v %+v", body, err, batch)
+			}
+		})
+		if allocs > 5 {
+			t.Errorf("%s: %v allocations", body, allocs)
+		}
+	}
+}
