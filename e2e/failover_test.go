@@ -197,9 +197,14 @@ func TestStandbyTakesOverUnderLoad(t *testing.T) {
 	a.awaitReady(http.StatusOK)
 	b := startGroupGateway(t, "gw-b", freePort(t), dbURL)
 	b.awaitReady(http.StatusServiceUnavailable)
-	if _, body := b.ready(); !containsAll(body, "standby of group cell-a as gw-b", "leader: gw-a") {
-		t.Fatalf("standby /readyz: %s", body)
-	}
+	// The standby is not ready from its start; it names the leader once
+	// its first attempt at the lease has seen it.
+	eventually(t, 5*time.Second, func() error {
+		if _, body := b.ready(); !containsAll(body, "standby of group cell-a as gw-b", "leader: gw-a") {
+			return fmt.Errorf("standby /readyz: %s", body)
+		}
+		return nil
+	})
 	url := func(g *groupGateway) string {
 		return fmt.Sprintf("http://127.0.0.1:%d/api/v1/resources/queues", g.port)
 	}
