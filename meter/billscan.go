@@ -131,8 +131,9 @@ func readPlain(v []byte, into *[]byte) bool {
 func popKeys(msgs []popFields, answerGroup []byte) []string {
 	size, count := 0, 0
 	for i := range msgs {
-		if n := msgs[i].keyLen(answerGroup); n > 0 {
-			size, count = size+n, count+1
+		if head, tail, ok := msgs[i].key(); ok {
+			size += len(head) + 1 + len(tail) + 1 + len(msgs[i].groupOr(answerGroup))
+			count++
 		}
 	}
 	if count == 0 {
@@ -142,7 +143,12 @@ func popKeys(msgs []popFields, answerGroup []byte) []string {
 	b.Grow(size)
 	ends := make([]int, 0, count)
 	for i := range msgs {
-		if msgs[i].appendKey(&b, answerGroup) {
+		if head, tail, ok := msgs[i].key(); ok {
+			b.Write(head)
+			b.WriteByte('/')
+			b.Write(tail)
+			b.WriteByte('/')
+			b.Write(msgs[i].groupOr(answerGroup))
 			ends = append(ends, b.Len())
 		}
 	}
@@ -155,40 +161,26 @@ func popKeys(msgs []popFields, answerGroup []byte) []string {
 	return ids
 }
 
+var idKeyHead = []byte("id")
+
+// key names the message: partitionId and transactionId when it has both,
+// else "id" and its id; ok false when it has neither. The key is head,
+// tail and the consumer group joined by '/'.
+func (m *popFields) key() (head, tail []byte, ok bool) {
+	switch {
+	case len(m.partitionID) > 0 && len(m.transactionID) > 0:
+		return m.partitionID, m.transactionID, true
+	case len(m.id) > 0:
+		return idKeyHead, m.id, true
+	}
+	return nil, nil, false
+}
+
 func (m *popFields) groupOr(answerGroup []byte) []byte {
 	if len(m.group) > 0 {
 		return m.group
 	}
 	return answerGroup
-}
-
-// keyLen is the length of the message's key, 0 when it has none.
-func (m *popFields) keyLen(answerGroup []byte) int {
-	g := len(m.groupOr(answerGroup))
-	switch {
-	case len(m.partitionID) > 0 && len(m.transactionID) > 0:
-		return len(m.partitionID) + 1 + len(m.transactionID) + 1 + g
-	case len(m.id) > 0:
-		return len("id/") + len(m.id) + 1 + g
-	}
-	return 0
-}
-
-func (m *popFields) appendKey(b *strings.Builder, answerGroup []byte) bool {
-	switch {
-	case len(m.partitionID) > 0 && len(m.transactionID) > 0:
-		b.Write(m.partitionID)
-		b.WriteByte('/')
-		b.Write(m.transactionID)
-	case len(m.id) > 0:
-		b.WriteString("id/")
-		b.Write(m.id)
-	default:
-		return false
-	}
-	b.WriteByte('/')
-	b.Write(m.groupOr(answerGroup))
-	return true
 }
 
 func hasEscape(k []byte) bool {

@@ -129,16 +129,10 @@ func (it *ArrayIter) Next() (elem []byte, more bool) {
 	return b[i:end], true
 }
 
-// PlainString returns the contents of a JSON string value without escapes
-// (the common case), and false for any other value, a string holding an
-// escape, or one that is not valid UTF-8 (encoding/json would replace the
-// bad bytes): those the caller must decode properly.
-func PlainString(v []byte) (string, bool) {
-	b, ok := PlainBytes(v)
-	return string(b), ok
-}
-
-// PlainBytes is PlainString without the copy: the contents are a slice of v.
+// PlainBytes returns the contents of a JSON string value without escapes
+// (the common case), as a slice of v, and false for any other value, a
+// string holding an escape, or one that is not valid UTF-8 (encoding/json
+// would replace the bad bytes): those the caller must decode properly.
 func PlainBytes(v []byte) ([]byte, bool) {
 	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
 		return nil, false

@@ -30,10 +30,10 @@ func TestWalk(t *testing.T) {
 	}
 }
 
-func TestPlainString(t *testing.T) {
+func TestPlainBytes(t *testing.T) {
 	for v, want := range map[string]bool{`"queued"`: true, `""`: true, `"q\"d"`: false, `7`: false, `"é"`: true, "\"\x86\"": false, `"`: false} {
-		if _, ok := PlainString([]byte(v)); ok != want {
-			t.Errorf("PlainString(%s) ok=%v, want %v", v, ok, want)
+		if _, ok := PlainBytes([]byte(v)); ok != want {
+			t.Errorf("PlainBytes(%s) ok=%v, want %v", v, ok, want)
 		}
 	}
 }
