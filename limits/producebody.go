@@ -158,36 +158,25 @@ func (n *nameBuf) addOperation(b *ProduceBatch, body []byte, at, opIndex int) (i
 	if body[at] != '{' {
 		return jsonscan.ValueEnd(body, at), nil // the broker rejects the transaction; nothing is stored
 	}
-	var typ []byte
-	items, hasQueue := -1, false
-	end := jsonscan.Members(body, at, func(k []byte, at int) int {
-		e := jsonscan.ValueEnd(body, at)
-		switch {
-		case keyIs(k, "type"):
-			typ = body[at:e]
-		case keyIs(k, "items"):
-			items = at
-		case keyIs(k, "queue"):
-			hasQueue = true
-		}
-		return e
-	})
+	var v [3][]byte
+	end := memberValues(body, at, []string{"type", "items", "queue"}, v[:])
+	typ, items, queue := v[0], v[1], v[2]
 	if t, isString := n.text(0, typ); isString && string(t) == "ack" {
 		return end, nil
 	}
-	if items >= 0 && body[items] == '[' {
+	if len(items) > 0 && items[0] == '[' {
 		var err error
-		jsonscan.Elements(body, items, func(at int) int {
+		jsonscan.Elements(items, 0, func(at int) int {
 			if err != nil {
-				return jsonscan.ValueEnd(body, at)
+				return jsonscan.ValueEnd(items, at)
 			}
 			var e int
-			e, err = n.addPushItem(b, body, at, itemRef{op: opIndex, item: b.Items})
+			e, err = n.addPushItem(b, items, at, itemRef{op: opIndex, item: b.Items})
 			return e
 		})
 		return end, err
 	}
-	if !hasQueue {
+	if queue == nil {
 		return end, nil
 	}
 	_, err := n.addPushItem(b, body, at, itemRef{op: opIndex, item: -1})
@@ -200,21 +189,9 @@ func (n *nameBuf) addPushItem(b *ProduceBatch, body []byte, at int, ref itemRef)
 	if body[at] != '{' {
 		return jsonscan.ValueEnd(body, at), &BodyError{ref.String() + " is not an object"}
 	}
-	var queue, part, txn, payload []byte
-	end := jsonscan.Members(body, at, func(k []byte, at int) int {
-		e := jsonscan.ValueEnd(body, at)
-		switch {
-		case keyIs(k, "queue"):
-			queue = body[at:e]
-		case keyIs(k, "partition"):
-			part = body[at:e]
-		case keyIs(k, "transactionId"):
-			txn = body[at:e]
-		case keyIs(k, "payload"):
-			payload = body[at:e]
-		}
-		return e
-	})
+	var v [4][]byte
+	end := memberValues(body, at, []string{"queue", "partition", "transactionId", "payload"}, v[:])
+	queue, part, txn, payload := v[0], v[1], v[2], v[3]
 	if queue == nil {
 		return end, &BodyError{ref.String() + " has no queue"}
 	}
@@ -238,6 +215,23 @@ func (n *nameBuf) addPushItem(b *ProduceBatch, body []byte, at int, ref itemRef)
 }
 
 func isNull(v []byte) bool { return string(v) == "null" }
+
+// memberValues walks the object at body[at] once, sets into[i] to the raw
+// value of its member named names[i] (the last one when a name repeats, as
+// the broker's parser keeps it; nil when absent), and returns the index
+// just past the object.
+func memberValues(body []byte, at int, names []string, into [][]byte) int {
+	return jsonscan.Members(body, at, func(k []byte, at int) int {
+		e := jsonscan.ValueEnd(body, at)
+		for i, name := range names {
+			if keyIs(k, name) {
+				into[i] = body[at:e]
+				break
+			}
+		}
+		return e
+	})
+}
 
 // ParseEphemeralCount reads a POST /api/v1/ephemeral/push body
 // ({queue, partition?, messages:[...]}) and returns the number of elements
@@ -307,21 +301,9 @@ func (n *nameBuf) addSinkItem(b *ProduceBatch, body []byte, at, pos int) int {
 	if body[at] != '{' {
 		return jsonscan.ValueEnd(body, at)
 	}
-	var queue, part, payload, alias []byte
-	end := jsonscan.Members(body, at, func(k []byte, at int) int {
-		e := jsonscan.ValueEnd(body, at)
-		switch {
-		case keyIs(k, "queue"):
-			queue = body[at:e]
-		case keyIs(k, "partition"):
-			part = body[at:e]
-		case keyIs(k, "payload"):
-			payload = body[at:e]
-		case keyIs(k, "data"):
-			alias = body[at:e]
-		}
-		return e
-	})
+	var v [4][]byte
+	end := memberValues(body, at, []string{"queue", "partition", "payload", "data"}, v[:])
+	queue, part, payload, alias := v[0], v[1], v[2], v[3]
 	q, isString := n.text(0, queue)
 	if !isString || len(q) == 0 {
 		return end
