@@ -50,7 +50,7 @@ var state struct {
 	adminURL string
 	dbName   string
 	dbURL    string
-	server   *pgserver.Server // nil with an external server
+	server   *pgserver.Server  // nil with an external server
 	perTest  map[string]string // test name -> its database URL, with Options.DatabasePerTest
 }
 
