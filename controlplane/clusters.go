@@ -169,6 +169,9 @@ type Move struct {
 	FromCell string  `json:"from_cell"`
 	ToCell   string  `json:"to_cell"`
 	Moved    bool    `json:"moved"`
+	// Released is set when the cluster left as the keeper of a cell not
+	// known to scope, after release checked its queues were gone.
+	Released *Keeper `json:"released_keeper,omitempty"`
 }
 
 // MoveCluster points a cluster at another cell: from the next request on,
@@ -178,7 +181,11 @@ type Move struct {
 // does not move: the queues and messages on the old cell's broker stay
 // there. The target cell must be active. Moving a cluster to the cell it is
 // on changes nothing.
-func MoveCluster(ctx context.Context, db DB, cluster, cell string) (Move, error) {
+//
+// When the cluster is the keeper of a cell not known to scope and other
+// clusters stay there, the move needs release (see Keeper): it runs in the
+// move's transaction, before the move; nil leaves the database to refuse.
+func MoveCluster(ctx context.Context, db DB, cluster, cell string, release Releaser) (Move, error) {
 	c, err := lookupCluster(ctx, db, cluster)
 	if err != nil {
 		return Move{}, err
@@ -204,6 +211,13 @@ func MoveCluster(ctx context.Context, db DB, cluster, cell string) (Move, error)
 		}
 		if err := placeable(to); err != nil {
 			return err
+		}
+		released, err := releaseLeavingKeepers(ctx, tx, []string{c.ID}, release)
+		if err != nil {
+			return err
+		}
+		if len(released) == 1 {
+			m.Released = &released[0]
 		}
 		if _, err := tx.Exec(ctx, `UPDATE queen_proxy.clusters SET cell_id = $2::uuid WHERE id = $1::uuid`, c.ID, to.ID); err != nil {
 			return err

@@ -193,6 +193,83 @@ BEGIN
 END;
 $$;
 
+-- The keeper's data never passes on. On a cell that serves its keeper only
+-- (cell_keeper_only), the keeper leaving while other clusters stay (a move,
+-- a DELETE, a tenant delete cascading to it) would make the next cluster the
+-- keeper, and it would be served the queues the old keeper left in the
+-- broker's one namespace. The database cannot see the broker, so the leave is
+-- refused unless this transaction has called release_keeper for the cluster,
+-- which asserts its queues are gone from the broker (the CLI checks, and
+-- deletes them on request, before calling it). Emptying the cell needs no
+-- release: no cluster is left to be served the data.
+--
+-- It runs AFTER each row, at the end of the statement, so a statement that
+-- removes every cluster of a cell (a tenant delete) sees the cell empty.
+CREATE OR REPLACE FUNCTION queen_proxy.refuse_keeper_handover()
+RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_slug        text;
+    v_stated      text;
+    v_scoping     text;
+    v_next        uuid;
+    v_next_placed timestamptz;
+    v_released    text[];
+BEGIN
+    IF TG_OP = 'UPDATE' AND NEW.cell_id IS NOT DISTINCT FROM OLD.cell_id THEN
+        RETURN NULL;
+    END IF;
+    SELECT slug, tenancy_stated, tenant_scoping INTO v_slug, v_stated, v_scoping
+      FROM queen_proxy.cells WHERE id = OLD.cell_id FOR UPDATE;
+    IF NOT FOUND OR NOT queen_proxy.tenancy_keeper_only(v_stated, v_scoping) THEN
+        RETURN NULL;
+    END IF;
+    SELECT id, placed_at INTO v_next, v_next_placed FROM queen_proxy.clusters
+     WHERE cell_id = OLD.cell_id ORDER BY placed_at, id LIMIT 1;
+    IF v_next IS NULL OR (v_next_placed, v_next) < (OLD.placed_at, OLD.id) THEN
+        RETURN NULL; -- the cell is empty now, or OLD was not its keeper
+    END IF;
+    v_released := string_to_array(coalesce(current_setting('queen_proxy.keeper_released', true), ''), ',');
+    IF OLD.id::text = ANY (v_released) THEN
+        RETURN NULL;
+    END IF;
+    RAISE EXCEPTION 'cluster "%" is the keeper of cell "%", whose broker is not known to keep tenants apart (stated %, probe %): once it leaves, the next cluster on the cell would be served its queues; delete its queues on the cell''s broker first (caddy queen cluster move|tenant delete ... --delete-queues), then call queen_proxy.release_keeper(''%'') in the same transaction, or empty the cell',
+        OLD.slug, v_slug, v_stated, v_scoping, OLD.id
+        USING ERRCODE = '55000';
+END;
+$$;
+
+DROP TRIGGER IF EXISTS clusters_refuse_keeper_handover ON queen_proxy.clusters;
+CREATE TRIGGER clusters_refuse_keeper_handover
+    AFTER UPDATE OF cell_id OR DELETE ON queen_proxy.clusters
+    FOR EACH ROW EXECUTE FUNCTION queen_proxy.refuse_keeper_handover();
+
+-- Asserts, for the rest of this transaction, that the cluster's queues are
+-- gone from its cell's broker, so it may leave the cell as its keeper. The
+-- caller must have checked the broker (listing queues as the cluster's
+-- x-queen-tenant with the cell's secret); evidence says what it saw or did
+-- and is audited (action keeper_released). Returns false for an unknown
+-- cluster.
+CREATE OR REPLACE FUNCTION queen_proxy.release_keeper(p_cluster_id uuid, p_evidence jsonb)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_tenant uuid;
+    v_cell   uuid;
+    v_prior  text := coalesce(current_setting('queen_proxy.keeper_released', true), '');
+BEGIN
+    SELECT tenant_id, cell_id INTO v_tenant, v_cell FROM queen_proxy.clusters WHERE id = p_cluster_id;
+    IF v_tenant IS NULL THEN
+        RETURN false;
+    END IF;
+    PERFORM set_config('queen_proxy.keeper_released',
+        CASE WHEN v_prior = '' THEN p_cluster_id::text ELSE v_prior || ',' || p_cluster_id::text END, true);
+    PERFORM queen_proxy.record_operation(v_tenant, p_cluster_id, 'control_plane', NULL, 'keeper_released',
+        p_cluster_id::text, jsonb_build_object('cell_id', v_cell) || coalesce(p_evidence, '{}'::jsonb));
+    RETURN true;
+END;
+$$;
+
 -- Changes a cell's connection and stated tenancy; a NULL argument leaves its
 -- field as it is, p_clear_secret removes the secret. The triggers above reset
 -- the verdict on a new URL or secret and tell every gateway. SQLSTATE P0002
