@@ -56,6 +56,10 @@ type NewCluster struct {
 	Slug   string
 	Plan   string // plan code
 	Cell   string // slug or id; empty picks the only active cell
+	// Release checks, when the cell is empty but holds the queues a keeper
+	// left there (see Keeper.Residue), that they are gone; nil leaves the
+	// database to refuse such a placement.
+	Release Releaser
 }
 
 // CreateCluster creates a cluster through create_cluster. The cell must be
@@ -86,10 +90,15 @@ func CreateCluster(ctx context.Context, db DB, n NewCluster) (Cluster, error) {
 		return Cluster{}, err
 	}
 	var id string
-	err = db.QueryRow(ctx, `SELECT queen_proxy.create_cluster($1::uuid, $2, $3, $4::uuid)::text`,
-		t.ID, slug, p.Name, cell.ID).Scan(&id)
+	err = inTx(ctx, db, "create cluster", func(tx pgx.Tx) error {
+		if err := releaseCellResidue(ctx, tx, cell.ID, "", n.Release); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT queen_proxy.create_cluster($1::uuid, $2, $3, $4::uuid)::text`,
+			t.ID, slug, p.Name, cell.ID).Scan(&id)
+	})
 	if err != nil {
-		return Cluster{}, dbError("create cluster", err)
+		return Cluster{}, err
 	}
 	return getCluster(ctx, db, id)
 }
@@ -214,6 +223,9 @@ func MoveCluster(ctx context.Context, db DB, cluster, cell string, release Relea
 		}
 		released, err := releaseLeavingKeepers(ctx, tx, []string{c.ID}, release)
 		if err != nil {
+			return err
+		}
+		if err := releaseCellResidue(ctx, tx, to.ID, c.ID, release); err != nil {
 			return err
 		}
 		if len(released) == 1 {

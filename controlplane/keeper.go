@@ -26,6 +26,10 @@ type Keeper struct {
 	CellSecret string `json:"-"`
 	// Staying is how many clusters stay on the cell.
 	Staying int `json:"staying"`
+	// Residue is set when the cluster already left the cell, emptying it
+	// without its queues being deleted (cells.keeper_residue): the cluster
+	// now placed on the cell would be its keeper and be served them.
+	Residue bool `json:"residue,omitempty"`
 }
 
 // Releaser checks on the cell's broker that a leaving keeper's queues are
@@ -87,4 +91,46 @@ func releaseLeavingKeepers(ctx context.Context, tx pgx.Tx, ids []string, release
 		}
 	}
 	return nonNil(keepers), nil
+}
+
+// releaseCellResidue asks release about every cluster in the residue of the
+// cell a cluster (placing, empty for a new one) is being placed on, when
+// that cluster would be the keeper of a cell not known to scope, and
+// records the release in tx (queen_proxy.release_cell_residue). It mirrors
+// queen_proxy.refuse_placement_on_residue.
+func releaseCellResidue(ctx context.Context, tx pgx.Tx, cellID, placing string, release Releaser) error {
+	if release == nil {
+		return nil
+	}
+	rows, err := tx.Query(ctx, `SELECT coalesce(e->>'cluster_id', ''), coalesce(e->>'cluster_slug', ''), coalesce(e->>'broker_tenant_uuid', ''),
+		ce.id::text, ce.slug, ce.base_url, coalesce(ce.cell_secret, '')
+		FROM queen_proxy.cells ce, jsonb_array_elements(coalesce(ce.keeper_residue, '[]'::jsonb)) e
+		WHERE ce.id = $1::uuid
+		  AND queen_proxy.tenancy_keeper_only(ce.tenancy_stated, ce.tenant_scoping)
+		  AND NOT EXISTS (SELECT 1 FROM queen_proxy.clusters c WHERE c.cell_id = ce.id AND c.id::text <> $2)`, cellID, placing)
+	if err != nil {
+		return err
+	}
+	residue, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Keeper, error) {
+		k := Keeper{Residue: true}
+		err := r.Scan(&k.ClusterID, &k.ClusterSlug, &k.BrokerTenant, &k.CellID, &k.CellSlug, &k.CellURL, &k.CellSecret)
+		return k, err
+	})
+	if err != nil || len(residue) == 0 {
+		return err
+	}
+	evidence := make([]map[string]any, 0, len(residue))
+	for _, k := range residue {
+		e, err := release(ctx, k)
+		if err != nil {
+			return err
+		}
+		evidence = append(evidence, map[string]any{"cluster_id": k.ClusterID, "broker_tenant_uuid": k.BrokerTenant, "check": e})
+	}
+	raw, err := json.Marshal(map[string]any{"clusters": evidence})
+	if err != nil {
+		return errorf(Failed, "release the residue of cell %q: %v", residue[0].CellSlug, err)
+	}
+	_, err = tx.Exec(ctx, `SELECT queen_proxy.release_cell_residue($1::uuid, $2::jsonb)`, cellID, string(raw))
+	return err
 }

@@ -67,21 +67,37 @@ func TestMoveKeeperAsksTheReleaser(t *testing.T) {
 		t.Fatalf("%d keeper_released audit rows", n)
 	}
 
-	// Moving it back places it last: globex keeps eu1-a, and moving the
-	// non-keeper asks nothing.
+	// Moving it back places it last: globex keeps eu1-a. It empties eu1-b,
+	// which keeps its residue: placing a cluster there again asks about it
+	// (and the non-keeper's leave asks nothing).
 	r = &recordingReleaser{refuse: errorf(WrongState, "must not be asked")}
 	must[Move](t)(MoveCluster(ctx, pool, "acme-prod", "eu1-a", r.release))
 	if c := must[Cell](t)(GetCell(ctx, pool, "eu1-a")); c.KeeperSlug != "globex-prod" {
 		t.Fatalf("an older cluster moved in took the cell: keeper %q", c.KeeperSlug)
 	}
+	_, err = MoveCluster(ctx, pool, "acme-prod", "eu1-b", r.release)
+	wantErr(t, err, WrongState, "must not be asked")
+	if len(r.asked) != 1 || !r.asked[0].Residue || r.asked[0].ClusterID != w.cluster.ID || r.asked[0].CellSlug != "eu1-b" {
+		t.Fatalf("placing on the emptied cell asked about %+v, want its residue", r.asked)
+	}
+	_, err = MoveCluster(ctx, pool, "acme-prod", "eu1-b", nil)
+	if KindOf(err) != WrongState {
+		t.Fatalf("placing on a residue without a releaser: %v", err)
+	}
+	r = &recordingReleaser{}
 	must[Move](t)(MoveCluster(ctx, pool, "acme-prod", "eu1-b", r.release))
-	if len(r.asked) != 0 {
-		t.Fatalf("a non-keeper's move asked the releaser about %+v", r.asked)
+	if len(r.asked) != 1 || !r.asked[0].Residue {
+		t.Fatalf("the releaser was asked about %+v, want the residue only", r.asked)
+	}
+	_, err = CreateCluster(ctx, pool, NewCluster{Tenant: "acme", Slug: "acme-b2", Plan: "pro", Cell: "eu1-b"})
+	if err != nil {
+		t.Fatalf("a second cluster on a cell whose residue was released: %v", err)
 	}
 
 	// On a cell stated scoped the keeper moves freely.
-	must[Move](t)(MoveCluster(ctx, pool, "acme-prod", "eu1-a", nil))
+	must[Move](t)(MoveCluster(ctx, pool, "acme-prod", "eu1-a", r.release))
 	must[Cell](t)(UpdateCell(ctx, pool, "eu1-a", CellChange{Tenancy: ptrTo("scoped")}))
+	r = &recordingReleaser{}
 	must[Move](t)(MoveCluster(ctx, pool, "globex-prod", "eu1-b", r.release))
 	if len(r.asked) != 0 {
 		t.Fatal("a move off a cell stated scoped asked the releaser")

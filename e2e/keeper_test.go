@@ -47,9 +47,20 @@ func TestKeeperDataNeverPassesOn(t *testing.T) {
 	if k := keeperOf(); k != s.acme.slug {
 		t.Fatalf("keeper after an older cluster moved in: %q, want %q", k, s.acme.slug)
 	}
-	q.ok(t, "cluster", "move", initech.slug, "--to", "keep-away") // a non-keeper leaves without a check
-	if a, b := len(s.broker.Requests()), len(away.Requests()); a+b != 0 {
-		t.Fatalf("moving a cluster that leaves no other behind, or a non-keeper, sent %d+%d requests to the brokers", a, b)
+	// initech left keep-away empty, which remembers it: placing it back
+	// checks initech's queues there first (there are none). A non-keeper
+	// leaves keep-cell without a check.
+	q.ok(t, "cluster", "move", initech.slug, "--to", "keep-away")
+	if n := len(s.broker.Requests()); n != 0 {
+		t.Fatalf("moving a non-keeper off the cell sent %d requests to its broker", n)
+	}
+	for _, req := range away.Requests() {
+		if req.Method != http.MethodGet || req.Path != "/api/v1/resources/queues" || req.Header.Get("X-Queen-Tenant") != initech.brokerTenant {
+			t.Fatalf("the residue check sent %s %s (tenant %q) to the emptied cell's broker", req.Method, req.Path, req.Header.Get("X-Queen-Tenant"))
+		}
+	}
+	if len(away.Requests()) != 1 {
+		t.Fatalf("the residue check sent %d requests, want one listing", len(away.Requests()))
 	}
 	s.cp.exec(`DELETE FROM queen_proxy.clusters WHERE id = $1::uuid`, initech.id) // keep-away must be empty for the move below
 
@@ -114,5 +125,31 @@ func TestKeeperDataNeverPassesOn(t *testing.T) {
 	r = do(t, s.c, "GET", s.url(s.globex, "/api/v1/pop/queue/payroll?autoAck=true"), s.gKey, "")
 	if strings.Contains(string(r.body), "acme-secret") {
 		t.Fatalf("globex popped acme's message: %d %s", r.status, r.body)
+	}
+
+	// The last cluster may leave without a check (its forced tenant delete
+	// empties the cell), but its queues stay: the next cluster placed on
+	// the cell, its keeper, is refused until they are deleted.
+	r = do(t, s.c, "POST", s.url(s.globex, "/api/v1/push"), s.gKey, `{"items":[{"queue":"ledger","payload":{"v":"globex-secret"}}]}`)
+	if r.status != http.StatusOK {
+		t.Fatalf("globex push: %d %s", r.status, r.body)
+	}
+	q.ok(t, "tenant", "delete", "keep-globex", "--force")
+	create := q.run(t, nil, "", "cluster", "create", "keep-next", "--tenant", "keep-initech", "--cell", "keep-cell")
+	if create.code != 1 || create.stdout != "" || !strings.HasPrefix(create.stderr,
+		`queen cluster create: cell "keep-cell", whose broker is not known to keep tenants apart, still holds 1 queue(s) (ledger) of cluster "keep-globex", which left it as its keeper`) {
+		t.Fatalf("create on a cell holding a residue: exit %d, stdout %q, stderr %q", create.code, create.stdout, create.stderr)
+	}
+	out = q.ok(t, "cluster", "create", "keep-next", "--tenant", "keep-initech", "--cell", "keep-cell", "--delete-queues", "--yes")
+	if !strings.Contains(out, `created cluster "keep-next"`) {
+		t.Fatalf("create --delete-queues --yes: %q", out)
+	}
+	for _, n := range s.broker.QueueNames("") {
+		if !strings.HasPrefix(n, "queengate-isolation-probe-") {
+			t.Fatalf("queue %q left on the broker for the new keeper", n)
+		}
+	}
+	if k := keeperOf(); k != "keep-next" {
+		t.Fatalf("keeper %q, want keep-next", k)
 	}
 }

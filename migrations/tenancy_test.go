@@ -315,10 +315,48 @@ func TestKeeperCannotLeaveUnreleased(t *testing.T) {
 	// A non-keeper may leave.
 	exec(t, pool, `DELETE FROM queen_proxy.clusters WHERE id = $1`, keeper)
 
-	// The last cluster may leave: the cell is emptied.
-	exec(t, pool, `UPDATE queen_proxy.clusters SET cell_id = $2 WHERE id = $1`, next, elsewhere)
+	// elsewhere was emptied when the old keeper moved back unreleased: it
+	// holds that keeper's residue, and the next cluster placed there (which
+	// would be its keeper) is refused until the residue is released.
+	residue := scalar[string](t, pool, `SELECT keeper_residue -> 0 ->> 'cluster_id' FROM queen_proxy.cells WHERE id = $1`, elsewhere)
+	if residue != keeper {
+		t.Fatalf("residue of the emptied cell names %q, want %s", residue, keeper)
+	}
+	_, err = pool.Exec(ctx, `UPDATE queen_proxy.clusters SET cell_id = $2 WHERE id = $1`, next, elsewhere)
+	wantPgErr(t, err, "55000", "is empty, but cluster", "left it as the keeper", "release_cell_residue('"+elsewhere+"')")
+
+	// The last cluster may leave (the cell is emptied, and records the
+	// residue); with the residue released it may be placed.
+	tx, err = pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT queen_proxy.release_cell_residue($1, '{"queues_found": 0}')`, elsewhere); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE queen_proxy.clusters SET cell_id = $2 WHERE id = $1`, next, elsewhere); err != nil {
+		t.Fatalf("placing with the residue released: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if n := scalar[int](t, pool, `SELECT count(*) FROM queen_proxy.clusters WHERE cell_id = $1`, cell); n != 0 {
 		t.Fatalf("%d clusters left on the emptied cell", n)
+	}
+	if got := scalar[string](t, pool, `SELECT coalesce(keeper_residue::text, 'none') FROM queen_proxy.cells WHERE id = $1`, elsewhere); got != "none" {
+		t.Fatalf("residue after a released placement: %s", got)
+	}
+	if got := scalar[string](t, pool, `SELECT keeper_residue -> 0 ->> 'cluster_id' FROM queen_proxy.cells WHERE id = $1`, cell); got != next {
+		t.Fatalf("residue of the newly emptied cell names %q, want %s", got, next)
+	}
+	if n := scalar[int](t, pool, `SELECT count(*)::int FROM queen_proxy.outbox WHERE kind = 'cell_residue_released' AND payload->>'cell_id' = $1`, elsewhere); n != 1 {
+		t.Fatalf("%d cell_residue_released events", n)
+	}
+	// A cell known to scope takes a cluster despite a residue.
+	exec(t, pool, `UPDATE queen_proxy.cells SET tenancy_stated = 'scoped' WHERE id = $1`, cell)
+	newCluster(t, pool, otherTenant, cell)
+	if unknown := scalar[bool](t, pool, `SELECT queen_proxy.release_cell_residue(gen_random_uuid(), NULL)`); unknown {
+		t.Fatal("release_cell_residue of an unknown cell returned true")
 	}
 }
 
@@ -332,6 +370,9 @@ func TestTenantDeleteEmptyingCellNeedsNoRelease(t *testing.T) {
 	newCluster(t, pool, tenant, cell)
 	newCluster(t, pool, tenant, cell)
 	exec(t, pool, `SELECT queen_proxy.delete_tenant($1, true)`, tenant)
+	if n := scalar[int](t, pool, `SELECT jsonb_array_length(keeper_residue) FROM queen_proxy.cells WHERE id = $1`, cell); n != 2 {
+		t.Fatalf("the emptied cell records %d residues, want both clusters", n)
+	}
 
 	other, _ := newTenant(t, pool)
 	scoped := newCell(t, pool)

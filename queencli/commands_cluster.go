@@ -17,23 +17,26 @@ func clusterCommand() *cobra.Command {
 	groupCommand(cmd)
 
 	create := &cobra.Command{
-		Use:   "create <slug> --tenant <tenant> [--plan <code>] [--cell <cell>]",
+		Use:   "create <slug> --tenant <tenant> [--plan <code>] [--cell <cell>] [--delete-queues [--yes]]",
 		Short: "Creates a cluster (a hostname and a broker namespace) for a tenant",
 		Long: `
 Creates a cluster (create_cluster). Its slug is the first label of its
 hostname (<slug>.<base domain>) and is unique across all tenants. The cell
 must be active (not draining); without --cell the only active cell is used.
 The cluster gets its own broker namespace (broker tenant id, sent upstream as
-x-queen-tenant).`,
+x-queen-tenant).
+` + keeperNote,
 	}
 	create.Flags().String("tenant", "", "owning tenant (required)")
 	create.Flags().String("plan", "free", "plan code (see \"plan list\")")
+	keeperFlags(create)
 	create.Flags().String("cell", "", "cell to place it on (default: the only active cell)")
 	create.RunE = action(exactly(1), func(r *run, args []string) error {
 		n := controlplane.NewCluster{Slug: args[0]}
 		n.Tenant, _ = r.cmd.Flags().GetString("tenant")
 		n.Plan, _ = r.cmd.Flags().GetString("plan")
 		n.Cell, _ = r.cmd.Flags().GetString("cell")
+		n.Release = r.keeperReleaser()
 		if strings.TrimSpace(n.Tenant) == "" {
 			return refused("--tenant is required")
 		}

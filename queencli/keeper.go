@@ -19,7 +19,8 @@ import (
 )
 
 // keeperFlags adds the flags of a command that may take a keeper off its
-// cell (cluster move, tenant delete).
+// cell or place a cluster on a cell a keeper left its queues on (cluster
+// create, cluster move, tenant delete).
 func keeperFlags(c *cobra.Command) {
 	c.Flags().Bool("delete-queues", false, "when the cluster is the keeper of a cell not known to scope, delete its queues on the cell's broker so it may leave")
 	c.Flags().Bool("yes", false, "with --delete-queues: do not ask for confirmation")
@@ -38,7 +39,10 @@ are gone from the broker: the command lists them (GET
 secret) and refuses while there are any. --delete-queues deletes them
 (asking first; --yes skips the question), checks the listing is empty, and
 then records the release (release_keeper, audited as keeper_released) in the
-same transaction as the change. A cell left empty needs none of this.`
+same transaction as the change. A keeper may leave an emptied cell without
+this, but its queues stay on the broker: the cell remembers them, and the
+next cluster placed on it (cluster create or move), which would be its
+keeper, goes through the same check first.`
 
 // brokerQueues lists and deletes one cluster's queues on its cell's broker.
 type brokerQueues struct {
@@ -130,14 +134,24 @@ func (r *run) keeperReleaser() controlplane.Releaser {
 			return map[string]any{"queues_found": 0}, nil
 		}
 		if !deleteQueues {
+			if k.Residue {
+				return nil, &controlplane.Error{Kind: controlplane.WrongState, Msg: fmt.Sprintf(
+					"cell %q, whose broker is not known to keep tenants apart, still holds %d queue(s) (%s) of cluster %q, which left it as its keeper: "+
+						"the cluster placed there now would be its keeper and be served them; delete them with --delete-queues",
+					k.CellSlug, len(names), summarize(names), k.ClusterSlug)}
+			}
 			return nil, &controlplane.Error{Kind: controlplane.WrongState, Msg: fmt.Sprintf(
 				"cluster %q is the keeper of cell %q, whose broker is not known to keep tenants apart, and has %d queue(s) there (%s): "+
 					"the next of the %d cluster(s) staying would be served them; delete them with --delete-queues, or move the other clusters off the cell first",
 				k.ClusterSlug, k.CellSlug, len(names), summarize(names), k.Staying)}
 		}
 		if !yes {
-			if err := r.confirm(fmt.Sprintf("delete %d queue(s) of cluster %q on cell %q's broker (%s), with their messages? [y/N] ",
-				len(names), k.ClusterSlug, k.CellSlug, summarize(names))); err != nil {
+			whose := fmt.Sprintf("cluster %q", k.ClusterSlug)
+			if k.Residue {
+				whose = fmt.Sprintf("cluster %q (gone from the cell)", k.ClusterSlug)
+			}
+			if err := r.confirm(fmt.Sprintf("delete %d queue(s) of %s on cell %q's broker (%s), with their messages? [y/N] ",
+				len(names), whose, k.CellSlug, summarize(names))); err != nil {
 				return nil, err
 			}
 		}
