@@ -56,6 +56,12 @@ func (a *App) probeCredential(cell tenancy.ProbeCell) string {
 var errCellNotIsolated = &apierror.Error{Status: http.StatusServiceUnavailable, Code: apierror.CellNotIsolated,
 	Message: "this cluster's cell cannot keep it apart from other clusters: its broker does not scope by tenant (or is not yet verified to); the operator must move the cluster to a dedicated cell or run a broker with tenancy"}
 
+// errReservedName answers a request that names (in its path, query or
+// body, in any spelling) one of the isolation probe's reserved names: a
+// tenant that could touch the probe's queue could move the verdict.
+var errReservedName = &apierror.Error{Status: http.StatusBadRequest, Code: apierror.BadRequest,
+	Message: tenancy.ReservedNameMessage}
+
 // admitOnCell refuses a cluster that its cell may not serve.
 func (g *Gateway) admitOnCell(r *http.Request, c *tenancy.Cluster) *apierror.Error {
 	iso := g.app.backend.isolation
