@@ -41,11 +41,14 @@ type ProbeCell struct {
 	// Secret is the cell's static secret (cells.cell_secret), empty for
 	// none; the prober derives the credential it presents from it.
 	Secret string
+	// Tenancy is the operator's statement (cells.tenancy_stated): "probe",
+	// "scoped" or "unscoped".
+	Tenancy string
 }
 
 // ProbeCellOf is the cell of a cluster.
 func ProbeCellOf(c *Cluster) ProbeCell {
-	return ProbeCell{ID: c.CellID, Slug: c.CellSlug, BaseURL: c.CellURL, Secret: c.CellSecret}
+	return ProbeCell{ID: c.CellID, Slug: c.CellSlug, BaseURL: c.CellURL, Secret: c.CellSecret, Tenancy: c.CellTenancy}
 }
 
 // probeTimeout bounds a whole probe when the context has no deadline.
