@@ -24,10 +24,17 @@ func (b *backend) newCellIsolation(every time.Duration, log *zap.Logger) {
 		Probe: func(ctx context.Context, cell tenancy.ProbeCell) (tenancy.TenantScoping, error) {
 			return tenancy.ProbeTenantScoping(ctx, client, cell, b.app.Load().probeCredential(cell))
 		},
-		Record: func(ctx context.Context, cellID string, v tenancy.TenantScoping, detail string) error {
-			_, err := b.pool.Exec(ctx, `SELECT queen_proxy.record_cell_tenant_scoping($1::uuid, $2, $3)`, cellID, string(v), detail)
+		// The verdict is recorded only for the broker the probe reached: a
+		// cell whose URL or secret changed meanwhile keeps its reset.
+		Record: func(ctx context.Context, cell tenancy.ProbeCell, v tenancy.TenantScoping, detail string) error {
+			var recorded bool
+			err := b.pool.QueryRow(ctx, `SELECT queen_proxy.record_cell_tenant_scoping($1::uuid, $2, $3, $4, $5)`,
+				cell.ID, string(v), detail, cell.BaseURL, cell.Secret).Scan(&recorded)
 			if err != nil {
 				return fmt.Errorf("record cell tenant scoping: %w", err)
+			}
+			if !recorded {
+				log.Named("isolation").Info("cell verdict not recorded: the cell changed since it was probed", zap.String("cell", cell.Slug))
 			}
 			return nil
 		},
