@@ -37,7 +37,7 @@ type CellIsolationConfig struct {
 	// Confirmations is how many scoped probes in a row, each with fresh
 	// names, lift a cell to scoped (default DefaultProbeConfirmations).
 	Confirmations int
-	Log       *zap.Logger
+	Log           *zap.Logger
 }
 
 // CellIsolation decides, per cell, which clusters the gateway may serve
@@ -107,8 +107,7 @@ func (s *cellIsolationState) reset(stated string) {
 	s.failures = 0
 	s.nextProbe = time.Time{}
 	if stated == StatedUnscoped {
-		s.settle()
-		s.nextProbe = notProbed
+		s.settle() // nextProbe stays due: the worker records the statement once
 	}
 }
 
@@ -468,9 +467,11 @@ func recordedVerdict(j cellJudgement) TenantScoping {
 func (ci *CellIsolation) recordStatedUnscoped(ctx context.Context, s *cellIsolationState, cell ProbeCell, generation uint64) {
 	s.mu.Lock()
 	if s.generation != generation || s.logged == ScopingUnscoped {
+		s.nextProbe = notProbed
 		s.mu.Unlock()
 		return
 	}
+	s.nextProbe = notProbed
 	s.logged = ScopingUnscoped
 	s.checkedAt = time.Now()
 	s.detail = "stated unscoped by the operator: not probed; only the keeper is served"
@@ -536,9 +537,9 @@ type CellVerdict struct {
 	Verdict TenantScoping
 	// Contradicted: stated scoped, but a decided probe found unscoped.
 	Contradicted bool
-	Detail    string
-	CheckedAt time.Time
-	Keeper    string
+	Detail       string
+	CheckedAt    time.Time
+	Keeper       string
 }
 
 // Verdicts returns every known cell's state, ordered by cell slug.
