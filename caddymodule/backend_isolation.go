@@ -102,8 +102,15 @@ func (b *backend) isolationReadiness(context.Context) (string, string, bool) {
 	parts := make([]string, 0, len(vs))
 	for _, v := range vs {
 		s := v.CellSlug + ": " + string(v.Verdict)
-		if v.Verdict != tenancy.ScopingScoped {
-			s += " (only the oldest cluster is served)"
+		switch {
+		case v.Contradicted:
+			s += " (CONTRADICTS the operator's stated scoped: only the keeper is served; fix the broker or run caddy queen cell update " + v.CellSlug + " --tenancy probe|unscoped)"
+		case v.Verdict != tenancy.ScopingScoped && v.Stated == tenancy.StatedUnscoped:
+			s += " (stated unscoped: only the keeper is served)"
+		case v.Verdict != tenancy.ScopingScoped:
+			s += " (only the keeper is served)"
+		case v.Stated == tenancy.StatedScoped:
+			s += " (stated)"
 		}
 		parts = append(parts, s)
 	}

@@ -2,6 +2,7 @@ package tenancy
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -146,4 +147,43 @@ func anyStringHasPrefixName(v any) bool {
 		}
 	}
 	return false
+}
+
+// pushBody is a push of n items shaped like a client's, optionally with a
+// \u escape in every payload (which sends the check down its slow path).
+func pushBody(n int, escaped bool) []byte {
+	var b strings.Builder
+	b.WriteString(`{"items":[`)
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		note := "quarterly report for queue-owner acme"
+		if escaped {
+			note = `caf\u00e9 quarterly report for queue-owner acme`
+		}
+		b.WriteString(`{"queue":"orders","partition":"Default","transactionId":"6f0e2c1a-9b7d-4e3f-8a21-0c5d4b3a2f1e","payload":{"order":42,"sku":"A-1001","qty":3,"note":"` + note + `"}}`)
+	}
+	b.WriteString(`]}`)
+	return []byte(b.String())
+}
+
+// BenchmarkBodyNamesReserved is the check's cost on every push body
+// (go test -run X -bench BodyNamesReserved -benchmem ./tenancy/).
+func BenchmarkBodyNamesReserved(b *testing.B) {
+	for _, n := range []int{100, 1000} {
+		for _, escaped := range []bool{false, true} {
+			body := pushBody(n, escaped)
+			name := fmt.Sprintf("items=%d/escapes=%v", n, escaped)
+			b.Run(name, func(b *testing.B) {
+				b.SetBytes(int64(len(body)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if BodyNamesReserved(body) {
+						b.Fatal("refused an ordinary push")
+					}
+				}
+			})
+		}
+	}
 }
