@@ -101,7 +101,7 @@ type collector struct {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRequests, descRefusals, descClusterReqs, descParked, descParkedCap,
 		descFlushes, descFlushSeconds, descSpoolFiles, descSpoolBytes, descSpooledRows, descReplayedRows,
-		descQuarantined, descCircuit, descCache, descPoolConns, descPoolAcquires, descPoolWaits, descStorageActive, descCellScoping,
+		descQuarantined, descCircuit, descCache, descPoolConns, descPoolAcquires, descPoolWaits, descStorageActive, descCellScoping, descContradicted,
 		descGatewayRole, descLeaseRenewals, descTakeovers} {
 		ch <- d
 	}
