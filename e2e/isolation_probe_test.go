@@ -94,7 +94,8 @@ func jsonEscapeEvery(s string) string {
 // probe's own requests (no gateway request id, naming the probe prefix)
 // for delay, so that the probe's queue stays in the namespace long enough
 // for an attacker's listing to find it.
-func slowProbeCell(t *testing.T, b *fakebroker.Broker, delay time.Duration) string {
+// probes counts the probes' configure requests.
+func slowProbeCell(t *testing.T, b *fakebroker.Broker, delay time.Duration, probes *atomic.Int64) string {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hold := false
@@ -102,6 +103,9 @@ func slowProbeCell(t *testing.T, b *fakebroker.Broker, delay time.Duration) stri
 			body, _ := io.ReadAll(r.Body)
 			r.Body = io.NopCloser(strings.NewReader(string(body)))
 			hold = strings.Contains(r.URL.Path+string(body), tenancy.ProbeQueuePrefix)
+			if hold && r.URL.Path == "/api/v1/configure" {
+				probes.Add(1)
+			}
 		}
 		b.ServeHTTP(w, r)
 		if hold {
@@ -123,7 +127,8 @@ var probeQueueName = regexp.MustCompile(`queengate-isolation-probe-[0-9a-f]{32}`
 // client request naming the probe reaches the cell.
 func TestProbeRaceNeverFlipsAnUnscopedCell(t *testing.T) {
 	s := newIsolationSetup(t, "iso7", fakebroker.Options{IgnoreTenant: true})
-	s.cp.exec(`UPDATE queen_proxy.cells SET base_url = $2 WHERE id = $1::uuid`, s.cellID, slowProbeCell(t, s.broker, 40*time.Millisecond))
+	var probes atomic.Int64
+	s.cp.exec(`UPDATE queen_proxy.cells SET base_url = $2 WHERE id = $1::uuid`, s.cellID, slowProbeCell(t, s.broker, 60*time.Millisecond, &probes))
 
 	var (
 		stop                     = make(chan struct{})
@@ -229,8 +234,15 @@ func TestProbeRaceNeverFlipsAnUnscopedCell(t *testing.T) {
 
 	for i := 0; i < 5; i++ {
 		// A changed setting is a new backend: a gateway start, which probes.
+		before := probes.Load()
 		startGateway(t, s.caddyfile(t, fmt.Sprintf("isolation_probe_interval %dms", 300+i)))
-		time.Sleep(time.Second)
+		// At least two probes of this gateway, however slow the machine.
+		eventually(t, 30*time.Second, func() error {
+			if n := probes.Load() - before; n < 2 {
+				return fmt.Errorf("%d probes since start %d", n, i)
+			}
+			return nil
+		})
 		ready := do(t, s.c, "GET", fmt.Sprintf("http://127.0.0.1:%d/readyz", s.port), "", "")
 		if strings.Contains(string(ready.body), "iso7-cell: scoped") {
 			t.Fatalf("start %d: /readyz says scoped: %s", i, ready.body)
@@ -249,13 +261,7 @@ func TestProbeRaceNeverFlipsAnUnscopedCell(t *testing.T) {
 		t.Fatalf("%d of the keeper's requests naming a probe queue were not refused, e.g. %v", leaked.Load(), leakedAnswer.Load())
 	}
 	if seen.Load() == 0 || refused.Load() == 0 {
-		probes := 0
-		for _, r := range s.broker.Requests() {
-			if r.Path == "/api/v1/configure" && r.Header.Get("X-Queen-Request-Id") == "" {
-				probes++
-			}
-		}
-		t.Fatalf("the attack never found a probe queue to strike at (seen %d, refused %d; %d probes, %d listings ok)", seen.Load(), refused.Load(), probes, listings.Load())
+		t.Fatalf("the attack never found a probe queue to strike at (seen %d, refused %d; %d probes, %d listings ok)", seen.Load(), refused.Load(), probes.Load(), listings.Load())
 	}
 	for _, r := range forwarded(s.broker) {
 		if strings.Contains(strings.ToLower(r.Path+r.RawQuery+string(r.Body)), "isolation-probe") {
@@ -265,5 +271,5 @@ func TestProbeRaceNeverFlipsAnUnscopedCell(t *testing.T) {
 	if v := s.verdict(); v == "scoped" {
 		t.Fatalf("final verdict %q", v)
 	}
-	t.Logf("keeper saw %d probe queues, %d strikes refused; %d direct deletes on the broker", seen.Load(), refused.Load(), directDeletes.Load())
+	t.Logf("%d probes; keeper saw %d probe queues in %d listings, %d strikes refused; %d direct deletes on the broker", probes.Load(), seen.Load(), listings.Load(), refused.Load(), directDeletes.Load())
 }

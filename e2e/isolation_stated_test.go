@@ -92,9 +92,13 @@ func TestStatedUnscopedIsNotProbedUntilTheStatementChanges(t *testing.T) {
 func TestChangedCellURLResetsTheVerdict(t *testing.T) {
 	s := newIsolationSetup(t, "iso10", fakebroker.Options{RequireTenant: true})
 	startGateway(t, s.caddyfile(t, "isolation_probe_interval 1h"))
+	// The first request of a non-keeper waits for the three confirming
+	// probes, and is served.
+	start := time.Now()
 	if r := do(t, s.c, "GET", s.url(s.globex, "/api/v1/resources/queues"), s.gKey, ""); r.status != http.StatusOK {
 		t.Fatalf("globex on a scoped cell: %d %s", r.status, r.body)
 	}
+	t.Logf("first request of the second cluster served after %v (three probes of a local scoping broker)", time.Since(start))
 	s.awaitVerdict(t, "scoped")
 
 	other := fakebroker.New(fakebroker.Options{IgnoreTenant: true})
