@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/queengate/queengate/internal/fakebroker"
+	"github.com/queengate/queengate/internal/pgtest"
 )
 
 // TestKeeperDataNeverPassesOn is issue 21's points 3 and 4 end to end, on a
@@ -151,5 +152,68 @@ func TestKeeperDataNeverPassesOn(t *testing.T) {
 	}
 	if k := keeperOf(); k != "keep-next" {
 		t.Fatalf("keeper %q, want keep-next", k)
+	}
+}
+
+// TestTenantDeleteOfAKeeper: a tenant delete (forced here) of the keeper of
+// a cell not yet known to scope, with another tenant's cluster staying, is
+// refused while the keeper's queues are on the broker; --delete-queues
+// --yes deletes them, then the tenant.
+func TestTenantDeleteOfAKeeper(t *testing.T) {
+	db := pgtest.NewDatabase(t)
+	cp := newControlPlane(t, db)
+	broker := fakebroker.New(fakebroker.Options{IgnoreTenant: true})
+	brokerURL, err := broker.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = broker.Close() })
+	cell := cp.cell("deep-cell", brokerURL, "cell-secret")
+	keeper := cp.cluster(cp.tenant("deep-acme"), "deep-acme", cell)
+	cp.cluster(cp.tenant("deep-globex"), "deep-globex", cell)
+	req, err := http.NewRequest(http.MethodPost, brokerURL+"/api/v1/configure", strings.NewReader(`{"queue":"invoices"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer cell-secret")
+	req.Header.Set("x-queen-tenant", keeper.brokerTenant)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if names := broker.QueueNames(""); strings.Join(names, ",") != "invoices" {
+		t.Fatalf("queues on the broker: %v", names)
+	}
+
+	q := cliFor(t)(db)
+	r := q.run(t, nil, "", "tenant", "delete", "deep-acme", "--force")
+	if r.code != 1 || r.stdout != "" || !strings.HasPrefix(r.stderr,
+		`queen tenant delete: cluster "deep-acme" is the keeper of cell "deep-cell", whose broker is not known to keep tenants apart, and has 1 queue(s) there (invoices)`) {
+		t.Fatalf("tenant delete of a keeper with queues: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if n := cp.scalar(`SELECT count(*)::text FROM queen_proxy.tenants WHERE slug = 'deep-acme'`); n != "1" {
+		t.Fatal("a refused delete removed the tenant")
+	}
+	for _, seen := range broker.Requests() {
+		if seen.Method != http.MethodGet && seen.Method != http.MethodPost {
+			t.Fatalf("the refused delete sent %s %s to the broker", seen.Method, seen.Path)
+		}
+		if seen.Method == http.MethodGet && seen.Header.Get("Authorization") != "Bearer cell-secret" {
+			t.Fatalf("the listing presented %q, want the cell's secret", seen.Header.Get("Authorization"))
+		}
+	}
+
+	out := q.ok(t, "tenant", "delete", "deep-acme", "--force", "--delete-queues", "--yes")
+	if !strings.HasPrefix(out, `deleted 1 queue(s) of cluster "deep-acme" on cell "deep-cell"'s broker`+"\n"+`deleted tenant "deep-acme": 1 cluster(s)`) ||
+		!strings.Contains(out, `cluster "deep-acme" was the keeper of cell "deep-cell"; its queues there are gone, and the next cluster on the cell is its keeper now`) {
+		t.Fatalf("tenant delete --delete-queues --yes: %q", out)
+	}
+	if names := broker.QueueNames(""); len(names) != 0 {
+		t.Fatalf("queues left on the broker: %v", names)
+	}
+	if k := cp.scalar(`SELECT c.slug FROM queen_proxy.clusters c WHERE c.id = queen_proxy.cell_keeper_cluster($1::uuid)`, cell); k != "deep-globex" {
+		t.Fatalf("keeper after the delete: %q", k)
 	}
 }
