@@ -22,7 +22,8 @@
 
 ALTER TABLE queen_proxy.cells
     ADD COLUMN IF NOT EXISTS tenancy_stated text NOT NULL DEFAULT 'probe'
-        CHECK (tenancy_stated IN ('probe', 'scoped', 'unscoped'));
+        CHECK (tenancy_stated IN ('probe', 'scoped', 'unscoped')),
+    ADD COLUMN IF NOT EXISTS keeper_residue jsonb;
 
 ALTER TABLE queen_proxy.clusters ADD COLUMN IF NOT EXISTS placed_at timestamptz;
 DROP TRIGGER IF EXISTS clusters_stamp_placed_at ON queen_proxy.clusters;
@@ -190,6 +191,159 @@ BEGIN
             USING ERRCODE = '55000';
     END IF;
     RETURN NEW;
+END;
+$$;
+
+-- The keeper's data never passes on. On a cell that serves its keeper only
+-- (cell_keeper_only), the keeper leaving while other clusters stay (a move,
+-- a DELETE, a tenant delete cascading to it) would make the next cluster the
+-- keeper, and it would be served the queues the old keeper left in the
+-- broker's one namespace. The database cannot see the broker, so the leave is
+-- refused unless this transaction has called release_keeper for the cluster,
+-- which asserts its queues are gone from the broker (the CLI checks, and
+-- deletes them on request, before calling it). Emptying the cell needs no
+-- release: no cluster is left to be served the data. But the data stays on
+-- the broker, so the cell records whose it is (cells.keeper_residue), and
+-- the next cluster placed on it, which would be its keeper, is refused
+-- until release_cell_residue says those queues are gone too.
+--
+-- It runs AFTER each row, at the end of the statement, so a statement that
+-- removes every cluster of a cell (a tenant delete) sees the cell empty.
+CREATE OR REPLACE FUNCTION queen_proxy.refuse_keeper_handover()
+RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_slug        text;
+    v_stated      text;
+    v_scoping     text;
+    v_next        uuid;
+    v_next_placed timestamptz;
+    v_released    text[];
+BEGIN
+    IF TG_OP = 'UPDATE' AND NEW.cell_id IS NOT DISTINCT FROM OLD.cell_id THEN
+        RETURN NULL;
+    END IF;
+    SELECT slug, tenancy_stated, tenant_scoping INTO v_slug, v_stated, v_scoping
+      FROM queen_proxy.cells WHERE id = OLD.cell_id FOR UPDATE;
+    IF NOT FOUND OR NOT queen_proxy.tenancy_keeper_only(v_stated, v_scoping) THEN
+        RETURN NULL;
+    END IF;
+    v_released := string_to_array(coalesce(current_setting('queen_proxy.keeper_released', true), ''), ',');
+    SELECT id, placed_at INTO v_next, v_next_placed FROM queen_proxy.clusters
+     WHERE cell_id = OLD.cell_id ORDER BY placed_at, id LIMIT 1;
+    IF v_next IS NULL THEN
+        -- The cell is empty now: nobody is served the data, but the next
+        -- cluster placed here would be its keeper. Remember whose it is.
+        IF NOT OLD.id::text = ANY (v_released) THEN
+            UPDATE queen_proxy.cells
+               SET keeper_residue = coalesce(keeper_residue, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+                       'cluster_id', OLD.id, 'cluster_slug', OLD.slug,
+                       'broker_tenant_uuid', OLD.broker_tenant_uuid, 'left_at', now()))
+             WHERE id = OLD.cell_id;
+        END IF;
+        RETURN NULL;
+    END IF;
+    IF (v_next_placed, v_next) < (OLD.placed_at, OLD.id) OR OLD.id::text = ANY (v_released) THEN
+        RETURN NULL; -- OLD was not the keeper, or its queues are gone
+    END IF;
+    RAISE EXCEPTION 'cluster "%" is the keeper of cell "%", whose broker is not known to keep tenants apart (stated %, probe %): once it leaves, the next cluster on the cell would be served its queues; delete its queues on the cell''s broker first (caddy queen cluster move|tenant delete ... --delete-queues), then call queen_proxy.release_keeper(''%'') in the same transaction, or empty the cell',
+        OLD.slug, v_slug, v_stated, v_scoping, OLD.id
+        USING ERRCODE = '55000';
+END;
+$$;
+
+DROP TRIGGER IF EXISTS clusters_refuse_keeper_handover ON queen_proxy.clusters;
+CREATE TRIGGER clusters_refuse_keeper_handover
+    AFTER UPDATE OF cell_id OR DELETE ON queen_proxy.clusters
+    FOR EACH ROW EXECUTE FUNCTION queen_proxy.refuse_keeper_handover();
+
+-- Asserts, for the rest of this transaction, that the cluster's queues are
+-- gone from its cell's broker, so it may leave the cell as its keeper. The
+-- caller must have checked the broker (listing queues as the cluster's
+-- x-queen-tenant with the cell's secret); evidence says what it saw or did
+-- and is audited (action keeper_released). Returns false for an unknown
+-- cluster.
+CREATE OR REPLACE FUNCTION queen_proxy.release_keeper(p_cluster_id uuid, p_evidence jsonb)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_tenant uuid;
+    v_cell   uuid;
+    v_prior  text := coalesce(current_setting('queen_proxy.keeper_released', true), '');
+BEGIN
+    SELECT tenant_id, cell_id INTO v_tenant, v_cell FROM queen_proxy.clusters WHERE id = p_cluster_id;
+    IF v_tenant IS NULL THEN
+        RETURN false;
+    END IF;
+    PERFORM set_config('queen_proxy.keeper_released',
+        CASE WHEN v_prior = '' THEN p_cluster_id::text ELSE v_prior || ',' || p_cluster_id::text END, true);
+    PERFORM queen_proxy.record_operation(v_tenant, p_cluster_id, 'control_plane', NULL, 'keeper_released',
+        p_cluster_id::text, jsonb_build_object('cell_id', v_cell) || coalesce(p_evidence, '{}'::jsonb));
+    RETURN true;
+END;
+$$;
+
+-- Refuses placing a cluster on an empty cell not known to scope that holds
+-- a keeper's residue (above): it would become the keeper and be served the
+-- queues left there. release_cell_residue in the same transaction lifts it
+-- and clears the residue. Placing on a cell known to scope is not refused.
+CREATE OR REPLACE FUNCTION queen_proxy.refuse_placement_on_residue()
+RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_slug     text;
+    v_stated   text;
+    v_scoping  text;
+    v_residue  jsonb;
+    v_released text[];
+BEGIN
+    IF TG_OP = 'UPDATE' AND NEW.cell_id IS NOT DISTINCT FROM OLD.cell_id THEN
+        RETURN NEW;
+    END IF;
+    SELECT slug, tenancy_stated, tenant_scoping, keeper_residue INTO v_slug, v_stated, v_scoping, v_residue
+      FROM queen_proxy.cells WHERE id = NEW.cell_id FOR UPDATE;
+    IF v_residue IS NULL OR jsonb_array_length(v_residue) = 0
+       OR NOT queen_proxy.tenancy_keeper_only(v_stated, v_scoping)
+       OR EXISTS (SELECT 1 FROM queen_proxy.clusters WHERE cell_id = NEW.cell_id AND id <> NEW.id) THEN
+        RETURN NEW;
+    END IF;
+    v_released := string_to_array(coalesce(current_setting('queen_proxy.keeper_released', true), ''), ',');
+    IF 'cell:' || NEW.cell_id::text = ANY (v_released) THEN
+        UPDATE queen_proxy.cells SET keeper_residue = NULL WHERE id = NEW.cell_id;
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION 'cell "%" is empty, but cluster "%" left it as the keeper of a broker not known to keep tenants apart without its queues being deleted: the next cluster placed there would be served them; delete them on the cell''s broker first (caddy queen cluster create|move ... --delete-queues), then call queen_proxy.release_cell_residue(''%'') in the same transaction',
+        v_slug, v_residue -> -1 ->> 'cluster_slug', NEW.cell_id
+        USING ERRCODE = '55000';
+END;
+$$;
+
+DROP TRIGGER IF EXISTS clusters_refuse_placement_on_residue ON queen_proxy.clusters;
+CREATE TRIGGER clusters_refuse_placement_on_residue
+    BEFORE INSERT OR UPDATE OF cell_id ON queen_proxy.clusters
+    FOR EACH ROW EXECUTE FUNCTION queen_proxy.refuse_placement_on_residue();
+
+-- Asserts, for the rest of this transaction, that the queues of every
+-- cluster in the cell's keeper_residue are gone from its broker, so a
+-- cluster may be placed on it; the placement clears the residue. Recorded
+-- in the outbox (kind cell_residue_released) with the evidence, since the
+-- clusters and tenants may be gone. Returns false for an unknown cell.
+CREATE OR REPLACE FUNCTION queen_proxy.release_cell_residue(p_cell_id uuid, p_evidence jsonb)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_residue jsonb;
+    v_prior   text := coalesce(current_setting('queen_proxy.keeper_released', true), '');
+BEGIN
+    SELECT coalesce(keeper_residue, '[]'::jsonb) INTO v_residue FROM queen_proxy.cells WHERE id = p_cell_id;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM set_config('queen_proxy.keeper_released',
+        CASE WHEN v_prior = '' THEN 'cell:' || p_cell_id::text ELSE v_prior || ',cell:' || p_cell_id::text END, true);
+    PERFORM queen_proxy.emit_outbox('cell_residue_released', jsonb_build_object(
+        'cell_id', p_cell_id, 'residue', v_residue, 'evidence', coalesce(p_evidence, '{}'::jsonb), 'at', now()));
+    RETURN true;
 END;
 $$;
 

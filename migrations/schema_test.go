@@ -61,6 +61,7 @@ cells tenant_scoping text NN 'unknown'::text
 cells tenant_scoping_checked_at timestamptz NULL -
 cells tenant_scoping_detail text NULL -
 cells tenancy_stated text NN 'probe'::text
+cells keeper_residue jsonb NULL -
 clusters id uuid NN public.gen_random_uuid()
 clusters tenant_id uuid NN -
 clusters cell_id uuid NN -

@@ -3,6 +3,8 @@ package migrations
 import (
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestCellURLOrSecretChangeResetsVerdict: a verdict describes the broker it
@@ -218,4 +220,172 @@ func TestKeeperOnly(t *testing.T) {
 			t.Errorf("keeper only (stated %s, probe %s) = %v, want %v", c.stated, c.scoping, got, c.want)
 		}
 	}
+}
+
+// TestKeeperCannotLeaveUnreleased: on a cell not known to scope, the keeper
+// may not move away or be deleted (directly or with its tenant) while other
+// clusters stay, unless the transaction released it; a non-keeper may go,
+// the last cluster may go, and a cell known to scope does not guard.
+func TestKeeperCannotLeaveUnreleased(t *testing.T) {
+	pool := db(t)
+	ctx := ctxT(t)
+	keeperTenant, _ := newTenant(t, pool)
+	otherTenant, _ := newTenant(t, pool)
+	cell, elsewhere := newCell(t, pool), newCell(t, pool)
+	keeper := newCluster(t, pool, keeperTenant, cell)
+	next := newCluster(t, pool, otherTenant, cell)
+	refused := func(err error) {
+		t.Helper()
+		if err == nil {
+			t.Fatal("the keeper left the cell")
+		}
+		wantPgErr(t, err, "55000", "is the keeper of cell", "not known to keep tenants apart", "release_keeper('"+keeper+"')", "empty the cell")
+	}
+	keeperOf := func() string {
+		t.Helper()
+		return scalar[string](t, pool, `SELECT queen_proxy.cell_keeper_cluster($1)::text`, cell)
+	}
+
+	for _, stated := range []string{"probe", "unscoped"} {
+		exec(t, pool, `UPDATE queen_proxy.cells SET tenancy_stated = $2 WHERE id = $1`, cell, stated)
+		_, err := pool.Exec(ctx, `UPDATE queen_proxy.clusters SET cell_id = $2 WHERE id = $1`, keeper, elsewhere)
+		refused(err)
+		_, err = pool.Exec(ctx, `DELETE FROM queen_proxy.clusters WHERE id = $1`, keeper)
+		refused(err)
+		_, err = pool.Exec(ctx, `SELECT queen_proxy.delete_tenant($1, true)`, keeperTenant)
+		refused(err)
+	}
+	// Stated scoped, but a probe contradicted it: still keeper only.
+	exec(t, pool, `UPDATE queen_proxy.cells SET tenancy_stated = 'scoped', tenant_scoping = 'unscoped' WHERE id = $1`, cell)
+	_, err := pool.Exec(ctx, `UPDATE queen_proxy.clusters SET cell_id = $2 WHERE id = $1`, keeper, elsewhere)
+	refused(err)
+	if keeperOf() != keeper {
+		t.Fatal("a refused leave changed the keeper")
+	}
+
+	// A release for another cluster does not count; one for the keeper
+	// does, for its own transaction only, and is audited.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT queen_proxy.release_keeper($1, '{}')`, next); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.Exec(ctx, `UPDATE queen_proxy.clusters SET cell_id = $2 WHERE id = $1`, keeper, elsewhere)
+	refused(err)
+	_ = tx.Rollback(ctx)
+
+	tx, err = pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ok bool
+	if err := tx.QueryRow(ctx, `SELECT queen_proxy.release_keeper($1, '{"queues_deleted": 2}')`, keeper).Scan(&ok); err != nil || !ok {
+		t.Fatalf("release_keeper = %v, %v", ok, err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE queen_proxy.clusters SET cell_id = $2 WHERE id = $1`, keeper, elsewhere); err != nil {
+		t.Fatalf("a released keeper could not move: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if keeperOf() != next {
+		t.Fatalf("keeper %s after the move, want %s", keeperOf(), next)
+	}
+	if o := oneOp(t, pool, keeperTenant, "keeper_released"); str(o.ClusterID) != keeper || o.Meta["cell_id"] != cell || o.Meta["queues_deleted"] != float64(2) {
+		t.Fatalf("audit row %+v", o)
+	}
+	// The release does not outlive its transaction.
+	exec(t, pool, `UPDATE queen_proxy.cells SET tenancy_stated = 'probe', tenant_scoping = 'unknown' WHERE id = $1`, cell)
+	if _, err := pool.Exec(ctx, `UPDATE queen_proxy.clusters SET cell_id = $2 WHERE id = $1`, keeper, cell); err != nil {
+		t.Fatalf("moving back (placed last, not the keeper): %v", err)
+	}
+	if keeperOf() != next {
+		t.Fatal("moving the old keeper back made it the keeper again")
+	}
+	_, err = pool.Exec(ctx, `DELETE FROM queen_proxy.clusters WHERE id = $1`, next)
+	if err == nil {
+		t.Fatal("the new keeper was deleted unreleased")
+	}
+	if unknown := scalar[bool](t, pool, `SELECT queen_proxy.release_keeper(gen_random_uuid(), NULL)`); unknown {
+		t.Fatal("release_keeper of an unknown cluster returned true")
+	}
+
+	// A non-keeper may leave.
+	exec(t, pool, `DELETE FROM queen_proxy.clusters WHERE id = $1`, keeper)
+
+	// elsewhere was emptied when the old keeper moved back unreleased: it
+	// holds that keeper's residue, and the next cluster placed there (which
+	// would be its keeper) is refused until the residue is released.
+	residue := scalar[string](t, pool, `SELECT keeper_residue -> 0 ->> 'cluster_id' FROM queen_proxy.cells WHERE id = $1`, elsewhere)
+	if residue != keeper {
+		t.Fatalf("residue of the emptied cell names %q, want %s", residue, keeper)
+	}
+	_, err = pool.Exec(ctx, `UPDATE queen_proxy.clusters SET cell_id = $2 WHERE id = $1`, next, elsewhere)
+	wantPgErr(t, err, "55000", "is empty, but cluster", "left it as the keeper", "release_cell_residue('"+elsewhere+"')")
+
+	// The last cluster may leave (the cell is emptied, and records the
+	// residue); with the residue released it may be placed.
+	tx, err = pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT queen_proxy.release_cell_residue($1, '{"queues_found": 0}')`, elsewhere); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE queen_proxy.clusters SET cell_id = $2 WHERE id = $1`, next, elsewhere); err != nil {
+		t.Fatalf("placing with the residue released: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := scalar[int](t, pool, `SELECT count(*) FROM queen_proxy.clusters WHERE cell_id = $1`, cell); n != 0 {
+		t.Fatalf("%d clusters left on the emptied cell", n)
+	}
+	if got := scalar[string](t, pool, `SELECT coalesce(keeper_residue::text, 'none') FROM queen_proxy.cells WHERE id = $1`, elsewhere); got != "none" {
+		t.Fatalf("residue after a released placement: %s", got)
+	}
+	if got := scalar[string](t, pool, `SELECT keeper_residue -> 0 ->> 'cluster_id' FROM queen_proxy.cells WHERE id = $1`, cell); got != next {
+		t.Fatalf("residue of the newly emptied cell names %q, want %s", got, next)
+	}
+	if n := scalar[int](t, pool, `SELECT count(*)::int FROM queen_proxy.outbox WHERE kind = 'cell_residue_released' AND payload->>'cell_id' = $1`, elsewhere); n != 1 {
+		t.Fatalf("%d cell_residue_released events", n)
+	}
+	// A cell known to scope takes a cluster despite a residue.
+	exec(t, pool, `UPDATE queen_proxy.cells SET tenancy_stated = 'scoped' WHERE id = $1`, cell)
+	newCluster(t, pool, otherTenant, cell)
+	if unknown := scalar[bool](t, pool, `SELECT queen_proxy.release_cell_residue(gen_random_uuid(), NULL)`); unknown {
+		t.Fatal("release_cell_residue of an unknown cell returned true")
+	}
+}
+
+// TestTenantDeleteEmptyingCellNeedsNoRelease: a tenant delete that removes
+// every cluster of a cell, keeper included, is allowed; a cell known to
+// scope lets its keeper go.
+func TestTenantDeleteEmptyingCellNeedsNoRelease(t *testing.T) {
+	pool := db(t)
+	tenant, _ := newTenant(t, pool)
+	cell := newCell(t, pool)
+	newCluster(t, pool, tenant, cell)
+	newCluster(t, pool, tenant, cell)
+	exec(t, pool, `SELECT queen_proxy.delete_tenant($1, true)`, tenant)
+	if n := scalar[int](t, pool, `SELECT jsonb_array_length(keeper_residue) FROM queen_proxy.cells WHERE id = $1`, cell); n != 2 {
+		t.Fatalf("the emptied cell records %d residues, want both clusters", n)
+	}
+
+	other, _ := newTenant(t, pool)
+	scoped := newCell(t, pool)
+	for _, c := range []struct{ stated, scoping string }{{"scoped", "unknown"}, {"probe", "scoped"}} {
+		exec(t, pool, `UPDATE queen_proxy.cells SET tenancy_stated = $2, tenant_scoping = $3 WHERE id = $1`, scoped, c.stated, c.scoping)
+		keeper := newCluster(t, pool, tenant2(t, pool), scoped)
+		newCluster(t, pool, other, scoped)
+		exec(t, pool, `DELETE FROM queen_proxy.clusters WHERE id = $1`, keeper)
+	}
+}
+
+func tenant2(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	id, _ := newTenant(t, pool)
+	return id
 }
