@@ -65,10 +65,13 @@ type scriptedProbe struct {
 func (p *scriptedProbe) config() CellIsolationConfig {
 	return CellIsolationConfig{
 		Probe: func(ctx context.Context, cell ProbeCell) (TenantScoping, error) {
-			if p.gate != nil {
-				<-p.gate
+			p.mu.Lock()
+			gate, delay := p.gate, p.delay
+			p.mu.Unlock()
+			if gate != nil {
+				<-gate
 			}
-			time.Sleep(p.delay)
+			time.Sleep(delay)
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			v := p.script[min(p.calls, len(p.script)-1)]
