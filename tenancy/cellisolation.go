@@ -282,11 +282,12 @@ func (ci *CellIsolation) CellUnreachable(cellID string) {
 	if stated == StatedUnscoped {
 		return // the keeper only, whatever answers there
 	}
-	s.mu.Lock()
-	if s.judgement.verdict == ScopingUnknown && !s.judgement.tried {
-		s.mu.Unlock()
+	// Already unknown: a probe is due or backing off; resetting again at
+	// every failed request would probe a cell that is down in a loop.
+	if *s.verdict.Load() == ScopingUnknown {
 		return
 	}
+	s.mu.Lock()
 	s.reset(stated)
 	s.detail = "cell was unreachable; probing again"
 	s.mu.Unlock()

@@ -65,10 +65,13 @@ type scriptedProbe struct {
 func (p *scriptedProbe) config() CellIsolationConfig {
 	return CellIsolationConfig{
 		Probe: func(ctx context.Context, cell ProbeCell) (TenantScoping, error) {
-			if p.gate != nil {
-				<-p.gate
+			p.mu.Lock()
+			gate, delay := p.gate, p.delay
+			p.mu.Unlock()
+			if gate != nil {
+				<-gate
 			}
-			time.Sleep(p.delay)
+			time.Sleep(delay)
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			v := p.script[min(p.calls, len(p.script)-1)]
@@ -304,4 +307,29 @@ func TestChangedCellResetsItsVerdict(t *testing.T) {
 			t.Fatalf("probed %v: the old broker's answer counted towards the new one", p.urls)
 		}
 	})
+}
+
+// TestUnreachableCellKeepsItsBackoff: failed requests to a cell that is
+// down reset a decided verdict once, not at every failure, so the cell is
+// not probed in a loop.
+func TestUnreachableCellKeepsItsBackoff(t *testing.T) {
+	p := &scriptedProbe{script: []TenantScoping{ScopingUnscoped, ScopingUnknown}}
+	ci, ctx := startTracker(t, p)
+	cell := ProbeCell{ID: "c1", Slug: "eu1-a", BaseURL: "http://127.0.0.1:1"}
+	if d := ci.Admit(ctx, cell, "other"); d.Verdict != ScopingUnscoped {
+		t.Fatalf("first verdict %+v", d)
+	}
+	ci.CellUnreachable(cell.ID)
+	awaitCalls(t, p, 2)
+	for i := 0; i < 50; i++ {
+		ci.CellUnreachable(cell.ID)
+		time.Sleep(time.Millisecond)
+	}
+	// Retry is 10 ms, doubling: 50 ms hold at most a handful of retries.
+	if n := p.probes(); n > 6 {
+		t.Fatalf("%d probes of a cell that is down in 50 ms of failed requests", n)
+	}
+	if ci.Serves(cell, "other") {
+		t.Fatal("served while undecided")
+	}
 }

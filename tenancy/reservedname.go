@@ -49,43 +49,49 @@ func URLNamesReserved(raw string) bool {
 	return stringMentionsPrefix(raw)
 }
 
+// anchorAt is where the fast path's anchor letter stands in the prefix:
+// the "b" of "probe", a letter the keys of a push body ("queue",
+// "partition", "payload", "transactionId") never hold, so the SIMD byte
+// search rarely stops.
+const anchorAt = 23
+
 // bytesMentionPrefix is the fast path: a case-insensitive search anchored
-// on the prefix's first letter, which the SIMD byte search finds.
+// on a rare letter of the prefix.
 func bytesMentionPrefix(b []byte) bool {
-	for _, first := range [2]byte{'q', 'Q'} {
-		for from := 0; ; {
-			i := bytes.IndexByte(b[from:], first)
+	for _, anchor := range [2]byte{'b', 'B'} {
+		for from := anchorAt; from < len(b); {
+			i := bytes.IndexByte(b[from:], anchor)
 			if i < 0 {
 				break
 			}
-			at := from + i
-			if len(b)-at < len(ProbeQueuePrefix) {
+			at := from + i - anchorAt
+			if at+len(ProbeQueuePrefix) > len(b) {
 				break
 			}
 			if bytes.EqualFold(b[at:at+len(ProbeQueuePrefix)], []byte(ProbeQueuePrefix)) {
 				return true
 			}
-			from = at + 1
+			from += i + 1
 		}
 	}
 	return false
 }
 
 func stringMentionsPrefix(s string) bool {
-	for _, first := range [2]byte{'q', 'Q'} {
-		for from := 0; ; {
-			i := strings.IndexByte(s[from:], first)
+	for _, anchor := range [2]byte{'b', 'B'} {
+		for from := anchorAt; from < len(s); {
+			i := strings.IndexByte(s[from:], anchor)
 			if i < 0 {
 				break
 			}
-			at := from + i
-			if len(s)-at < len(ProbeQueuePrefix) {
+			at := from + i - anchorAt
+			if at+len(ProbeQueuePrefix) > len(s) {
 				break
 			}
 			if strings.EqualFold(s[at:at+len(ProbeQueuePrefix)], ProbeQueuePrefix) {
 				return true
 			}
-			from = at + 1
+			from += i + 1
 		}
 	}
 	return false
