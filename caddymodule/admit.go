@@ -22,8 +22,12 @@ import (
 // every body, on any route, is buffered here so that one that is not
 // UTF-8 never reaches the cell (bodycheck.go).
 func (g *Gateway) admitBody(r *http.Request, st *requestState, c *tenancy.Cluster) *apierror.Error {
-	if _, e := g.bufferBody(r, st); e != nil {
+	body, e := g.bufferBody(r, st)
+	if e != nil {
 		return e
+	}
+	if tenancy.BodyNamesReserved(body) {
+		return errReservedName
 	}
 	switch {
 	case st.route.Class == tenancy.ClassProduce:

@@ -24,10 +24,17 @@ func (b *backend) newCellIsolation(every time.Duration, log *zap.Logger) {
 		Probe: func(ctx context.Context, cell tenancy.ProbeCell) (tenancy.TenantScoping, error) {
 			return tenancy.ProbeTenantScoping(ctx, client, cell, b.app.Load().probeCredential(cell))
 		},
-		Record: func(ctx context.Context, cellID string, v tenancy.TenantScoping, detail string) error {
-			_, err := b.pool.Exec(ctx, `SELECT queen_proxy.record_cell_tenant_scoping($1::uuid, $2, $3)`, cellID, string(v), detail)
+		// The verdict is recorded only for the broker the probe reached: a
+		// cell whose URL or secret changed meanwhile keeps its reset.
+		Record: func(ctx context.Context, cell tenancy.ProbeCell, v tenancy.TenantScoping, detail string) error {
+			var recorded bool
+			err := b.pool.QueryRow(ctx, `SELECT queen_proxy.record_cell_tenant_scoping($1::uuid, $2, $3, $4, $5)`,
+				cell.ID, string(v), detail, cell.BaseURL, cell.Secret).Scan(&recorded)
 			if err != nil {
 				return fmt.Errorf("record cell tenant scoping: %w", err)
+			}
+			if !recorded {
+				log.Named("isolation").Info("cell verdict not recorded: the cell changed since it was probed", zap.String("cell", cell.Slug))
 			}
 			return nil
 		},
@@ -55,6 +62,12 @@ func (a *App) probeCredential(cell tenancy.ProbeCell) string {
 // cluster.
 var errCellNotIsolated = &apierror.Error{Status: http.StatusServiceUnavailable, Code: apierror.CellNotIsolated,
 	Message: "this cluster's cell cannot keep it apart from other clusters: its broker does not scope by tenant (or is not yet verified to); the operator must move the cluster to a dedicated cell or run a broker with tenancy"}
+
+// errReservedName answers a request that names (in its path, query or
+// body, in any spelling) one of the isolation probe's reserved names: a
+// tenant that could touch the probe's queue could move the verdict.
+var errReservedName = &apierror.Error{Status: http.StatusBadRequest, Code: apierror.BadRequest,
+	Message: tenancy.ReservedNameMessage}
 
 // admitOnCell refuses a cluster that its cell may not serve.
 func (g *Gateway) admitOnCell(r *http.Request, c *tenancy.Cluster) *apierror.Error {
@@ -89,8 +102,15 @@ func (b *backend) isolationReadiness(context.Context) (string, string, bool) {
 	parts := make([]string, 0, len(vs))
 	for _, v := range vs {
 		s := v.CellSlug + ": " + string(v.Verdict)
-		if v.Verdict != tenancy.ScopingScoped {
-			s += " (only the oldest cluster is served)"
+		switch {
+		case v.Contradicted:
+			s += " (CONTRADICTS the operator's stated scoped: only the keeper is served; fix the broker or run caddy queen cell update " + v.CellSlug + " --tenancy probe|unscoped)"
+		case v.Verdict != tenancy.ScopingScoped && v.Stated == tenancy.StatedUnscoped:
+			s += " (stated unscoped: only the keeper is served)"
+		case v.Verdict != tenancy.ScopingScoped:
+			s += " (only the keeper is served)"
+		case v.Stated == tenancy.StatedScoped:
+			s += " (stated)"
 		}
 		parts = append(parts, s)
 	}

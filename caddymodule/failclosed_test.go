@@ -1,7 +1,10 @@
 package caddymodule
 
 import (
+	"strings"
 	"testing"
+
+	"github.com/queengate/queengate/tenancy"
 )
 
 // TestReadLikeTheBroker covers issue 14 findings 4, 6 and 7 at the
@@ -58,4 +61,39 @@ func TestReadLikeTheBroker(t *testing.T) {
 			expect(t, w, seen, tc.status, tc.code)
 		})
 	}
+}
+
+// TestProbeNamesAreRefused covers issue 21: no tenant request may name
+// the isolation probe's queue, namespace or task, in any spelling the
+// broker reads as that name; such requests never reach the cell.
+func TestProbeNamesAreRefused(t *testing.T) {
+	env := newTestEnv(t)
+	g := env.g
+	const pro = "pro.eu1.example.com"
+	const name = tenancy.ProbeQueuePrefix + "0123456789abcdef0123456789abcdef"
+	refused := []struct {
+		name string
+		c    call
+	}{
+		{"delete by path", call{method: "DELETE", host: pro, target: "/api/v1/resources/queues/" + name, auth: "qk_live_admin"}},
+		{"read by path, upper case", call{host: pro, target: "/api/v1/resources/queues/" + strings.ToUpper(name), auth: "qk_live_admin"}},
+		{"path with percent escapes", call{method: "DELETE", host: pro, target: "/api/v1/resources/queues/%71ueengate%2Disolation-probe-1", auth: "qk_live_admin"}},
+		{"pop by path", call{host: pro, target: "/api/v1/pop/queue/" + name, auth: "qk_live_consume"}},
+		{"namespace in the query", call{host: pro, target: "/api/v1/pop?namespace=" + tenancy.ProbeQueuePrefix + "ns-1", auth: "qk_live_consume"}},
+		{"query with percent escapes", call{host: pro, target: "/api/v1/messages?queue=%51ueengate-isolation-probe-x", auth: "qk_live_admin"}},
+		{"configure by body", call{method: "POST", host: pro, target: "/api/v1/configure", auth: "qk_live_admin", body: `{"queue":"` + name + `","options":{"leaseTime":30}}`}},
+		{"configure with a json escape", call{method: "POST", host: pro, target: "/api/v1/configure", auth: "qk_live_admin", body: `{"queue":"\u0071ueengate-isolation-probe-1","options":{}}`}},
+		{"push with escaped dashes", call{method: "POST", host: pro, target: "/api/v1/push", auth: "qk_live_produce", body: `{"items":[{"queue":"queengate\u002Disolation\u002dprobe\u002d1","payload":1}]}`}},
+	}
+	for _, tc := range refused {
+		t.Run(tc.name, func(t *testing.T) {
+			w, seen := g.do(t, tc.c, nil)
+			expect(t, w, seen, 400, "bad_request")
+			if !strings.Contains(w.Body.String(), "reserved for the gateway's isolation probe") {
+				t.Fatalf("refusal does not say why: %s", w.Body)
+			}
+		})
+	}
+	w, seen := g.do(t, call{method: "POST", host: pro, target: "/api/v1/push", auth: "qk_live_produce", body: `{"items":[{"queue":"queengate-isolation","payload":1}]}`}, nil)
+	expect(t, w, seen, 200, "")
 }

@@ -44,6 +44,9 @@ func (g *Gateway) classify(r *http.Request, st *requestState) *apierror.Error {
 		return ambiguousPathRefusal(err)
 	}
 	st.route, st.classified = route, true
+	if tenancy.URLNamesReserved(r.URL.EscapedPath()) || tenancy.URLNamesReserved(r.URL.RawQuery) {
+		return errReservedName
+	}
 	if e := g.readPopQuery(r, st); e != nil {
 		return e
 	}

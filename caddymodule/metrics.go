@@ -88,7 +88,8 @@ var (
 	descGatewayRole   = prometheus.NewDesc("queengate_gateway_role", "1 for this gateway's current role in its group (leader or standby).", []string{"group", "gateway", "role"}, nil)
 	descLeaseRenewals = prometheus.NewDesc("queengate_leader_lease_attempts_total", "Attempts to take or renew the group's lease, by result (held: this gateway holds it; failed: the database did not answer).", []string{"result"}, nil)
 	descTakeovers     = prometheus.NewDesc("queengate_leader_takeovers_total", "Times this gateway became its group's leader.", nil, nil)
-	descCellScoping   = prometheus.NewDesc("queengate_cell_tenant_scoping", "1 for each served cell's current isolation verdict (scoped, unscoped or unknown); a cell that is not scoped serves only its oldest cluster.", []string{"cell", "verdict"}, nil)
+	descCellScoping   = prometheus.NewDesc("queengate_cell_tenant_scoping", "1 for each served cell's current isolation verdict (scoped, unscoped or unknown); a cell that is not scoped serves only its keeper (the cluster placed on it first).", []string{"cell", "verdict"}, nil)
+	descContradicted  = prometheus.NewDesc("queengate_cell_tenancy_contradicted", "1 while a cell stated scoped by the operator has been found unscoped by a probe: only its keeper is served. Alert on it.", []string{"cell"}, nil)
 )
 
 // collector exports the gateway's state for one configuration.
@@ -100,7 +101,7 @@ type collector struct {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRequests, descRefusals, descClusterReqs, descParked, descParkedCap,
 		descFlushes, descFlushSeconds, descSpoolFiles, descSpoolBytes, descSpooledRows, descReplayedRows,
-		descQuarantined, descCircuit, descCache, descPoolConns, descPoolAcquires, descPoolWaits, descStorageActive, descCellScoping,
+		descQuarantined, descCircuit, descCache, descPoolConns, descPoolAcquires, descPoolWaits, descStorageActive, descCellScoping, descContradicted,
 		descGatewayRole, descLeaseRenewals, descTakeovers} {
 		ch <- d
 	}
@@ -181,6 +182,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			for _, verdict := range []tenancy.TenantScoping{tenancy.ScopingScoped, tenancy.ScopingUnscoped, tenancy.ScopingUnknown} {
 				gauge(descCellScoping, boolGauge(v.Verdict == verdict), v.CellSlug, string(verdict))
 			}
+			gauge(descContradicted, boolGauge(v.Contradicted), v.CellSlug)
 		}
 	}
 }

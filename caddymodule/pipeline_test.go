@@ -181,7 +181,7 @@ func scopedCells(t testing.TB) *tenancy.CellIsolation {
 		Probe: func(context.Context, tenancy.ProbeCell) (tenancy.TenantScoping, error) {
 			return tenancy.ScopingScoped, nil
 		},
-		Record: func(context.Context, string, tenancy.TenantScoping, string) error { return nil },
+		Record: func(context.Context, tenancy.ProbeCell, tenancy.TenantScoping, string) error { return nil },
 		Keeper: func(context.Context, string) (string, error) { return "", nil },
 	})
 	ctx, cancel := context.WithCancel(context.Background())

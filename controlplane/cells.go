@@ -38,6 +38,37 @@ type Cell struct {
 	TenantScoping          string     `json:"tenant_scoping"`
 	TenantScopingCheckedAt *time.Time `json:"tenant_scoping_checked_at"`
 	TenantScopingDetail    string     `json:"tenant_scoping_detail,omitempty"`
+	// TenancyStated is the operator's statement (cells.tenancy_stated):
+	// "probe" (the probe decides), "scoped" or "unscoped".
+	TenancyStated string `json:"tenancy_stated"`
+	// KeeperOnly is whether the gateway serves the cell's keeper only
+	// (queen_proxy.cell_keeper_only): stated unscoped, stated scoped but
+	// found unscoped, or probed and not found scoped.
+	KeeperOnly bool `json:"keeper_only"`
+	// Contradicted is a cell stated scoped whose probe found it unscoped.
+	Contradicted bool `json:"contradicted"`
+	// KeeperSlug and KeeperID name the cell's keeper, the first cluster
+	// placed on it; empty for an empty cell.
+	KeeperSlug string `json:"keeper_cluster,omitempty"`
+	KeeperID   string `json:"keeper_cluster_id,omitempty"`
+}
+
+// Stated cell tenancies (the cells.tenancy_stated CHECK list).
+const (
+	TenancyProbe    = "probe"
+	TenancyScoped   = "scoped"
+	TenancyUnscoped = "unscoped"
+)
+
+// checkTenancy validates a stated tenancy; empty is "probe".
+func checkTenancy(raw string) (string, error) {
+	switch t := normalize(raw); t {
+	case "":
+		return TenancyProbe, nil
+	case TenancyProbe, TenancyScoped, TenancyUnscoped:
+		return t, nil
+	}
+	return "", errorf(Invalid, "invalid tenancy %q: use probe, scoped or unscoped", raw)
 }
 
 // NewCell describes a cell to add.
@@ -49,20 +80,26 @@ type NewCell struct {
 	CapacitySlots int
 	Secret        string // bearer token presented to the broker; empty for none
 	BrokerVersion string
+	Tenancy       string // stated tenancy: probe (default), scoped or unscoped
 }
 
 const cellSelect = `SELECT ce.id::text, ce.slug, ce.region, ce.base_url, ce.class, ce.status,
 	ce.capacity_slots, ce.used_slots,
 	(SELECT count(*) FROM queen_proxy.clusters c WHERE c.cell_id = ce.id)::int,
 	coalesce(ce.broker_version, ''), ce.cell_secret IS NOT NULL, coalesce(ce.created_at, now()),
-	ce.tenant_scoping, ce.tenant_scoping_checked_at, coalesce(ce.tenant_scoping_detail, '')
-	FROM queen_proxy.cells ce`
+	ce.tenant_scoping, ce.tenant_scoping_checked_at, coalesce(ce.tenant_scoping_detail, ''),
+	ce.tenancy_stated, queen_proxy.tenancy_keeper_only(ce.tenancy_stated, ce.tenant_scoping),
+	coalesce(k.slug, ''), coalesce(k.id::text, '')
+	FROM queen_proxy.cells ce
+	LEFT JOIN queen_proxy.clusters k ON k.id = queen_proxy.cell_keeper_cluster(ce.id)`
 
 func scanCell(row pgx.Row) (Cell, error) {
 	var c Cell
 	err := row.Scan(&c.ID, &c.Slug, &c.Region, &c.BaseURL, &c.Class, &c.Status, &c.CapacitySlots, &c.UsedSlots,
 		&c.Clusters, &c.BrokerVersion, &c.HasSecret, &c.CreatedAt,
-		&c.TenantScoping, &c.TenantScopingCheckedAt, &c.TenantScopingDetail)
+		&c.TenantScoping, &c.TenantScopingCheckedAt, &c.TenantScopingDetail,
+		&c.TenancyStated, &c.KeeperOnly, &c.KeeperSlug, &c.KeeperID)
+	c.Contradicted = c.TenancyStated == TenancyScoped && c.TenantScoping == "unscoped"
 	return c, err
 }
 
@@ -99,13 +136,9 @@ func AddCell(ctx context.Context, db DB, c NewCell) (Cell, error) {
 	if region == "" {
 		return Cell{}, errorf(Invalid, "cell region is required")
 	}
-	base := strings.TrimSpace(c.BaseURL)
-	u, err := url.Parse(base)
-	if base == "" {
-		return Cell{}, errorf(Invalid, "cell broker URL is required")
-	}
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return Cell{}, errorf(Invalid, "invalid cell broker URL %q: want http://host:port", c.BaseURL)
+	base, err := checkBrokerURL(c.BaseURL)
+	if err != nil {
+		return Cell{}, err
 	}
 	class, err := checkClass("cell class", c.Class)
 	if err != nil {
@@ -114,14 +147,100 @@ func AddCell(ctx context.Context, db DB, c NewCell) (Cell, error) {
 	if c.CapacitySlots < 0 {
 		return Cell{}, errorf(Invalid, "invalid cell capacity %d: must be 0 or more", c.CapacitySlots)
 	}
+	tenancy, err := checkTenancy(c.Tenancy)
+	if err != nil {
+		return Cell{}, err
+	}
 	var id string
-	err = db.QueryRow(ctx, `INSERT INTO queen_proxy.cells (slug, region, base_url, class, capacity_slots, cell_secret, broker_version)
-		VALUES ($1, $2, $3, $4, $5, nullif($6, ''), nullif($7, '')) RETURNING id::text`,
-		slug, region, base, class, c.CapacitySlots, c.Secret, strings.TrimSpace(c.BrokerVersion)).Scan(&id)
+	err = db.QueryRow(ctx, `INSERT INTO queen_proxy.cells (slug, region, base_url, class, capacity_slots, cell_secret, broker_version, tenancy_stated)
+		VALUES ($1, $2, $3, $4, $5, nullif($6, ''), nullif($7, ''), $8) RETURNING id::text`,
+		slug, region, base, class, c.CapacitySlots, c.Secret, strings.TrimSpace(c.BrokerVersion), tenancy).Scan(&id)
 	if err != nil {
 		return Cell{}, dbError("add cell", err)
 	}
 	return getCell(ctx, db, id)
+}
+
+// checkBrokerURL validates a cell's broker URL.
+func checkBrokerURL(raw string) (string, error) {
+	base := strings.TrimSpace(raw)
+	if base == "" {
+		return "", errorf(Invalid, "cell broker URL is required")
+	}
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", errorf(Invalid, "invalid cell broker URL %q: want http://host:port", raw)
+	}
+	return base, nil
+}
+
+// CellChange is what UpdateCell changes; nil fields stay as they are.
+type CellChange struct {
+	BaseURL     *string
+	Secret      *string // a new bearer token (not empty)
+	ClearSecret bool    // remove the secret
+	Tenancy     *string // probe, scoped or unscoped
+	Region      *string
+}
+
+// UpdateCell changes a cell through queen_proxy.update_cell, so that the
+// CLI, the console and plain SQL behave alike: a new URL or secret resets
+// the probe's verdict to unknown (the cell serves its keeper only until the
+// next probe decides), and every change of URL, secret or stated tenancy
+// reaches every gateway within a second.
+func UpdateCell(ctx context.Context, db DB, cell string, ch CellChange) (Cell, error) {
+	c, err := lookupCell(ctx, db, cell)
+	if err != nil {
+		return Cell{}, err
+	}
+	if ch.BaseURL == nil && ch.Secret == nil && !ch.ClearSecret && ch.Tenancy == nil && ch.Region == nil {
+		return Cell{}, errorf(Invalid, "nothing to change: give --url, --secret, --clear-secret, --tenancy or --region")
+	}
+	if ch.Secret != nil && ch.ClearSecret {
+		return Cell{}, errorf(Invalid, "give a new secret or clear it, not both")
+	}
+	if ch.Secret != nil && *ch.Secret == "" {
+		return Cell{}, errorf(Invalid, "the new secret is empty; clear it instead")
+	}
+	var base, tenancy, region *string
+	if ch.BaseURL != nil {
+		b, err := checkBrokerURL(*ch.BaseURL)
+		if err != nil {
+			return Cell{}, err
+		}
+		base = &b
+	}
+	if ch.Tenancy != nil {
+		if strings.TrimSpace(*ch.Tenancy) == "" {
+			return Cell{}, errorf(Invalid, "invalid tenancy \"\": use probe, scoped or unscoped")
+		}
+		t, err := checkTenancy(*ch.Tenancy)
+		if err != nil {
+			return Cell{}, err
+		}
+		tenancy = &t
+	}
+	if ch.Region != nil {
+		r := strings.TrimSpace(*ch.Region)
+		if r == "" {
+			return Cell{}, errorf(Invalid, "cell region is required")
+		}
+		region = &r
+	}
+	if _, err := db.Exec(ctx, `SELECT queen_proxy.update_cell($1::uuid, $2, $3, $4, $5, $6)`,
+		c.ID, base, ch.Secret, ch.ClearSecret, tenancy, region); err != nil {
+		return Cell{}, dbError("update cell", err)
+	}
+	return getCell(ctx, db, c.ID)
+}
+
+// GetCell reads one cell by slug or id.
+func GetCell(ctx context.Context, db DB, cell string) (Cell, error) {
+	c, err := lookupCell(ctx, db, cell)
+	if err != nil {
+		return Cell{}, err
+	}
+	return getCell(ctx, db, c.ID)
 }
 
 // ListCells returns every cell, ordered by slug.
@@ -139,8 +258,8 @@ func ListCells(ctx context.Context, db DB) ([]Cell, error) {
 
 // SetCellStatus sets a cell's status: draining stops placing new clusters on
 // it (CreateCluster and MoveCluster refuse it) while the gateway keeps
-// serving the clusters already there; active undoes that. The status is not
-// part of any cluster's cached state, so no gateway needs to be told.
+// serving the clusters already there; active undoes that. A trigger tells
+// every gateway (migrations/016), as for every change of a cell.
 func SetCellStatus(ctx context.Context, db DB, cell, status string) (Cell, error) {
 	switch status {
 	case CellActive, CellDraining, CellDead:

@@ -56,6 +56,10 @@ type NewCluster struct {
 	Slug   string
 	Plan   string // plan code
 	Cell   string // slug or id; empty picks the only active cell
+	// Release checks, when the cell is empty but holds the queues a keeper
+	// left there (see Keeper.Residue), that they are gone; nil leaves the
+	// database to refuse such a placement.
+	Release Releaser
 }
 
 // CreateCluster creates a cluster through create_cluster. The cell must be
@@ -86,10 +90,15 @@ func CreateCluster(ctx context.Context, db DB, n NewCluster) (Cluster, error) {
 		return Cluster{}, err
 	}
 	var id string
-	err = db.QueryRow(ctx, `SELECT queen_proxy.create_cluster($1::uuid, $2, $3, $4::uuid)::text`,
-		t.ID, slug, p.Name, cell.ID).Scan(&id)
+	err = inTx(ctx, db, "create cluster", func(tx pgx.Tx) error {
+		if err := releaseCellResidue(ctx, tx, cell.ID, "", n.Release); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT queen_proxy.create_cluster($1::uuid, $2, $3, $4::uuid)::text`,
+			t.ID, slug, p.Name, cell.ID).Scan(&id)
+	})
 	if err != nil {
-		return Cluster{}, dbError("create cluster", err)
+		return Cluster{}, err
 	}
 	return getCluster(ctx, db, id)
 }
@@ -169,6 +178,9 @@ type Move struct {
 	FromCell string  `json:"from_cell"`
 	ToCell   string  `json:"to_cell"`
 	Moved    bool    `json:"moved"`
+	// Released is set when the cluster left as the keeper of a cell not
+	// known to scope, after release checked its queues were gone.
+	Released *Keeper `json:"released_keeper,omitempty"`
 }
 
 // MoveCluster points a cluster at another cell: from the next request on,
@@ -178,7 +190,11 @@ type Move struct {
 // does not move: the queues and messages on the old cell's broker stay
 // there. The target cell must be active. Moving a cluster to the cell it is
 // on changes nothing.
-func MoveCluster(ctx context.Context, db DB, cluster, cell string) (Move, error) {
+//
+// When the cluster is the keeper of a cell not known to scope and other
+// clusters stay there, the move needs release (see Keeper): it runs in the
+// move's transaction, before the move; nil leaves the database to refuse.
+func MoveCluster(ctx context.Context, db DB, cluster, cell string, release Releaser) (Move, error) {
 	c, err := lookupCluster(ctx, db, cluster)
 	if err != nil {
 		return Move{}, err
@@ -204,6 +220,16 @@ func MoveCluster(ctx context.Context, db DB, cluster, cell string) (Move, error)
 		}
 		if err := placeable(to); err != nil {
 			return err
+		}
+		released, err := releaseLeavingKeepers(ctx, tx, []string{c.ID}, release)
+		if err != nil {
+			return err
+		}
+		if err := releaseCellResidue(ctx, tx, to.ID, c.ID, release); err != nil {
+			return err
+		}
+		if len(released) == 1 {
+			m.Released = &released[0]
 		}
 		if _, err := tx.Exec(ctx, `UPDATE queen_proxy.clusters SET cell_id = $2::uuid WHERE id = $1::uuid`, c.ID, to.ID); err != nil {
 			return err

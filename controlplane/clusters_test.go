@@ -135,7 +135,7 @@ func TestMoveCluster(t *testing.T) {
 	must[Cell](t)(AddCell(ctx, pool, NewCell{Slug: "eu1-b", Region: "eu1", BaseURL: "http://b:1", Class: "shared"}))
 	l := listen(t, url)
 
-	m := must[Move](t)(MoveCluster(ctx, pool, "acme-prod", "eu1-b"))
+	m := must[Move](t)(MoveCluster(ctx, pool, "acme-prod", "eu1-b", nil))
 	if !m.Moved || m.FromCell != "eu1-a" || m.ToCell != "eu1-b" || m.Cluster.CellSlug != "eu1-b" ||
 		m.Cluster.BrokerTenantUUID != w.cluster.BrokerTenantUUID {
 		t.Fatalf("move %+v", m)
@@ -146,7 +146,7 @@ func TestMoveCluster(t *testing.T) {
 	if meta := scalar[string](t, pool, `SELECT meta->>'to_cell' FROM queen_proxy.operations WHERE action = 'cluster_moved'`); meta != m.Cluster.CellID {
 		t.Fatalf("audit to_cell %q", meta)
 	}
-	same := must[Move](t)(MoveCluster(ctx, pool, "acme-prod", "eu1-b"))
+	same := must[Move](t)(MoveCluster(ctx, pool, "acme-prod", "eu1-b", nil))
 	if same.Moved {
 		t.Fatalf("moving to the same cell reported a move: %+v", same)
 	}
@@ -155,11 +155,11 @@ func TestMoveCluster(t *testing.T) {
 	}
 
 	must[Cell](t)(SetCellStatus(ctx, pool, "eu1-a", CellDraining))
-	_, err := MoveCluster(ctx, pool, "acme-prod", "eu1-a")
+	_, err := MoveCluster(ctx, pool, "acme-prod", "eu1-a", nil)
 	wantErr(t, err, WrongState, `cell "eu1-a" is draining and takes no new clusters`)
-	_, err = MoveCluster(ctx, pool, "nope", "eu1-a")
+	_, err = MoveCluster(ctx, pool, "nope", "eu1-a", nil)
 	wantErr(t, err, NotFound, `unknown cluster "nope"`)
-	_, err = MoveCluster(ctx, pool, "acme-prod", "eu9")
+	_, err = MoveCluster(ctx, pool, "acme-prod", "eu9", nil)
 	wantErr(t, err, NotFound, `unknown cell "eu9"`)
 }
 

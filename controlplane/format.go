@@ -95,7 +95,8 @@ func TenantsTable(ts []Tenant) Table {
 
 // CellsTable lists cells.
 func CellsTable(cs []Cell) Table {
-	t := Table{Header: []string{"SLUG", "REGION", "CLASS", "STATUS", "CLUSTERS", "CAPACITY", "BROKER URL", "SECRET", "TENANT SCOPING", "ID"}}
+	t := Table{Header: []string{"SLUG", "REGION", "CLASS", "STATUS", "CLUSTERS", "CAPACITY", "BROKER URL", "SECRET",
+		"TENANCY", "TENANT SCOPING", "SERVES", "KEEPER", "ID"}}
 	for _, c := range cs {
 		secret := "no"
 		if c.HasSecret {
@@ -108,8 +109,19 @@ func CellsTable(cs []Cell) Table {
 		if c.TenantScopingCheckedAt != nil {
 			scoping += " (" + c.TenantScopingCheckedAt.UTC().Format(time.RFC3339) + ")"
 		}
+		serves := "all"
+		switch {
+		case c.Contradicted:
+			serves = "keeper (CONTRADICTED: stated scoped, probe found unscoped)"
+		case c.KeeperOnly:
+			serves = "keeper"
+		}
+		keeper := c.KeeperSlug
+		if keeper == "" {
+			keeper = "-"
+		}
 		t.Rows = append(t.Rows, []string{c.Slug, c.Region, c.Class, c.Status, strconv.Itoa(c.Clusters),
-			strconv.Itoa(c.CapacitySlots), c.BaseURL, secret, scoping, c.ID})
+			strconv.Itoa(c.CapacitySlots), c.BaseURL, secret, c.TenancyStated, scoping, serves, keeper, c.ID})
 	}
 	return t
 }

@@ -184,6 +184,9 @@ type Deletion struct {
 	Forced     bool             `json:"forced"`
 	Clusters   []DeletedCluster `json:"clusters"`
 	Counts     map[string]int64 `json:"counts"`
+	// Released are the clusters that left their cells as keepers, after
+	// the Releaser checked their queues were gone from the broker.
+	Released []Keeper `json:"released_keepers"`
 }
 
 // DeleteTenant is step 3 of the deletion of a tenant: delete_tenant removes
@@ -191,7 +194,11 @@ type Deletion struct {
 // tenant that is not 'deleting' (step 1, BeginTenantDeletion) unless force
 // is set; force skips the broker purge, so the tenant's queues and messages
 // stay on its cells' brokers, unreachable.
-func DeleteTenant(ctx context.Context, db DB, tenant string, force bool) (Deletion, error) {
+//
+// A cluster of the tenant that is the keeper of a cell not known to scope,
+// with other tenants' clusters staying there, needs release (see Keeper),
+// run in the deletion's transaction; nil leaves the database to refuse.
+func DeleteTenant(ctx context.Context, db DB, tenant string, force bool, release Releaser) (Deletion, error) {
 	t, err := lookupTenant(ctx, db, tenant)
 	if err != nil {
 		return Deletion{}, err
@@ -201,14 +208,28 @@ func DeleteTenant(ctx context.Context, db DB, tenant string, force bool) (Deleti
 			"tenant %q is %s, not deleting: stop its traffic and purge its clusters first", t.Name, t.Status)
 	}
 	var raw []byte
-	if err := db.QueryRow(ctx, `SELECT queen_proxy.delete_tenant($1::uuid, $2)::text`, t.ID, force).Scan(&raw); err != nil {
-		return Deletion{}, dbError("delete tenant", err)
+	var released []Keeper
+	err = inTx(ctx, db, "delete tenant", func(tx pgx.Tx) error {
+		var ids []string
+		if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(id::text), '{}') FROM queen_proxy.clusters WHERE tenant_id = $1::uuid`,
+			t.ID).Scan(&ids); err != nil {
+			return err
+		}
+		var err error
+		if released, err = releaseLeavingKeepers(ctx, tx, ids, release); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT queen_proxy.delete_tenant($1::uuid, $2)::text`, t.ID, force).Scan(&raw)
+	})
+	if err != nil {
+		return Deletion{}, err
 	}
 	var d Deletion
 	if err := json.Unmarshal(raw, &d); err != nil {
 		return Deletion{}, errorf(Failed, "delete_tenant returned unexpected JSON: %v", err)
 	}
 	d.Clusters = nonNil(d.Clusters)
+	d.Released = nonNil(released)
 	return d, nil
 }
 

@@ -88,7 +88,7 @@ func TestTenantDeletionInThreeSteps(t *testing.T) {
 	must[User](t)(CreateUser(ctx, pool, NewUser{Tenant: "acme", Email: "ops@acme.test"}))
 
 	// Step 3 before step 1 is refused and changes nothing.
-	_, err := DeleteTenant(ctx, pool, "acme", false)
+	_, err := DeleteTenant(ctx, pool, "acme", false, nil)
 	wantErr(t, err, WrongState, `tenant "acme" is active, not deleting: stop its traffic and purge its clusters first`)
 
 	l := listen(t, url)
@@ -112,7 +112,7 @@ func TestTenantDeletionInThreeSteps(t *testing.T) {
 		t.Fatalf("repeated step 1: %+v", again)
 	}
 
-	d := must[Deletion](t)(DeleteTenant(ctx, pool, "acme", false))
+	d := must[Deletion](t)(DeleteTenant(ctx, pool, "acme", false, nil))
 	if !d.Deleted || !d.Existed || d.TenantSlug != "acme" || d.StatusWas != TenantDeleting || d.Forced ||
 		len(d.Clusters) != 1 || d.Clusters[0].BrokerTenantUUID != w.cluster.BrokerTenantUUID ||
 		d.Counts["users"] != 1 || d.Counts["api_keys"] != 1 || d.Counts["api_keys_revoked"] != 1 {
@@ -124,7 +124,7 @@ func TestTenantDeletionInThreeSteps(t *testing.T) {
 	if n := scalar[int](t, pool, `SELECT count(*)::int FROM queen_proxy.outbox WHERE kind = 'tenant_deleted'`); n != 1 {
 		t.Fatalf("%d tenant_deleted events", n)
 	}
-	_, err = DeleteTenant(ctx, pool, "acme", false)
+	_, err = DeleteTenant(ctx, pool, "acme", false, nil)
 	wantErr(t, err, NotFound, `unknown tenant "acme"`)
 }
 
@@ -132,7 +132,7 @@ func TestTenantDeletionForced(t *testing.T) {
 	pool, _ := fresh(t)
 	ctx := ctxT(t)
 	provision(t, pool)
-	d := must[Deletion](t)(DeleteTenant(ctx, pool, "acme", true))
+	d := must[Deletion](t)(DeleteTenant(ctx, pool, "acme", true, nil))
 	if !d.Deleted || !d.Forced || d.StatusWas != TenantActive || len(d.Clusters) != 1 {
 		t.Fatalf("forced deletion %+v", d)
 	}

@@ -216,8 +216,10 @@ func TestCLI(t *testing.T) {
 		q.ok(t, "migrate")
 
 		// cell add | list | drain
-		if out := q.ok(t, "cell", "add", "eu1-a", "--region", "eu1", "--url", "http://10.0.0.7:6632"); !strings.HasPrefix(out,
-			`added cell "eu1-a" (shared, region eu1, broker http://10.0.0.7:6632), id `) {
+		// eu1-a is stated scoped: its keeper moves without a broker check
+		// (keeper_test.go has the check; these addresses are not reachable).
+		if out := q.ok(t, "cell", "add", "eu1-a", "--region", "eu1", "--url", "http://10.0.0.7:6632", "--tenancy", "scoped"); !strings.HasPrefix(out,
+			`added cell "eu1-a" (shared, region eu1, broker http://10.0.0.7:6632, tenancy scoped), id `) {
 			t.Fatalf("cell add: %q", out)
 		}
 		r := q.run(t, []string{"CELL_B_SECRET=s3cret"}, "", "cell", "add", "eu1-b", "--region", "eu1",
@@ -228,11 +230,46 @@ func TestCLI(t *testing.T) {
 		q.fails(t, 1, "queen cell add: cell slug \"eu1-a\" is already taken\n", "cell", "add", "eu1-a", "--region", "eu1", "--url", "http://x:1")
 		q.fails(t, 1, "queen cell add: invalid cell class \"big\": use shared or dedicated\n",
 			"cell", "add", "eu1-c", "--region", "eu1", "--url", "http://x:1", "--class", "big")
+		q.fails(t, 1, "queen cell add: invalid tenancy \"maybe\": use probe, scoped or unscoped\n",
+			"cell", "add", "eu1-c", "--region", "eu1", "--url", "http://x:1", "--tenancy", "maybe")
 		cells := lines(q.ok(t, "cell", "list"))
-		if len(cells) != 3 || strings.Join(cells[0][:8], "|") != "SLUG|REGION|CLASS|STATUS|CLUSTERS|CAPACITY|BROKER URL|SECRET" ||
-			strings.Join(cells[2][:8], "|") != "eu1-b|eu1|dedicated|active|0|1|http://10.0.0.8:6632|yes" {
+		if len(cells) != 3 || strings.Join(cells[0][:12], "|") != "SLUG|REGION|CLASS|STATUS|CLUSTERS|CAPACITY|BROKER URL|SECRET|TENANCY|TENANT SCOPING|SERVES|KEEPER" ||
+			strings.Join(cells[1][:12], "|") != "eu1-a|eu1|shared|active|0|0|http://10.0.0.7:6632|no|scoped|unknown|all|-" ||
+			strings.Join(cells[2][:12], "|") != "eu1-b|eu1|dedicated|active|0|1|http://10.0.0.8:6632|yes|probe|unknown|keeper|-" {
 			t.Fatalf("cell list: %q", cells)
 		}
+
+		// cell update
+		cp0 := newControlPlane(t, url)
+		cp0.exec(`UPDATE queen_proxy.cells SET tenant_scoping = 'scoped', tenant_scoping_checked_at = now() WHERE slug = 'eu1-b'`)
+		if out := q.ok(t, "cell", "update", "eu1-b", "--tenancy", "unscoped", "--region", "eu2"); out !=
+			"updated cell \"eu1-b\" (broker http://10.0.0.8:6632, tenancy unscoped); gateways reload its 0 cluster(s)\n" {
+			t.Fatalf("cell update --tenancy: %q", out)
+		}
+		if out := q.ok(t, "cell", "update", "eu1-b", "--url", "http://10.0.0.9:6632"); out !=
+			"updated cell \"eu1-b\" (broker http://10.0.0.9:6632, tenancy unscoped); gateways reload its 0 cluster(s)\n"+
+				"note: the broker URL or secret changed: the probe's verdict (was scoped) is unknown until the gateway probes the cell again\n" {
+			t.Fatalf("cell update --url: %q", out)
+		}
+		var updated struct {
+			Region        string
+			TenancyStated string `json:"tenancy_stated"`
+			TenantScoping string `json:"tenant_scoping"`
+			HasSecret     bool   `json:"has_secret"`
+			KeeperOnly    bool   `json:"keeper_only"`
+		}
+		q.okJSON(t, &updated, "cell", "update", "eu1-b", "--clear-secret", "--tenancy", "probe")
+		if updated.Region != "eu2" || updated.TenancyStated != "probe" || updated.TenantScoping != "unknown" || updated.HasSecret || !updated.KeeperOnly {
+			t.Fatalf("cell update --json: %+v", updated)
+		}
+		r = q.run(t, []string{"CELL_B_SECRET=s3cret"}, "", "cell", "update", "eu1-b", "--secret-env", "CELL_B_SECRET", "--url", "http://10.0.0.8:6632", "--region", "eu1")
+		if r.code != 0 || r.stderr != "" {
+			t.Fatalf("cell update --secret-env: %d %s", r.code, r.stderr)
+		}
+		q.fails(t, 1, "queen cell update: nothing to change: give --url, --secret, --clear-secret, --tenancy or --region\n", "cell", "update", "eu1-b")
+		q.fails(t, 1, "queen cell update: give a new secret or clear it, not both\n", "cell", "update", "eu1-b", "--secret", "x", "--clear-secret")
+		q.fails(t, 1, "queen cell update: invalid tenancy \"all\": use probe, scoped or unscoped\n", "cell", "update", "eu1-b", "--tenancy", "all")
+		q.fails(t, 1, "queen cell update: unknown cell \"eu9\"\n", "cell", "update", "eu9", "--tenancy", "scoped")
 		if out := q.ok(t, "cell", "drain", "eu1-b"); out != "cell \"eu1-b\" is draining: it keeps serving its 0 cluster(s) and takes no new ones\n" {
 			t.Fatalf("cell drain: %q", out)
 		}

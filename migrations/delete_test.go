@@ -19,6 +19,9 @@ type deleteResult struct {
 func TestDeleteTenantThreeSteps(t *testing.T) {
 	pool := db(t)
 	cell := newCell(t, pool)
+	// Another tenant stays on the cell: on a cell not known to scope the
+	// keeper could not leave it (tenancy_test.go holds that guard).
+	exec(t, pool, "UPDATE queen_proxy.cells SET tenancy_stated = 'scoped' WHERE id = $1", cell)
 	email := randHex(4) + "@example.com"
 	r, _ := bootstrap(t, uniq("del"), "Doomed", "zz-"+uniq("del"), "free", cell, email, "pw")
 	tenant := r.TenantID

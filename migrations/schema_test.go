@@ -60,6 +60,8 @@ cells created_at timestamptz NULL now()
 cells tenant_scoping text NN 'unknown'::text
 cells tenant_scoping_checked_at timestamptz NULL -
 cells tenant_scoping_detail text NULL -
+cells tenancy_stated text NN 'probe'::text
+cells keeper_residue jsonb NULL -
 clusters id uuid NN public.gen_random_uuid()
 clusters tenant_id uuid NN -
 clusters cell_id uuid NN -
@@ -69,6 +71,7 @@ clusters broker_tenant_uuid uuid NN public.gen_random_uuid()
 clusters status text NN 'active'::text
 clusters limit_overrides jsonb NN '{}'::jsonb
 clusters created_at timestamptz NULL now()
+clusters placed_at timestamptz NN now()
 cluster_roles user_id uuid NN -
 cluster_roles cluster_id uuid NN -
 cluster_roles role text NN -

@@ -303,12 +303,12 @@ before provisioning with the other commands. Prints what it applied.`,
 func cellCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cell",
-		Short: "Adds, lists and drains cells (one broker stack each, fronted by one gateway)",
+		Short: "Adds, updates, lists and drains cells (one broker stack each, fronted by one gateway)",
 	}
 	groupCommand(cmd)
 
 	add := &cobra.Command{
-		Use:   "add <slug> --region <region> --url <broker URL> [--class shared|dedicated]",
+		Use:   "add <slug> --region <region> --url <broker URL> [--class shared|dedicated] [--tenancy probe|scoped|unscoped]",
 		Short: "Adds a cell",
 		Long: `
 Adds a cell: one Queen broker (with its PostgreSQL) that one gateway fronts.
@@ -316,7 +316,8 @@ Adds a cell: one Queen broker (with its PostgreSQL) that one gateway fronts.
 broker requires a token, give it with --secret-env (the name of an environment
 variable that holds it, which keeps it out of the process list) or --secret;
 the gateway presents it upstream as "Authorization: Bearer <secret>".
-Cells are plain rows: no SQL function creates them.`,
+Cells are plain rows: no SQL function creates them.
+` + tenancyNote,
 	}
 	add.Flags().String("region", "", "region label, e.g. eu1 (required)")
 	add.Flags().String("url", "", "broker base URL, e.g. http://10.0.0.7:6632 (required)")
@@ -325,6 +326,7 @@ Cells are plain rows: no SQL function creates them.`,
 	add.Flags().String("secret", "", "bearer token for the broker (visible in the process list; prefer --secret-env)")
 	add.Flags().String("secret-env", "", "name of an environment variable holding the bearer token for the broker")
 	add.Flags().String("broker-version", "", "broker version (informational)")
+	add.Flags().String("tenancy", controlplane.TenancyProbe, "what the broker does with x-queen-tenant: probe (let the gateway find out), scoped or unscoped")
 	add.RunE = action(exactly(1), func(r *run, args []string) error {
 		f := r.cmd.Flags()
 		secret, _ := f.GetString("secret")
@@ -343,6 +345,7 @@ Cells are plain rows: no SQL function creates them.`,
 		n.Class, _ = f.GetString("class")
 		n.CapacitySlots, _ = f.GetInt("capacity")
 		n.BrokerVersion, _ = f.GetString("broker-version")
+		n.Tenancy, _ = f.GetString("tenancy")
 		pool, err := r.db()
 		if err != nil {
 			return err
@@ -352,7 +355,8 @@ Cells are plain rows: no SQL function creates them.`,
 			return err
 		}
 		return r.emit(cell, func() error {
-			r.printf("added cell %q (%s, region %s, broker %s), id %s", cell.Slug, cell.Class, cell.Region, cell.BaseURL, cell.ID)
+			r.printf("added cell %q (%s, region %s, broker %s, tenancy %s), id %s", cell.Slug, cell.Class, cell.Region, cell.BaseURL,
+				cell.TenancyStated, cell.ID)
 			return nil
 		})
 	})
@@ -402,7 +406,7 @@ place clusters on it. Move its clusters away with "cluster move" to empty it.
 			return nil
 		})
 	})
-	cmd.AddCommand(add, list, drain)
+	cmd.AddCommand(add, cellUpdateCommand(), list, drain)
 	return cmd
 }
 
@@ -505,10 +509,15 @@ Deleting a tenant takes three steps, in this order:
      audit rows. A tenant_deleted event stays in the outbox.
 
 --force does step 3 at once without steps 1 and 2: the tenant's data stays
-on the brokers, unreachable. Use it only for tenants that never pushed.`,
+on the brokers, unreachable. Use it only for tenants that never pushed.
+
+Step 3 (and --force) checks each cluster that is the keeper of a cell not
+known to scope, as below.
+` + keeperNote,
 	}
 	del.Flags().Bool("purged", false, "step 3: the clusters are purged on their cells; delete the tenant")
 	del.Flags().Bool("force", false, "delete at once without stopping traffic or purging the brokers")
+	keeperFlags(del)
 	del.RunE = action(exactly(1), func(r *run, args []string) error {
 		purged, _ := r.cmd.Flags().GetBool("purged")
 		force, _ := r.cmd.Flags().GetBool("force")
@@ -526,7 +535,7 @@ on the brokers, unreachable. Use it only for tenants that never pushed.`,
 			}
 			return r.emit(plan, func() error { printDeletionPlan(r, plan); return nil })
 		}
-		d, err := controlplane.DeleteTenant(r.ctx, pool, args[0], force)
+		d, err := controlplane.DeleteTenant(r.ctx, pool, args[0], force, r.keeperReleaser())
 		if err != nil {
 			return hint(err, controlplane.WrongState, fmt.Sprintf(
 				"run \"caddy queen tenant delete %s\" (step 1) and purge its clusters (step 2) first", strings.TrimSpace(args[0])))
@@ -535,6 +544,10 @@ on the brokers, unreachable. Use it only for tenants that never pushed.`,
 			r.printf("deleted tenant %q: %d cluster(s), %d user(s), %d API key(s) (%d revoked now), %d audit row(s)",
 				d.TenantSlug, d.Counts["clusters"], d.Counts["users"], d.Counts["api_keys"],
 				d.Counts["api_keys_revoked"], d.Counts["operations"])
+			for _, k := range d.Released {
+				r.printf("cluster %q was the keeper of cell %q; its queues there are gone, and the next cluster on the cell is its keeper now",
+					k.ClusterSlug, k.CellSlug)
+			}
 			if d.Forced && d.StatusWas != controlplane.TenantDeleting {
 				r.printf("forced: the broker data of these clusters was not purged and stays on their cells:")
 				for _, c := range d.Clusters {

@@ -17,23 +17,26 @@ func clusterCommand() *cobra.Command {
 	groupCommand(cmd)
 
 	create := &cobra.Command{
-		Use:   "create <slug> --tenant <tenant> [--plan <code>] [--cell <cell>]",
+		Use:   "create <slug> --tenant <tenant> [--plan <code>] [--cell <cell>] [--delete-queues [--yes]]",
 		Short: "Creates a cluster (a hostname and a broker namespace) for a tenant",
 		Long: `
 Creates a cluster (create_cluster). Its slug is the first label of its
 hostname (<slug>.<base domain>) and is unique across all tenants. The cell
 must be active (not draining); without --cell the only active cell is used.
 The cluster gets its own broker namespace (broker tenant id, sent upstream as
-x-queen-tenant).`,
+x-queen-tenant).
+` + keeperNote,
 	}
 	create.Flags().String("tenant", "", "owning tenant (required)")
 	create.Flags().String("plan", "free", "plan code (see \"plan list\")")
+	keeperFlags(create)
 	create.Flags().String("cell", "", "cell to place it on (default: the only active cell)")
 	create.RunE = action(exactly(1), func(r *run, args []string) error {
 		n := controlplane.NewCluster{Slug: args[0]}
 		n.Tenant, _ = r.cmd.Flags().GetString("tenant")
 		n.Plan, _ = r.cmd.Flags().GetString("plan")
 		n.Cell, _ = r.cmd.Flags().GetString("cell")
+		n.Release = r.keeperReleaser()
 		if strings.TrimSpace(n.Tenant) == "" {
 			return refused("--tenant is required")
 		}
@@ -73,7 +76,7 @@ x-queen-tenant).`,
 	})
 
 	move := &cobra.Command{
-		Use:   "move <cluster> --to <cell>",
+		Use:   "move <cluster> --to <cell> [--delete-queues [--yes]]",
 		Short: "Sends a cluster's traffic to another cell",
 		Long: `
 Points a cluster at another cell: from the next request on, every gateway
@@ -82,9 +85,13 @@ to the gateways). The target cell must be active.
 
 The broker data does NOT move: the cluster's queues and messages stay on the
 old cell's broker. Move the data first (or accept starting empty), and run
-the cluster's traffic through the new cell's gateway (update DNS).`,
+the cluster's traffic through the new cell's gateway (update DNS). On the new
+cell the cluster is placed now: it comes after the cell's clusters, so it
+never becomes the keeper of a cell that has one.
+` + keeperNote,
 	}
 	move.Flags().String("to", "", "target cell (required)")
+	keeperFlags(move)
 	move.RunE = action(exactly(1), func(r *run, args []string) error {
 		to, _ := r.cmd.Flags().GetString("to")
 		if strings.TrimSpace(to) == "" {
@@ -94,7 +101,7 @@ the cluster's traffic through the new cell's gateway (update DNS).`,
 		if err != nil {
 			return err
 		}
-		m, err := controlplane.MoveCluster(r.ctx, pool, args[0], to)
+		m, err := controlplane.MoveCluster(r.ctx, pool, args[0], to, r.keeperReleaser())
 		if err != nil {
 			return err
 		}
@@ -104,8 +111,13 @@ the cluster's traffic through the new cell's gateway (update DNS).`,
 				return nil
 			}
 			r.printf("moved cluster %q from cell %q to cell %q", m.Cluster.Slug, m.FromCell, m.ToCell)
-			r.printf("note: its queues and messages stay on cell %q's broker (broker tenant %s); they were not copied",
-				m.FromCell, m.Cluster.BrokerTenantUUID)
+			if m.Released != nil {
+				r.printf("note: it was the keeper of cell %q; its queues there are gone, and the next cluster on the cell is its keeper now",
+					m.FromCell)
+			} else {
+				r.printf("note: its queues and messages stay on cell %q's broker (broker tenant %s); they were not copied",
+					m.FromCell, m.Cluster.BrokerTenantUUID)
+			}
 			return nil
 		})
 	})

@@ -2,6 +2,7 @@ package tenancy
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -15,8 +16,9 @@ import (
 type CellIsolationConfig struct {
 	// Probe decides a cell's scoping (ProbeTenantScoping in production).
 	Probe func(ctx context.Context, cell ProbeCell) (TenantScoping, error)
-	// Record stores a verdict in the control-plane database.
-	Record func(ctx context.Context, cellID string, verdict TenantScoping, detail string) error
+	// Record stores a verdict in the control-plane database, for the cell
+	// as the probe reached it (its URL and secret).
+	Record func(ctx context.Context, cell ProbeCell, verdict TenantScoping, detail string) error
 	// Keeper returns the id of the cluster a cell that does not scope
 	// keeps serving (the oldest one on it).
 	Keeper func(ctx context.Context, cellID string) (string, error)
@@ -32,7 +34,10 @@ type CellIsolationConfig struct {
 	// FirstWait bounds how long a request of another cluster waits for a
 	// cell's first verdict before it is refused (default 3 seconds).
 	FirstWait time.Duration
-	Log       *zap.Logger
+	// Confirmations is how many scoped probes in a row, each with fresh
+	// names, lift a cell to scoped (default DefaultProbeConfirmations).
+	Confirmations int
+	Log           *zap.Logger
 }
 
 // CellIsolation decides, per cell, which clusters the gateway may serve
@@ -56,7 +61,9 @@ type cellIsolationState struct {
 	keeper  atomic.Pointer[string]
 
 	mu         sync.Mutex
-	decided    chan struct{} // closed when a probe has decided since the last reset (not by an undecided one)
+	judgement  cellJudgement
+	generation uint64        // counts resets: a probe begun before one is discarded
+	decided    chan struct{} // closed when the judgement settled since the last reset
 	settled    bool          // decided is closed
 	busy       bool          // a worker is reading the keeper or probing
 	nextProbe  time.Time
@@ -65,6 +72,7 @@ type cellIsolationState struct {
 	checkedAt  time.Time
 	failures   int           // undecided probes in a row
 	logged     TenantScoping // the verdict last written to the log
+	loggedBad  bool          // the contradiction was last written to the log
 	refusedLog map[string]bool
 }
 
@@ -84,17 +92,27 @@ func (s *cellIsolationState) settle() {
 	}
 }
 
-// unsettle resets the verdict to unknown and opens a new decision
-// channel; s.mu must be held.
-func (s *cellIsolationState) unsettle() {
-	unknown := ScopingUnknown
-	s.verdict.Store(&unknown)
+// reset forgets what is known of the cell's broker: the verdict goes back
+// to what the operator's statement alone says, a probe is due at once,
+// and a probe already running is discarded when it ends; s.mu must be
+// held.
+func (s *cellIsolationState) reset(stated string) {
+	s.judgement = newJudgement(stated)
+	s.generation++
+	v := s.judgement.verdict
+	s.verdict.Store(&v)
 	if s.settled {
 		s.decided, s.settled = make(chan struct{}), false
 	}
-	s.nextProbe = time.Time{}
 	s.failures = 0
+	s.nextProbe = time.Time{}
+	if stated == StatedUnscoped {
+		s.settle() // nextProbe stays due: the worker records the statement once
+	}
 }
+
+// notProbed is the next probe of a cell stated unscoped: never.
+var notProbed = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // NewCellIsolation returns a tracker; Run does its probing.
 func NewCellIsolation(cfg CellIsolationConfig) *CellIsolation {
@@ -109,6 +127,9 @@ func NewCellIsolation(cfg CellIsolationConfig) *CellIsolation {
 	}
 	if cfg.FirstWait <= 0 {
 		cfg.FirstWait = 3 * time.Second
+	}
+	if cfg.Confirmations <= 0 {
+		cfg.Confirmations = DefaultProbeConfirmations
 	}
 	log := cfg.Log
 	if log == nil {
@@ -192,26 +213,53 @@ func (ci *CellIsolation) expediteProbe(s *cellIsolationState) {
 }
 
 // state returns the cell's state, creating it (and asking for a probe) at
-// first sight. The cell's address and credential are kept current.
+// first sight. The cell's address and credential are kept current: a new
+// URL, secret or stated tenancy is another broker as far as the verdict
+// goes, so it resets the verdict and the cell is probed at once.
 func (ci *CellIsolation) state(cell ProbeCell) *cellIsolationState {
 	if v, ok := ci.cells.Load(cell.ID); ok {
 		s := v.(*cellIsolationState)
 		if c := s.cell.Load(); *c != cell {
-			moved := cell // only a changed cell is copied to the heap
-			s.cell.Store(&moved)
+			ci.cellChanged(s, cell)
 		}
 		return s
 	}
 	first := cell
 	s := &cellIsolationState{decided: make(chan struct{}), refusedLog: map[string]bool{}}
 	s.cell.Store(&first)
-	unknown := ScopingUnknown
-	s.verdict.Store(&unknown)
+	s.reset(cell.Tenancy)
 	v, loaded := ci.cells.LoadOrStore(cell.ID, s)
 	if !loaded {
 		ci.poke()
 	}
 	return v.(*cellIsolationState)
+}
+
+// cellChanged keeps the cell's new description, and resets its verdict
+// unless only its slug changed.
+func (ci *CellIsolation) cellChanged(s *cellIsolationState, cell ProbeCell) {
+	s.mu.Lock()
+	old := *s.cell.Load()
+	if old == cell { // another request got here first
+		s.mu.Unlock()
+		return
+	}
+	moved := cell // only a changed cell is copied to the heap
+	s.cell.Store(&moved)
+	broker := old.BaseURL != cell.BaseURL || old.Secret != cell.Secret || old.Tenancy != cell.Tenancy
+	if broker {
+		s.reset(cell.Tenancy)
+		s.detail = "the cell's URL, credential or stated tenancy changed; probing again"
+		s.logged, s.loggedBad = "", false
+		clear(s.refusedLog)
+	}
+	s.mu.Unlock()
+	if broker {
+		ci.log.Warn("cell changed (URL, credential or stated tenancy): its verdict is reset and it serves only its keeper until probed again",
+			zap.String("cell", cell.Slug), zap.Bool("url_changed", old.BaseURL != cell.BaseURL),
+			zap.Bool("credential_changed", old.Secret != cell.Secret), zap.String("stated", cell.Tenancy))
+		ci.poke()
+	}
 }
 
 func (ci *CellIsolation) poke() {
@@ -230,11 +278,17 @@ func (ci *CellIsolation) CellUnreachable(cellID string) {
 		return
 	}
 	s := v.(*cellIsolationState)
+	stated := s.cell.Load().Tenancy
+	if stated == StatedUnscoped {
+		return // the keeper only, whatever answers there
+	}
+	// Already unknown: a probe is due or backing off; resetting again at
+	// every failed request would probe a cell that is down in a loop.
 	if *s.verdict.Load() == ScopingUnknown {
 		return
 	}
 	s.mu.Lock()
-	s.unsettle()
+	s.reset(stated)
 	s.detail = "cell was unreachable; probing again"
 	s.mu.Unlock()
 	ci.log.Warn("cell unreachable; serving only its oldest cluster until its broker is probed again",
@@ -301,7 +355,11 @@ func (ci *CellIsolation) RunOnce(ctx context.Context) {
 				}
 				s.mu.Lock()
 				s.busy = false
+				again := s.nextProbe.IsZero() // reset while the worker ran
 				s.mu.Unlock()
+				if again {
+					ci.poke()
+				}
 			}()
 		}
 		return ctx.Err() == nil
@@ -324,17 +382,59 @@ func (ci *CellIsolation) readKeeper(ctx context.Context, s *cellIsolationState) 
 	}
 }
 
+// probe probes the cell, and again at once while a run of confirmations
+// is not complete, then records the verdict.
 func (ci *CellIsolation) probe(ctx context.Context, s *cellIsolationState) {
+	s.mu.Lock()
+	generation := s.generation
+	s.mu.Unlock()
 	cell := *s.cell.Load()
-	verdict, err := ci.cfg.Probe(ctx, cell)
-	if ctx.Err() != nil {
+	if cell.Tenancy == StatedUnscoped {
+		ci.recordStatedUnscoped(ctx, s, cell, generation)
 		return
 	}
-	detail := probeDetail(verdict, err)
+	var (
+		probed TenantScoping
+		err    error
+		more   = true
+	)
+	for more {
+		probed, err = ci.cfg.Probe(ctx, cell)
+		if ctx.Err() != nil {
+			return
+		}
+		s.mu.Lock()
+		if s.generation != generation {
+			s.mu.Unlock()
+			return // the cell changed meanwhile: this was another broker
+		}
+		more = s.judgement.apply(cell.Tenancy, probed, ci.cfg.Confirmations)
+		s.mu.Unlock()
+	}
+	j, changed, contradictionNew := ci.conclude(s, cell, probed, err)
+	if changed || contradictionNew {
+		ci.logVerdict(cell, j, err)
+	}
+	if j.verdict == ScopingUnknown && !changed {
+		return // an undecided probe is recorded once, not at every retry
+	}
 	s.mu.Lock()
+	detail := s.detail
+	s.mu.Unlock()
+	if rerr := ci.cfg.Record(ctx, cell, recordedVerdict(j), detail); rerr != nil {
+		ci.log.Warn("cell isolation verdict not recorded in the database", zap.String("cell", cell.Slug), zap.Error(rerr))
+	}
+}
+
+// conclude publishes the judgement after a run of probes and schedules the
+// next one.
+func (ci *CellIsolation) conclude(s *cellIsolationState, cell ProbeCell, probed TenantScoping, err error) (j cellJudgement, changed, contradictionNew bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j = s.judgement
 	s.checkedAt = time.Now()
-	s.detail = detail
-	if verdict == ScopingUnknown {
+	s.detail = judgementDetail(cell, j, probed, err, ci.cfg.Confirmations)
+	if probed == ScopingUnknown {
 		// Back off while the cell does not answer: Retry, doubling, at
 		// most a minute.
 		s.nextProbe = s.checkedAt.Add(min(ci.cfg.Retry<<min(s.failures, 6), max(time.Minute, ci.cfg.Retry)))
@@ -343,59 +443,104 @@ func (ci *CellIsolation) probe(ctx context.Context, s *cellIsolationState) {
 		s.nextProbe = s.checkedAt.Add(ci.cfg.Every)
 		s.failures = 0
 	}
-	changed := s.logged != verdict
-	s.logged = verdict
-	s.verdict.Store(&verdict)
-	if verdict != ScopingUnknown {
+	changed = s.logged != j.verdict
+	contradictionNew = j.contradicted && !s.loggedBad
+	s.logged, s.loggedBad = j.verdict, j.contradicted
+	v := j.verdict
+	s.verdict.Store(&v)
+	if j.settled() {
 		s.settle()
 	}
-	s.mu.Unlock()
+	return j, changed, contradictionNew
+}
 
-	if changed {
-		ci.logVerdict(cell, verdict, err)
+// recordedVerdict is what the database holds of a judgement: what the
+// probes found (a contradicted statement records unscoped).
+func recordedVerdict(j cellJudgement) TenantScoping {
+	if j.contradicted {
+		return ScopingUnscoped
 	}
-	if verdict == ScopingUnknown && !changed {
-		return // an undecided probe is recorded once, not at every retry
+	return j.verdict
+}
+
+// recordStatedUnscoped records, once per reset, that a cell stated
+// unscoped is not probed.
+func (ci *CellIsolation) recordStatedUnscoped(ctx context.Context, s *cellIsolationState, cell ProbeCell, generation uint64) {
+	s.mu.Lock()
+	if s.generation != generation || s.logged == ScopingUnscoped {
+		s.nextProbe = notProbed
+		s.mu.Unlock()
+		return
 	}
-	if rerr := ci.cfg.Record(ctx, cell.ID, verdict, detail); rerr != nil {
-		ci.log.Warn("cell isolation verdict not recorded in the database", zap.String("cell", cell.Slug), zap.Error(rerr))
+	s.nextProbe = notProbed
+	s.logged = ScopingUnscoped
+	s.checkedAt = time.Now()
+	s.detail = "stated unscoped by the operator: not probed; only the keeper is served"
+	detail := s.detail
+	s.mu.Unlock()
+	ci.log.Info("cell stated unscoped by the operator: only its keeper is served, and it is not probed", zap.String("cell", cell.Slug))
+	if err := ci.cfg.Record(ctx, cell, ScopingUnknown, detail); err != nil {
+		ci.log.Warn("cell isolation verdict not recorded in the database", zap.String("cell", cell.Slug), zap.Error(err))
 	}
 }
 
-func probeDetail(v TenantScoping, err error) string {
+// contradictionRemedy is what the operator should do about a cell stated
+// scoped whose broker a probe found unscoped.
+const contradictionRemedy = "the cell is stated scoped but its broker ignores x-queen-tenant: fix the broker (run one with tenancy at the cell's URL), or state the truth with caddy queen cell update <cell> --tenancy probe|unscoped and move the other clusters to dedicated cells (caddy queen cluster move)"
+
+func judgementDetail(cell ProbeCell, j cellJudgement, probed TenantScoping, err error, need int) string {
 	switch {
+	case j.contradicted:
+		return "CONTRADICTION: stated scoped, but a probe found that the broker ignores x-queen-tenant (one shared namespace); only the keeper is served. Remedy: " + contradictionRemedy
+	case j.verdict == ScopingScoped && cell.Tenancy == StatedScoped && probed != ScopingScoped:
+		msg := "stated scoped by the operator; the probe has not confirmed it"
+		if err != nil {
+			msg += " (probe undecided: " + err.Error() + ")"
+		}
+		return msg
+	case j.verdict == ScopingScoped:
+		return "the broker keeps a namespace per x-queen-tenant"
+	case j.verdict == ScopingUnscoped:
+		return "the broker ignores x-queen-tenant: one shared namespace; only the keeper (the cluster placed first) is served"
 	case err != nil:
 		return "probe undecided: " + err.Error()
-	case v == ScopingScoped:
-		return "the broker keeps a namespace per x-queen-tenant"
-	case v == ScopingUnscoped:
-		return "the broker ignores x-queen-tenant: one shared namespace; only the oldest cluster is served"
+	case probed == ScopingScoped:
+		return fmt.Sprintf("%d of %d probes in a row said scoped; not yet confirmed", j.streak, need)
 	}
 	return ""
 }
 
-func (ci *CellIsolation) logVerdict(cell ProbeCell, v TenantScoping, err error) {
-	switch v {
-	case ScopingScoped:
-		ci.log.Info("cell broker scopes by tenant: all its clusters are served", zap.String("cell", cell.Slug))
-	case ScopingUnscoped:
-		ci.log.Error("cell broker does not scope by tenant (x-queen-tenant is ignored): only the cell's oldest cluster is served, every other cluster on it is refused with cell_not_isolated",
+func (ci *CellIsolation) logVerdict(cell ProbeCell, j cellJudgement, err error) {
+	switch {
+	case j.contradicted:
+		ci.log.Error("CELL TENANCY CONTRADICTED: the cell is stated scoped, but a probe found that its broker ignores x-queen-tenant; only its keeper is served, every other cluster on it is refused with cell_not_isolated",
+			zap.String("cell", cell.Slug), zap.String("stated", cell.Tenancy), zap.String("probed", string(ScopingUnscoped)),
+			zap.String("remedy", contradictionRemedy))
+	case j.verdict == ScopingScoped:
+		ci.log.Info("cell broker scopes by tenant: all its clusters are served", zap.String("cell", cell.Slug), zap.String("stated", cell.Tenancy))
+	case j.verdict == ScopingUnscoped:
+		ci.log.Error("cell broker does not scope by tenant (x-queen-tenant is ignored): only the cell's keeper is served, every other cluster on it is refused with cell_not_isolated",
 			zap.String("cell", cell.Slug),
 			zap.String("remedy", "give each other cluster a dedicated cell (caddy queen cluster move), or run a broker with tenancy on this cell"))
 	default:
-		ci.log.Warn("cell isolation probe undecided: only the cell's oldest cluster is served until a probe decides",
+		ci.log.Warn("cell isolation probe undecided: only the cell's keeper is served until probes decide",
 			zap.String("cell", cell.Slug), zap.Error(err))
 	}
 }
 
 // CellVerdict is one cell's isolation state, for readiness and metrics.
 type CellVerdict struct {
-	CellID    string
-	CellSlug  string
-	Verdict   TenantScoping
-	Detail    string
-	CheckedAt time.Time
-	Keeper    string
+	CellID   string
+	CellSlug string
+	// Stated is the operator's statement (StatedProbe, StatedScoped,
+	// StatedUnscoped).
+	Stated  string
+	Verdict TenantScoping
+	// Contradicted: stated scoped, but a decided probe found unscoped.
+	Contradicted bool
+	Detail       string
+	CheckedAt    time.Time
+	Keeper       string
 }
 
 // Verdicts returns every known cell's state, ordered by cell slug.
@@ -403,12 +548,13 @@ func (ci *CellIsolation) Verdicts() []CellVerdict {
 	var out []CellVerdict
 	ci.cells.Range(func(k, v any) bool {
 		s := v.(*cellIsolationState)
-		cv := CellVerdict{CellID: k.(string), CellSlug: s.cell.Load().Slug, Verdict: *s.verdict.Load()}
+		cell := s.cell.Load()
+		cv := CellVerdict{CellID: k.(string), CellSlug: cell.Slug, Stated: cell.Tenancy, Verdict: *s.verdict.Load()}
 		if kp := s.keeper.Load(); kp != nil {
 			cv.Keeper = *kp
 		}
 		s.mu.Lock()
-		cv.Detail, cv.CheckedAt = s.detail, s.checkedAt
+		cv.Detail, cv.CheckedAt, cv.Contradicted = s.detail, s.checkedAt, s.judgement.contradicted
 		s.mu.Unlock()
 		out = append(out, cv)
 		return true

@@ -30,7 +30,7 @@ func (f *fakeCellBroker) config() CellIsolationConfig {
 			}
 			return v, nil
 		},
-		Record: func(_ context.Context, _ string, v TenantScoping, _ string) error {
+		Record: func(_ context.Context, _ ProbeCell, v TenantScoping, _ string) error {
 			f.mu.Lock()
 			defer f.mu.Unlock()
 			f.recorded = append(f.recorded, v)

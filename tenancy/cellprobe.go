@@ -41,29 +41,41 @@ type ProbeCell struct {
 	// Secret is the cell's static secret (cells.cell_secret), empty for
 	// none; the prober derives the credential it presents from it.
 	Secret string
+	// Tenancy is the operator's statement (cells.tenancy_stated): "probe",
+	// "scoped" or "unscoped".
+	Tenancy string
 }
 
 // ProbeCellOf is the cell of a cluster.
 func ProbeCellOf(c *Cluster) ProbeCell {
-	return ProbeCell{ID: c.CellID, Slug: c.CellSlug, BaseURL: c.CellURL, Secret: c.CellSecret}
+	return ProbeCell{ID: c.CellID, Slug: c.CellSlug, BaseURL: c.CellURL, Secret: c.CellSecret, Tenancy: c.CellTenancy}
 }
 
 // probeTimeout bounds a whole probe when the context has no deadline.
 const probeTimeout = 15 * time.Second
 
 // probeRequests is how many requests one probe sends to the cell.
-const probeRequests = 4
+const probeRequests = 5
 
 // ProbeTenantScoping finds out whether the cell's broker scopes by
-// x-queen-tenant. Under a random tenant id no cluster has, it configures
-// an empty queue with a random name, then asks for that queue under the
-// same tenant (it must be there) and under a second random tenant (a
-// scoping broker does not have it there), and removes it again. No message
-// is written, so no consumer on the cell can receive anything; the probe
-// goes to the cell directly and is never metered.
+// x-queen-tenant. Under a random tenant id no cluster has (the writer), it
+// configures an empty queue whose name, namespace and task are random and
+// start with ProbeQueuePrefix, so that no tenant's request may name them
+// (BodyNamesReserved, URLNamesReserved). It then reads the queue as the
+// writer, as a second random tenant (the reader), and as the writer again,
+// and removes it.
 //
-// An answer that decides nothing (an error body, a queue the first tenant
-// cannot see) returns ScopingUnknown with an error saying why.
+// The verdict needs positive evidence. Unscoped: the reader sees a queue
+// of that name. Scoped: the reader is told "Queue not found" while the
+// writer, before and after, sees the very queue it configured (the id the
+// broker gave it, the random namespace and task). A queue deleted or
+// recreated in between (what a tenant sharing an unscoped namespace would
+// have to do to fake a "not found") fails the second reading and leaves
+// the probe undecided, never scoped.
+//
+// No message is written, so no consumer on the cell can receive anything;
+// the probe goes to the cell directly and is never metered. An answer that
+// decides nothing returns ScopingUnknown with an error saying why.
 //
 // authorization is the complete Authorization header for the cell (a
 // credential that may configure and delete queues); empty sends none.
@@ -77,10 +89,10 @@ func ProbeTenantScoping(ctx context.Context, client *http.Client, cell ProbeCell
 		defer cancel()
 	}
 	p := &cellProbe{client: client, baseURL: cell.BaseURL, authorization: authorization,
-		writer: randomUUID(), reader: randomUUID()}
-	var suffix [16]byte
-	_, _ = rand.Read(suffix[:]) // crypto/rand.Read never fails
-	p.queue = ProbeQueuePrefix + hex.EncodeToString(suffix[:])
+		writer: randomUUID(), reader: randomUUID(),
+		queue:     ProbeQueuePrefix + randomHex(16),
+		namespace: ProbeQueuePrefix + "ns-" + randomHex(8),
+		task:      ProbeQueuePrefix + "task-" + randomHex(8)}
 
 	verdict, err := p.run(ctx)
 	// Remove the queue whatever the outcome; on a broker that does not
@@ -88,7 +100,19 @@ func ProbeTenantScoping(ctx context.Context, client *http.Client, cell ProbeCell
 	if cerr := p.removeQueue(context.WithoutCancel(ctx)); cerr != nil {
 		err = errors.Join(err, cerr)
 	}
+	// Scoped is only ever said of a probe that went wholly as planned; an
+	// unscoped verdict stands whatever else failed.
+	if err != nil && verdict == ScopingScoped {
+		verdict = ScopingUnknown
+	}
 	return verdict, err
+}
+
+// randomHex returns n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return hex.EncodeToString(b)
 }
 
 // randomUUID returns a random (version 4) UUID in text form.
@@ -102,59 +126,99 @@ func randomUUID() string {
 }
 
 type cellProbe struct {
-	client         *http.Client
-	baseURL        string
-	authorization  string
-	writer, reader string // two random broker tenant ids
-	queue          string
+	client          *http.Client
+	baseURL         string
+	authorization   string
+	writer, reader  string // two random broker tenant ids
+	queue           string
+	namespace, task string // random values only the probe knows
+	queueID         string // the id the broker gave the queue
 }
+
+// errProbeQueueChanged: between the writer's readings the probe queue
+// vanished or was replaced, which a broker does not do on its own; a
+// "not found" for the reader then proves nothing.
+var errProbeQueueChanged = errors.New("the probe queue changed between the probe's reads (deleted or recreated by someone else?); not deciding")
 
 func (p *cellProbe) run(ctx context.Context) (TenantScoping, error) {
 	var configured struct {
 		Configured bool   `json:"configured"`
 		Error      string `json:"error"`
+		Queue      string `json:"queue"`
+		QueueID    string `json:"queueId"`
+		Namespace  string `json:"namespace"`
+		Task       string `json:"task"`
 	}
-	body := fmt.Sprintf(`{"queue":%q,"options":{"leaseTime":30}}`, p.queue)
-	if err := p.call(ctx, http.MethodPost, "/api/v1/configure", p.writer, body, &configured); err != nil {
+	body, err := json.Marshal(map[string]any{"queue": p.queue, "namespace": p.namespace, "task": p.task,
+		"options": map[string]any{"leaseTime": 30}})
+	if err != nil {
+		return ScopingUnknown, err
+	}
+	if err := p.call(ctx, http.MethodPost, "/api/v1/configure", p.writer, string(body), &configured); err != nil {
 		return ScopingUnknown, fmt.Errorf("configure the probe queue: %w", err)
 	}
 	if !configured.Configured {
 		return ScopingUnknown, fmt.Errorf("configure the probe queue: the broker answered %q", configured.Error)
 	}
-	seen, err := p.queueVisible(ctx, p.writer)
-	if err != nil {
-		return ScopingUnknown, err
+	if configured.Queue != p.queue || configured.Namespace != p.namespace || configured.Task != p.task || configured.QueueID == "" {
+		return ScopingUnknown, fmt.Errorf("configure the probe queue: the broker confirmed another queue (%q, namespace %q, task %q, id %q)",
+			configured.Queue, configured.Namespace, configured.Task, configured.QueueID)
 	}
-	if !seen {
+	p.queueID = configured.QueueID
+
+	if seen, err := p.read(ctx, p.writer); err != nil {
+		return ScopingUnknown, err
+	} else if !seen.exists {
 		return ScopingUnknown, errors.New("the probe queue is not visible even to the tenant that configured it")
+	} else if !seen.same {
+		return ScopingUnknown, errProbeQueueChanged
 	}
-	seen, err = p.queueVisible(ctx, p.reader)
+	seen, err := p.read(ctx, p.reader)
 	if err != nil {
 		return ScopingUnknown, err
 	}
-	if seen {
+	if seen.exists {
+		// Any queue of that name under a tenant id nobody else knows is
+		// the shared namespace showing through.
 		return ScopingUnscoped, nil
+	}
+	again, err := p.read(ctx, p.writer)
+	if err != nil {
+		return ScopingUnknown, err
+	}
+	if !again.same {
+		return ScopingUnknown, errProbeQueueChanged
 	}
 	return ScopingScoped, nil
 }
 
-// queueVisible asks for the probe queue under tenant. The broker answers
-// an unknown queue with HTTP 200 {"error":"Queue not found"}.
-func (p *cellProbe) queueVisible(ctx context.Context, tenant string) (bool, error) {
+// probeReading is what one read of the probe queue showed.
+type probeReading struct {
+	exists bool // a queue of the probe's name
+	same   bool // the very queue the probe configured: its id, namespace and task
+}
+
+// read asks for the probe queue under tenant. The broker answers an
+// unknown queue with HTTP 200 {"error":"Queue not found"}.
+func (p *cellProbe) read(ctx context.Context, tenant string) (probeReading, error) {
 	var detail struct {
-		Name  string `json:"name"`
-		Error string `json:"error"`
+		ID        string `json:"id"`
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+		Task      string `json:"task"`
+		Error     string `json:"error"`
 	}
 	if err := p.call(ctx, http.MethodGet, "/api/v1/resources/queues/"+p.queue, tenant, "", &detail); err != nil {
-		return false, fmt.Errorf("read the probe queue: %w", err)
+		return probeReading{}, fmt.Errorf("read the probe queue: %w", err)
 	}
 	switch {
 	case detail.Name == p.queue:
-		return true, nil
-	case strings.EqualFold(detail.Error, "Queue not found"):
-		return false, nil
+		same := detail.ID == p.queueID && detail.Namespace == p.namespace && detail.Task == p.task
+		return probeReading{exists: true, same: same}, nil
+	case detail.Name == "" && detail.Error == "Queue not found":
+		return probeReading{}, nil
 	}
-	return false, fmt.Errorf("read the probe queue: unexpected answer (name %q, error %q)", detail.Name, detail.Error)
+	return probeReading{}, fmt.Errorf("read the probe queue: unexpected answer (name %q, error %q)", detail.Name, detail.Error)
 }
 
 func (p *cellProbe) removeQueue(ctx context.Context) error {

@@ -2,6 +2,7 @@ package tenancy
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -27,8 +28,13 @@ func TestProbeTenantScoping(t *testing.T) {
 			t.Fatalf("verdict %q (%v), want %q", got, err, want)
 		}
 		reqs := b.Requests()
-		if len(reqs) != probeRequests {
-			t.Fatalf("probe sent %d requests, want %d", len(reqs), probeRequests)
+		// An unscoped answer needs no second read as the writer.
+		wantRequests := probeRequests
+		if want == ScopingUnscoped {
+			wantRequests--
+		}
+		if len(reqs) != wantRequests {
+			t.Fatalf("probe sent %d requests, want %d", len(reqs), wantRequests)
 		}
 		// What the probe configured is gone again, for every tenant, and
 		// it never wrote a message.
@@ -101,5 +107,159 @@ func TestProbeUndecided(t *testing.T) {
 	got, err := ProbeTenantScoping(context.Background(), nil, ProbeCell{BaseURL: "http://127.0.0.1:1"}, "")
 	if got != ScopingUnknown || err == nil {
 		t.Fatalf("unreachable cell: %q %v", got, err)
+	}
+}
+
+// raceBroker is a fake broker behind a tenant that strikes at the probe's
+// queue between two of its reads: after the probe's after-th read of its
+// queue has been answered, strike runs against the broker as another
+// tenant, knowing what a shared namespace's listing shows (the queue's
+// name, namespace and task).
+type raceBroker struct {
+	b      *fakebroker.Broker
+	after  int
+	strike func(rb *raceBroker, name, namespace, task string)
+	reads  atomic.Int32
+}
+
+func (rb *raceBroker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rb.b.ServeHTTP(w, r)
+	if r.Method != http.MethodGet || !strings.HasPrefix(r.URL.Path, "/api/v1/resources/queues/"+ProbeQueuePrefix) {
+		return
+	}
+	if int(rb.reads.Add(1)) != rb.after {
+		return
+	}
+	name := strings.TrimPrefix(r.URL.Path, "/api/v1/resources/queues/")
+	var listed struct {
+		Queues []struct{ Name, Namespace, Task string } `json:"queues"`
+	}
+	rb.as(http.MethodGet, "/api/v1/resources/queues", "", &listed)
+	var ns, task string
+	for _, q := range listed.Queues {
+		if q.Name == name {
+			ns, task = q.Namespace, q.Task
+		}
+	}
+	rb.strike(rb, name, ns, task)
+}
+
+// as sends one request to the broker as the attacking tenant.
+func (rb *raceBroker) as(method, path, body string, out any) {
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req.Header.Set(fakebroker.TenantHeader, "6d1b1c7e-0000-4000-8000-00000000a77c")
+	rec := httptest.NewRecorder()
+	rb.b.ServeHTTP(rec, req)
+	if out != nil {
+		_ = json.Unmarshal(rec.Body.Bytes(), out)
+	}
+}
+
+func deleteQueue(rb *raceBroker, name, _, _ string) {
+	rb.as(http.MethodDelete, "/api/v1/resources/queues/"+name, "", nil)
+}
+
+func recreateQueue(rb *raceBroker, name, ns, task string) {
+	deleteQueue(rb, name, ns, task)
+	body, _ := json.Marshal(map[string]any{"queue": name, "namespace": ns, "task": task, "options": map[string]any{"leaseTime": 30}})
+	rb.as(http.MethodPost, "/api/v1/configure", string(body), nil)
+}
+
+// TestProbeCannotBeFooledByADeletion is issue 21's attack on the probe
+// itself: a tenant sharing the unscoped namespace deletes (or deletes and
+// recreates) the probe queue at the worst moments. The probe never says
+// scoped on the unscoped broker; on a scoping broker the same tenant
+// cannot reach the probe's queue, and the probe still says scoped.
+func TestProbeCannotBeFooledByADeletion(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		after    int // 1: after the writer's first read; 2: after the reader's read
+		strike   func(rb *raceBroker, name, ns, task string)
+		unscoped TenantScoping // the verdict allowed on the unscoped broker
+	}{
+		{"delete before the reader reads", 1, deleteQueue, ScopingUnknown},
+		{"delete and recreate before the reader reads", 1, recreateQueue, ScopingUnscoped},
+		{"delete after the reader read", 2, deleteQueue, ScopingUnscoped},
+		{"delete and recreate after the reader read", 2, recreateQueue, ScopingUnscoped},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, ignore := range []bool{true, false} {
+				rb := &raceBroker{b: fakebroker.New(fakebroker.Options{IgnoreTenant: ignore}), after: tc.after, strike: tc.strike}
+				srv := httptest.NewServer(rb)
+				got, err := ProbeTenantScoping(context.Background(), nil, ProbeCell{BaseURL: srv.URL}, "")
+				srv.Close()
+				want := tc.unscoped
+				if !ignore {
+					want = ScopingScoped
+				}
+				if got != want {
+					t.Fatalf("ignore tenant %v: verdict %q (%v), want %q", ignore, got, err, want)
+				}
+				if got == ScopingUnknown && (err == nil || !strings.Contains(err.Error(), "changed between")) {
+					t.Fatalf("undecided probe says %v", err)
+				}
+				if rb.reads.Load() < int32(tc.after) {
+					t.Fatalf("the strike never ran (%d reads)", rb.reads.Load())
+				}
+			}
+		})
+	}
+}
+
+// TestProbeNeedsTheWriterToSeeItsOwnQueueThroughout: a broker that
+// answers "not found" to the writer's second read (or shows another
+// queue) decides nothing, and the writer's reads must show the id,
+// namespace and task the probe configured.
+func TestProbeNeedsTheWriterToSeeItsOwnQueueThroughout(t *testing.T) {
+	for name, detail := range map[string]func(reads int, q string) string{
+		"second writer read not found": func(reads int, q string) string {
+			if reads == 1 {
+				return `{"id":"id-1","name":"` + q + `","namespace":"NS","task":"TASK"}`
+			}
+			return `{"error":"Queue not found"}`
+		},
+		"another id at the second writer read": func(reads int, q string) string {
+			if reads == 2 {
+				return `{"error":"Queue not found"}`
+			}
+			id := "id-1"
+			if reads == 3 {
+				id = "id-2"
+			}
+			return `{"id":"` + id + `","name":"` + q + `","namespace":"NS","task":"TASK"}`
+		},
+		"namespace not the probe's": func(reads int, q string) string {
+			if reads == 2 {
+				return `{"error":"Queue not found"}`
+			}
+			return `{"id":"id-1","name":"` + q + `","namespace":"other","task":"TASK"}`
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var reads atomic.Int32
+			var ns, task string
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				switch r.Method {
+				case http.MethodPost:
+					var in struct{ Queue, Namespace, Task string }
+					_ = json.NewDecoder(r.Body).Decode(&in)
+					ns, task = in.Namespace, in.Task
+					out, _ := json.Marshal(map[string]any{"configured": true, "queue": in.Queue, "queueId": "id-1", "namespace": in.Namespace, "task": in.Task})
+					_, _ = w.Write(out)
+				case http.MethodDelete:
+					_, _ = w.Write([]byte(`{"deleted":true}`))
+				default:
+					q := strings.TrimPrefix(r.URL.Path, "/api/v1/resources/queues/")
+					a := detail(int(reads.Add(1)), q)
+					a = strings.ReplaceAll(strings.ReplaceAll(a, `"NS"`, `"`+ns+`"`), `"TASK"`, `"`+task+`"`)
+					_, _ = w.Write([]byte(a))
+				}
+			}))
+			defer srv.Close()
+			got, err := ProbeTenantScoping(context.Background(), nil, ProbeCell{BaseURL: srv.URL}, "")
+			if got != ScopingUnknown || err == nil {
+				t.Fatalf("verdict %q (%v), want unknown", got, err)
+			}
+		})
 	}
 }

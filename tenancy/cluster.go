@@ -21,6 +21,10 @@ type Cluster struct {
 	CellSlug   string
 	CellURL    string // cells.base_url
 	CellSecret string // cells.cell_secret, presented upstream as a bearer token; may be empty
+	// CellTenancy is the operator's statement of the cell's tenancy
+	// (cells.tenancy_stated): "probe" (the probe decides), "scoped" or
+	// "unscoped" (see docs/isolation.md).
+	CellTenancy string
 
 	Limits   limits.Effective
 	Features Features

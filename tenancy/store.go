@@ -32,7 +32,7 @@ func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 const clusterColumns = `
 	c.id::text, c.tenant_id::text, c.slug, c.broker_tenant_uuid::text,
 	t.status, c.status, p.code,
-	ce.id::text, ce.slug, ce.base_url, coalesce(ce.cell_secret, ''),
+	ce.id::text, ce.slug, ce.base_url, coalesce(ce.cell_secret, ''), ce.tenancy_stated,
 	p.max_req_per_sec, p.req_burst, p.max_msgs_per_sec, p.msgs_burst,
 	p.max_queues, p.max_partitions_per_queue, p.max_parked_pops,
 	p.max_payload_bytes, p.max_batch_items, p.max_retained_bytes,
@@ -102,7 +102,7 @@ func scanCluster(row pgx.Row, extra []any) (*Cluster, error) {
 	dest := []any{
 		&c.ID, &c.TenantID, &c.Slug, &c.BrokerTenant,
 		&tenantStatus, &clusterStatus, &c.PlanCode,
-		&c.CellID, &c.CellSlug, &c.CellURL, &c.CellSecret,
+		&c.CellID, &c.CellSlug, &c.CellURL, &c.CellSecret, &c.CellTenancy,
 		&reqRate, &reqBurst, &msgRate, &msgBurst,
 		&queues, &partitions, &parked,
 		&payload, &batch, &retained,
