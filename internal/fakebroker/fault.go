@@ -44,12 +44,19 @@ func (b *Broker) SetAnswerFault(f AnswerFault) {
 	b.fault = &f
 }
 
-// StoredMessages is how many messages the broker has stored, all tenants
-// and routes together (duplicates it refused are not counted).
-func (b *Broker) StoredMessages() int64 {
+// StoredMessages is how many messages tenantID (empty = DefaultTenant)
+// has had stored, by every route (duplicates the broker refused are not
+// counted, messages consumed or expired since still are).
+func (b *Broker) StoredMessages(tenantID string) int64 {
+	if tenantID == "" {
+		tenantID = DefaultTenant
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.msgTotal
+	if t := b.tenants[tenantID]; t != nil {
+		return t.stored
+	}
+	return 0
 }
 
 // faultFor returns the fault that applies to r, if any.

@@ -37,7 +37,7 @@ func TestAnswerFaults(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(100 * time.Millisecond)
-	if n := b.StoredMessages(); n != 2 {
+	if n := b.StoredMessages(""); n != 2 {
 		t.Fatalf("stored %d while the answer is held, want 2", n)
 	}
 	if err := <-done; err != nil || time.Since(start) < 300*time.Millisecond {
@@ -49,7 +49,7 @@ func TestAnswerFaults(t *testing.T) {
 		resp.Body.Close()
 		t.Fatalf("reset fault answered %d", resp.StatusCode)
 	}
-	if n := b.StoredMessages(); n != 4 {
+	if n := b.StoredMessages(""); n != 4 {
 		t.Fatalf("stored %d after the reset, want 4", n)
 	}
 
