@@ -331,7 +331,7 @@ func TestHangUpIsBilledFromWhatTheBrokerStored(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(time.Second) // the timeout case's answer, still on its way
+	time.Sleep(time.Second)              // the timeout case's answer, still on its way
 	if err := caddy.Stop(); err != nil { // drains the open minute
 		t.Fatal(err)
 	}
