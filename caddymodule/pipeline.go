@@ -196,7 +196,6 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			// The cell's answer broke off: what it committed is unknown.
 			counters.request(st, 2)
 			g.recordUsage(r, st, cluster, rw, exchangeUnanswered)
-			g.noteCellFailure(cluster, errAnswerCut)
 			panic(http.ErrAbortHandler)
 		}
 	} else {
@@ -220,9 +219,6 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	g.noteCellFailure(cluster, err)
 	return g.upstreamFailure(w, r, st, err)
 }
-
-// errAnswerCut is the cell failure of an answer that broke off midway.
-var errAnswerCut = errors.New("the cell's answer broke off before its end")
 
 // prepareForward readies the request for the cell: the cell's credential,
 // the upstream deadline (cancel releases it), the cluster for the dynamic
