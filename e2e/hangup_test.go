@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -95,9 +96,9 @@ func h1Request(host, path, key, body string) (head, payload string) {
 }
 
 // h1HangUp sends a request over a fresh TCP connection and closes it with
-// a reset: after half the body (when), once the whole request is written
-// (after a short pause), or once the first bytes of the answer came.
-func h1HangUp(t *testing.T, port int, host, path, key, body, when string) {
+// a reset: after half the body (when), once the request reached the cell
+// (forwarded returns), or once the first bytes of the answer came.
+func h1HangUp(t *testing.T, port int, host, path, key, body, when string, forwarded func()) {
 	t.Helper()
 	conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 5*time.Second)
 	if err != nil {
@@ -118,7 +119,9 @@ func h1HangUp(t *testing.T, port int, host, path, key, body, when string) {
 		if _, err := io.WriteString(conn, head+payload); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		// A reset before the gateway read the body would discard it
+		// unread (nothing forwarded, rightly): wait until it is at the cell.
+		forwarded()
 	case "mid-answer":
 		if _, err := io.WriteString(conn, head+payload); err != nil {
 			t.Fatal(err)
@@ -134,9 +137,9 @@ func h1HangUp(t *testing.T, port int, host, path, key, body, when string) {
 }
 
 // h2HangUp sends a request over HTTP/2 and cancels it, which sends
-// RST_STREAM: after half the body, once the body was written, or once the
-// answer's head and some of its body came.
-func h2HangUp(t *testing.T, c *http.Client, url, key, body, when string) {
+// RST_STREAM: after half the body, once the request reached the cell, or
+// once the answer's head and some of its body came.
+func h2HangUp(t *testing.T, c *http.Client, url, key, body, when string, forwarded func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -179,7 +182,7 @@ func h2HangUp(t *testing.T, c *http.Client, url, key, body, when string) {
 		case err := <-failed:
 			t.Fatalf("h2 request failed before it was written: %v", err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		forwarded()
 		cancel()
 	case "mid-answer":
 		select {
@@ -297,9 +300,18 @@ func TestHangUpIsBilledFromWhatTheBrokerStored(t *testing.T) {
 			broker.SetAnswerFault(sc.fault)
 			defer broker.SetAnswerFault(fakebroker.AnswerFault{})
 			before := len(forwarded(broker))
+			reachedCell := func() {
+				t.Helper()
+				eventually(t, 10*time.Second, func() error {
+					if len(forwarded(broker)) == before {
+						return errors.New("the request has not reached the cell")
+					}
+					return nil
+				})
+			}
 			switch {
 			case sc.proto == "h1" && sc.when != "":
-				h1HangUp(t, httpPort, fmt.Sprintf("%s:%d", host, httpPort), sc.path, key, body, sc.when)
+				h1HangUp(t, httpPort, fmt.Sprintf("%s:%d", host, httpPort), sc.path, key, body, sc.when, reachedCell)
 			case sc.proto == "h1":
 				req, err := http.NewRequest("POST", fmt.Sprintf("http://%s:%d%s", host, httpPort, sc.path), strings.NewReader(body))
 				if err != nil {
@@ -315,7 +327,7 @@ func TestHangUpIsBilledFromWhatTheBrokerStored(t *testing.T) {
 					t.Fatalf("answer %d %s, want the gateway's 5xx", r.status, r.body)
 				}
 			default:
-				h2HangUp(t, h2, fmt.Sprintf("https://%s%s", host, sc.path), key, body, sc.when)
+				h2HangUp(t, h2, fmt.Sprintf("https://%s%s", host, sc.path), key, body, sc.when, reachedCell)
 			}
 			// The gateway carries on without the client: wait for the
 			// broker's side of the exchange to end.
