@@ -48,6 +48,7 @@ func (g *Gateway) admitBody(r *http.Request, st *requestState, c *tenancy.Cluste
 			return badBody(err)
 		}
 		st.msgChecked = true
+		st.produced = n
 		return g.admitMessages(st, c, int64(n))
 	}
 	return nil

@@ -305,7 +305,7 @@ func BenchmarkStageForward(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		r := req.reset()
-		fr, cancel, e := env.g.prepareForward(r, st, env.cluster)
+		fr, cancel, e := env.g.prepareForward(r, st, env.cluster, true)
 		if e != nil {
 			b.Fatal(e)
 		}
@@ -329,7 +329,7 @@ func BenchmarkStageMeterPush(b *testing.B) {
 		// The answer is tallied as it streams past, then billed.
 		rw.tallyAnswers(billPush)
 		rw.tally.Write(answer)
-		env.g.recordUsage(req.r, st, env.cluster, rw, false)
+		env.g.recordUsage(req.r, st, env.cluster, rw, exchangeAnswered)
 	}
 }
 
@@ -342,7 +342,7 @@ func BenchmarkStageMeterPop(b *testing.B) {
 	rw := &meteredResponse{started: true, status: http.StatusOK, keep: true, body: []byte(benchPopAnswer), written: int64(len(benchPopAnswer))}
 	b.ReportAllocs()
 	for b.Loop() {
-		env.g.recordUsage(req.r, st, env.cluster, rw, false)
+		env.g.recordUsage(req.r, st, env.cluster, rw, exchangeAnswered)
 	}
 }
 

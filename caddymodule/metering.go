@@ -59,20 +59,37 @@ func billingOf(r *http.Request, st *requestState) (meter.Op, billing) {
 	return meter.OpRead, billPlain
 }
 
+// exchangeFate is how a forwarded request's exchange with the cell ended,
+// as billing sees it.
+type exchangeFate uint8
+
+const (
+	exchangeAnswered   exchangeFate = iota // the cell's answer came (the client may not have taken it)
+	exchangeFailed                         // no answer, and the request never reached the cell
+	exchangeUnanswered                     // no whole answer, though the request may have reached the cell
+)
+
 // meteredResponse passes the cell's response to the client as it comes,
 // counts its bytes, and reads what billing needs: push and transaction
 // answers are tallied as they stream (at any size, never copied); for the
 // other routes billed from the body it keeps a copy (up to
 // meter.MaxBilledBody). It also notes when the response head arrives,
 // which is when a parked long-poll stops waiting.
+//
+// On a detached route (detaches) a client that stops taking the answer
+// does not stop it: the write error is noted, not returned, and the rest
+// of the answer is read for billing only, so reverse_proxy reads it to its
+// end (bounded by the upstream timeout).
 type meteredResponse struct {
 	caddyhttp.ResponseWriterWrapper
-	started bool
-	keep    bool
-	status  int
-	written int64
-	body    []byte
-	tally   *answerTally // pushes and transactions only: every request's state stays small
+	started    bool
+	keep       bool
+	detached   bool
+	clientGone bool // a write to the client failed: the rest is only read
+	status     int
+	written    int64 // bytes the client was sent
+	body       []byte
+	tally      *answerTally // pushes and transactions only: every request's state stays small
 	// countPops: a pop's answer too large to keep is counted as it
 	// streams on (pops, from the copy's overflow on).
 	countPops bool
@@ -132,8 +149,24 @@ func (w *meteredResponse) WriteHeader(status int) {
 
 func (w *meteredResponse) Write(b []byte) (int, error) {
 	w.start(http.StatusOK)
+	if w.clientGone {
+		w.read(b)
+		return len(b), nil
+	}
 	n, err := w.ResponseWriterWrapper.Write(b)
 	w.written += int64(n)
+	if err != nil && w.detached {
+		w.clientGone = true
+		w.read(b)
+		return len(b), nil
+	}
+	w.read(b[:n])
+	return n, err
+}
+
+// read takes a piece of the answer for billing.
+func (w *meteredResponse) read(b []byte) {
+	n := len(b)
 	if w.tally != nil {
 		w.tally.Write(b[:n])
 	}
@@ -152,13 +185,14 @@ func (w *meteredResponse) Write(b []byte) (int, error) {
 			w.body = append(w.body, b[:n]...)
 		}
 	}
-	return n, err
 }
 
 // recordUsage books one forwarded request from what the cell answered.
 // Upstream failures (the gateway answered 502/504) and 5xx are billed as a
-// request with no messages.
-func (g *Gateway) recordUsage(r *http.Request, st *requestState, c *tenancy.Cluster, rw *meteredResponse, failed bool) {
+// request with no messages, except that a produce request that may have
+// reached the cell and got no whole answer is billed its admitted items,
+// as unanswered.
+func (g *Gateway) recordUsage(r *http.Request, st *requestState, c *tenancy.Cluster, rw *meteredResponse, fate exchangeFate) {
 	record := g.app.backend.record
 	op, rule := billingOf(r, st)
 	s := meter.Sample{ClusterID: c.ID, Op: op, Reqs: 1}
@@ -167,8 +201,13 @@ func (g *Gateway) recordUsage(r *http.Request, st *requestState, c *tenancy.Clus
 	} else if r.ContentLength > 0 {
 		s.BytesIn = r.ContentLength
 	}
-	if failed {
+	switch fate {
+	case exchangeFailed:
 		record(s)
+		return
+	case exchangeUnanswered:
+		s.BytesOut = rw.written
+		g.recordUnanswered(st, c, rule, s)
 		return
 	}
 	s.BytesOut = rw.written
@@ -229,6 +268,29 @@ func (g *Gateway) recordUsage(r *http.Request, st *requestState, c *tenancy.Clus
 		}
 	}
 	record(s)
+}
+
+// recordUnanswered bills a produce request whose answer never came whole:
+// the broker may have committed it, so its admitted items are billed and
+// counted as unanswered (meter.Sample.Unanswered), never dropped.
+func (g *Gateway) recordUnanswered(st *requestState, c *tenancy.Cluster, rule billing, s meter.Sample) {
+	record := g.app.backend.record
+	var items int64
+	switch rule {
+	case billPush, billTransaction, billEphemeralPush:
+		items = int64(st.produced)
+		s.Msgs, s.Unanswered = items, items
+	case billCycle:
+		items = int64(st.cycle.Items)
+		record(meter.Sample{ClusterID: c.ID, Op: meter.OpPush, Msgs: items, Unanswered: items})
+	case billReplay:
+		items = 1
+		record(meter.Sample{ClusterID: c.ID, Op: meter.OpPush, Msgs: 1, Unanswered: 1})
+	}
+	record(s)
+	g.logger.Warn("produce request got no whole answer from the cell; its admitted items are billed as unanswered",
+		zap.String("request_id", st.rid), zap.String("cluster", c.Slug), zap.Int64("items", items),
+		zap.Bool("client_gone", st.rw.clientGone))
 }
 
 // record books a sample; handler tests run without a meter.

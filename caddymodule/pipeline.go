@@ -28,7 +28,7 @@ type requestState struct {
 	reqDecision limits.Decision
 	msgDecision limits.Decision
 	msgChecked  bool
-	produced    int                 // items a push or transaction carries, as counted at admission
+	produced    int                 // items a push, transaction or ephemeral push carries, as counted at admission
 	cycle       limits.ProduceBatch // a streams cycle's sink items, as grouped at admission
 
 	// Storage the pipeline points into instead of allocating each piece
@@ -38,6 +38,7 @@ type requestState struct {
 	// to it.
 	headers    headerValues
 	bodyReader bodyReader
+	detached   detachedContext // a produce route's exchange: the client's context without its cancellation
 	ctx        clusterContext
 	rw         meteredResponse
 	scrub      cellErrorScrub // between rw and the client: withholds cell internals
@@ -171,7 +172,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	defer release()
 
 	// 5. Forward to the cluster's cell, bounded by the upstream timeout.
-	fr, cancel, e := g.prepareForward(r, st, cluster)
+	// A route billed from what it adds keeps its exchange going (under
+	// that timeout) if the client leaves: the cell may commit it anyway.
+	_, rule := billingOf(r, st)
+	detach := detaches(rule)
+	fr, cancel, e := g.prepareForward(r, st, cluster, detach)
 	if e != nil {
 		return g.refuse(w, r, st, e)
 	}
@@ -179,37 +184,57 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	r = fr
 
 	// 6. Relay the answer as it comes, and meter it from what it says.
-	_, rule := billingOf(r, st)
 	client := st.scrub.attach(w, r, g.logger, &st.rid)
 	st.rw = meteredResponse{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: client},
-		keep: rule != billPlain, countPops: rule == billPop, onHead: release}
+		keep: rule != billPlain, countPops: rule == billPop, detached: detach, onHead: release}
 	st.rw.tallyAnswers(rule)
 	rw := &st.rw
-	err := next.ServeHTTP(rw, r)
+	var err error
+	if detach {
+		var aborted bool
+		if aborted, err = relay(next, rw, r); aborted {
+			// The cell's answer broke off: what it committed is unknown.
+			counters.request(st, 2)
+			g.recordUsage(r, st, cluster, rw, exchangeUnanswered)
+			panic(http.ErrAbortHandler)
+		}
+	} else {
+		err = next.ServeHTTP(rw, r)
+	}
 	st.scrub.finish()
 	if g.app.MetricsPerCluster {
 		counters.forwardedFor(cluster.Slug)
 	}
 	if err == nil || rw.started {
 		counters.request(st, 0)
-		g.recordUsage(r, st, cluster, rw, false)
+		g.recordUsage(r, st, cluster, rw, exchangeAnswered)
 		return err
 	}
 	counters.request(st, 2)
-	g.recordUsage(r, st, cluster, rw, true)
+	fate := exchangeFailed
+	if detach && mayHaveReachedCell(err) {
+		fate = exchangeUnanswered
+	}
+	g.recordUsage(r, st, cluster, rw, fate)
 	g.noteCellFailure(cluster, err)
 	return g.upstreamFailure(w, r, st, err)
 }
 
 // prepareForward readies the request for the cell: the cell's credential,
 // the upstream deadline (cancel releases it), the cluster for the dynamic
-// upstream, and the headers the cell sees.
-func (g *Gateway) prepareForward(r *http.Request, st *requestState, c *tenancy.Cluster) (*http.Request, context.CancelFunc, *apierror.Error) {
+// upstream, and the headers the cell sees. A detached request's deadline
+// is the gateway's alone: the client leaving does not cancel it.
+func (g *Gateway) prepareForward(r *http.Request, st *requestState, c *tenancy.Cluster, detach bool) (*http.Request, context.CancelFunc, *apierror.Error) {
 	cellAuth, e := g.cellCredential(c, st)
 	if e != nil {
 		return nil, nil, e
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), g.upstreamTimeout(st))
+	parent := r.Context()
+	if detach {
+		st.detached = detachedContext{parent: parent}
+		parent = &st.detached
+	}
+	ctx, cancel := context.WithTimeout(parent, g.upstreamTimeout(st))
 	st.ctx = clusterContext{Context: ctx, cluster: c}
 	r = r.WithContext(&st.ctx)
 	// Client trailers would reach the cell after the gateway's headers

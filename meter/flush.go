@@ -84,7 +84,8 @@ func (m *Meter) checkRows(rows []row) []row {
 		if err := r.validate(); err != nil {
 			m.log.Error("usage row cannot be stored; dropped", zap.String("cluster_id", r.ClusterID),
 				zap.String("op", string(r.Op)), zap.Int64("minute", r.Minute), zap.Int64("reqs", r.Reqs),
-				zap.Int64("msgs", r.Msgs), zap.Int64("bytes_in", r.BytesIn), zap.Int64("bytes_out", r.BytesOut), zap.Error(err))
+				zap.Int64("msgs", r.Msgs), zap.Int64("bytes_in", r.BytesIn), zap.Int64("bytes_out", r.BytesOut),
+				zap.Int64("unanswered_msgs", r.Unanswered), zap.Error(err))
 			continue
 		}
 		out = append(out, r)
@@ -127,19 +128,21 @@ WITH b AS (
 ), r AS (
     SELECT u.cluster_id::uuid AS cluster_id, to_timestamp(u.minute * 60) AS minute, u.op AS op_class,
            sum(u.reqs)::bigint AS reqs, sum(u.msgs)::bigint AS msgs,
-           sum(u.bytes_in)::bigint AS bytes_in, sum(u.bytes_out)::bigint AS bytes_out
-      FROM unnest($3::text[], $4::text[], $5::bigint[], $6::text[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])
-           AS u(batch_id, cluster_id, minute, op, reqs, msgs, bytes_in, bytes_out)
+           sum(u.bytes_in)::bigint AS bytes_in, sum(u.bytes_out)::bigint AS bytes_out,
+           sum(u.unanswered)::bigint AS unanswered_msgs
+      FROM unnest($3::text[], $4::text[], $5::bigint[], $6::text[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[])
+           AS u(batch_id, cluster_id, minute, op, reqs, msgs, bytes_in, bytes_out, unanswered)
      WHERE u.batch_id IN (SELECT batch_id FROM b)
      GROUP BY 1, 2, 3
 ), up AS (
-    INSERT INTO queen_proxy.usage_minutes AS m (cluster_id, minute, op_class, reqs, msgs, bytes_in, bytes_out)
-    SELECT r.cluster_id, r.minute, r.op_class, r.reqs, r.msgs, r.bytes_in, r.bytes_out
+    INSERT INTO queen_proxy.usage_minutes AS m (cluster_id, minute, op_class, reqs, msgs, bytes_in, bytes_out, unanswered_msgs)
+    SELECT r.cluster_id, r.minute, r.op_class, r.reqs, r.msgs, r.bytes_in, r.bytes_out, r.unanswered_msgs
       FROM r JOIN queen_proxy.clusters c ON c.id = r.cluster_id
      ORDER BY r.cluster_id, r.minute, r.op_class
     ON CONFLICT (cluster_id, minute, op_class) DO UPDATE
        SET reqs = m.reqs + EXCLUDED.reqs, msgs = m.msgs + EXCLUDED.msgs,
-           bytes_in = m.bytes_in + EXCLUDED.bytes_in, bytes_out = m.bytes_out + EXCLUDED.bytes_out
+           bytes_in = m.bytes_in + EXCLUDED.bytes_in, bytes_out = m.bytes_out + EXCLUDED.bytes_out,
+           unanswered_msgs = m.unanswered_msgs + EXCLUDED.unanswered_msgs
     RETURNING 1
 )
 SELECT coalesce((SELECT array_agg(batch_id) FROM b), '{}'::text[]),
@@ -161,6 +164,7 @@ func (m *Meter) apply(ctx context.Context, batches []batch) (applyResult, error)
 	var (
 		rb, rc, ro            = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
 		rm, rq, rs, rin, rout = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
+		run                   = make([]int64, 0, n)
 		rowsByID              = make(map[string]int, len(batches))
 	)
 	for _, b := range batches {
@@ -174,14 +178,14 @@ func (m *Meter) apply(ctx context.Context, batches []batch) (applyResult, error)
 		for _, r := range b.Rows {
 			rb, rc, ro = append(rb, b.ID), append(rc, r.ClusterID), append(ro, string(r.Op))
 			rm, rq, rs = append(rm, r.Minute), append(rq, r.Reqs), append(rs, r.Msgs)
-			rin, rout = append(rin, r.BytesIn), append(rout, r.BytesOut)
+			rin, rout, run = append(rin, r.BytesIn), append(rout, r.BytesOut), append(run, r.Unanswered)
 		}
 	}
 	var (
 		applied []string
 		res     applyResult
 	)
-	err := m.pool.QueryRow(ctx, applySQL, ids, counts, rb, rc, rm, ro, rq, rs, rin, rout).
+	err := m.pool.QueryRow(ctx, applySQL, ids, counts, rb, rc, rm, ro, rq, rs, rin, rout, run).
 		Scan(&applied, &res.keys, &res.upserted)
 	if err != nil {
 		return applyResult{}, err

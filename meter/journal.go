@@ -115,6 +115,7 @@ func (m *Meter) index(b heldBatch, sign int64) {
 		t.msgs += sign * r.Msgs
 		t.bytesIn += sign * r.BytesIn
 		t.bytesOut += sign * r.BytesOut
+		t.unanswered += sign * r.Unanswered
 		t.rows += int(sign)
 		if t.rows == 0 {
 			delete(byKey, k)

@@ -12,6 +12,7 @@ type Unflushed struct {
 	Minute                        time.Time // UTC, the start of the minute
 	Op                            Op
 	Reqs, Msgs, BytesIn, BytesOut int64
+	Unanswered                    int64 // of Msgs: billed without the broker's answer
 }
 
 // Unflushed returns the cluster's usage not yet written to usage_minutes,
@@ -40,6 +41,7 @@ func (m *Meter) Unflushed(clusterID string) []Unflushed {
 		s.msgs += c.msgs
 		s.bytesIn += c.bytesIn
 		s.bytesOut += c.bytesOut
+		s.unanswered += c.unanswered
 		sums[mo] = s
 	}
 	sh.mu.Unlock()
@@ -47,7 +49,7 @@ func (m *Meter) Unflushed(clusterID string) []Unflushed {
 	for k, c := range sums {
 		out = append(out, Unflushed{
 			Minute: time.Unix(k.minute*60, 0).UTC(), Op: k.op,
-			Reqs: c.reqs, Msgs: c.msgs, BytesIn: c.bytesIn, BytesOut: c.bytesOut,
+			Reqs: c.reqs, Msgs: c.msgs, BytesIn: c.bytesIn, BytesOut: c.bytesOut, Unanswered: c.unanswered,
 		})
 	}
 	return out

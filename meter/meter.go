@@ -43,6 +43,13 @@ type Sample struct {
 	Msgs      int64
 	BytesIn   int64
 	BytesOut  int64
+	// Unanswered is the part of Msgs billed without the broker's answer:
+	// a produce request that was forwarded and never answered (the cell's
+	// connection broke, or the upstream timeout passed, once the request
+	// had been written) is billed its admitted items, since the broker may
+	// have stored them. It is counted within Msgs, never beside it, so
+	// anything that reads Msgs bills it; more than Msgs is cut to Msgs.
+	Unanswered int64
 }
 
 // Defaults for the zero values of Config.
@@ -82,6 +89,7 @@ type aggKey struct {
 
 type counters struct {
 	reqs, msgs, bytesIn, bytesOut int64
+	unanswered                    int64 // of msgs
 	// dirty is set by Record and cleared when a checkpoint takes the
 	// counts: the entry stays in the map zeroed, so the next second's
 	// Record on the same key neither allocates nor grows the map.
@@ -270,8 +278,10 @@ func (m *Meter) Record(s Sample) {
 		c.dirty = true
 		m.pending.Add(1)
 	}
+	msgs := nonNeg(s.Msgs)
 	c.reqs += nonNeg(s.Reqs)
-	c.msgs += nonNeg(s.Msgs)
+	c.msgs += msgs
+	c.unanswered += min(nonNeg(s.Unanswered), msgs)
 	c.bytesIn += nonNeg(s.BytesIn)
 	c.bytesOut += nonNeg(s.BytesOut)
 	sh.mu.Unlock()
@@ -314,6 +324,10 @@ type row struct {
 	Msgs      int64  `json:"msgs"`
 	BytesIn   int64  `json:"bytes_in"`
 	BytesOut  int64  `json:"bytes_out"`
+	// Unanswered is of Msgs (usage_minutes.unanswered_msgs). Left out of
+	// spool lines when 0, so that lines stay as queen_proxy's spool row;
+	// a line without it reads as 0.
+	Unanswered int64 `json:"unanswered_msgs,omitempty"`
 }
 
 // take returns the counts recorded since the last take for the minutes
@@ -335,7 +349,7 @@ func (m *Meter) take(before int64, all bool) []row {
 			}
 			out = append(out, row{
 				ClusterID: k.cluster, Minute: k.minute, Op: k.op,
-				Reqs: c.reqs, Msgs: c.msgs, BytesIn: c.bytesIn, BytesOut: c.bytesOut,
+				Reqs: c.reqs, Msgs: c.msgs, BytesIn: c.bytesIn, BytesOut: c.bytesOut, Unanswered: c.unanswered,
 			})
 			*c = counters{}
 			m.pending.Add(-1)

@@ -28,7 +28,9 @@ import (
 //
 //	{"batch":"<id>","created_ms":<unix ms>,"rows":[{"cluster_id":"<uuid>","minute":<unix s / 60>,"op":"push","reqs":1,"msgs":2,"bytes_in":3,"bytes_out":4}, ...]}
 //
-// (the row fields are queen_proxy's spool row fields). A file is appended to
+// (the row fields are queen_proxy's spool row fields, plus
+// "unanswered_msgs", written only when it is not 0: the part of msgs billed
+// without the broker's answer). A file is appended to
 // by one writer, which holds an exclusive flock on it while it is open and
 // fsyncs after every append; replay skips locked files, so a file is never
 // read while it grows, also when two meters share the directory (a Caddy
@@ -509,8 +511,10 @@ func (r row) validate() error {
 		return fmt.Errorf("op %q is not an operation class", r.Op)
 	case r.Minute <= 0 || r.Minute > maxMinute:
 		return fmt.Errorf("minute %d is out of range", r.Minute)
-	case r.Reqs < 0 || r.Msgs < 0 || r.BytesIn < 0 || r.BytesOut < 0:
+	case r.Reqs < 0 || r.Msgs < 0 || r.BytesIn < 0 || r.BytesOut < 0 || r.Unanswered < 0:
 		return errors.New("negative counter")
+	case r.Unanswered > r.Msgs:
+		return fmt.Errorf("unanswered_msgs %d exceeds msgs %d", r.Unanswered, r.Msgs)
 	}
 	return nil
 }

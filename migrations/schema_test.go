@@ -112,6 +112,7 @@ usage_minutes msgs bigint NN 0
 usage_minutes reqs bigint NN 0
 usage_minutes bytes_in bigint NN 0
 usage_minutes bytes_out bigint NN 0
+usage_minutes unanswered_msgs bigint NN 0
 usage_days cluster_id uuid NN -
 usage_days day date NN -
 usage_days op_class text NN -
@@ -119,6 +120,7 @@ usage_days msgs bigint NN 0
 usage_days reqs bigint NN 0
 usage_days bytes_in bigint NN 0
 usage_days bytes_out bigint NN 0
+usage_days unanswered_msgs bigint NN 0
 operations id uuid NN public.gen_random_uuid()
 operations tenant_id uuid NN -
 operations cluster_id uuid NULL -

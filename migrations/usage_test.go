@@ -1,6 +1,7 @@
 package migrations
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -173,4 +174,26 @@ func TestPruneUsageMinutes(t *testing.T) {
 	}
 	wantPgErr(t, callErr(t, pool, "SELECT queen_proxy.prune_usage_minutes(0)"), "22023", "prune_usage_minutes: keep_days")
 	wantPgErr(t, callErr(t, pool, "SELECT queen_proxy.prune_usage_minutes(NULL)"), "22023", "prune_usage_minutes: keep_days")
+}
+
+// 017: the roll-up carries unanswered_msgs into usage_days, and a minute
+// row can never claim more unanswered messages than it bills.
+func TestUnansweredMsgsRolledUpAndBoundedByMsgs(t *testing.T) {
+	pool := db(t)
+	cluster := freshUsage(t, pool)
+	d1 := utcDay(-1)
+	exec(t, pool, `INSERT INTO queen_proxy.usage_minutes (cluster_id, minute, op_class, msgs, reqs, unanswered_msgs)
+		VALUES ($1, $2, 'push', 10, 2, 4), ($1, $3, 'push', 5, 1, 5)`, cluster, d1.Add(time.Hour), d1.Add(2*time.Hour))
+	if n := scalar[int](t, pool, "SELECT queen_proxy.rollup_usage_days(NULL)"); n != 1 {
+		t.Fatalf("rolled up %d day rows, want 1", n)
+	}
+	if got := scalar[int64](t, pool, `SELECT unanswered_msgs FROM queen_proxy.usage_days
+		WHERE cluster_id = $1 AND day = $2::date AND op_class = 'push'`, cluster, d1.Format("2006-01-02")); got != 9 {
+		t.Fatalf("usage_days.unanswered_msgs = %d, want 9", got)
+	}
+	_, err := pool.Exec(ctxT(t), `INSERT INTO queen_proxy.usage_minutes (cluster_id, minute, op_class, msgs, unanswered_msgs)
+		VALUES ($1, $2, 'txn', 1, 2)`, cluster, d1.Add(3*time.Hour))
+	if err == nil || !strings.Contains(err.Error(), "usage_minutes_unanswered_within_msgs") {
+		t.Fatalf("unanswered beyond msgs: %v, want the check constraint's refusal", err)
+	}
 }

@@ -97,6 +97,7 @@ type Broker struct {
 	waiters   map[waitKey]chan struct{}
 	pushMode  PushOutcome
 	pushHook  func(PushItem) PushOutcome
+	fault     *AnswerFault
 	popMaint  bool
 	migration migrationState
 	reqTotal  int64
@@ -269,8 +270,13 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusRequestEntityTooLarge, obj{"error": "Request body too large"})
 		return
 	}
-	rt.handler(b, &reqCtx{
+	rc := &reqCtx{
 		w: w, r: r, body: body, params: params, tenant: tenantID, query: r.URL.Query(),
 		producerSub: ident.sub,
-	})
+	}
+	if f := b.faultFor(r); f != nil {
+		b.serveFaulty(w, f, rt.handler, rc)
+		return
+	}
+	rt.handler(b, rc)
 }

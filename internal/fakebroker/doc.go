@@ -42,6 +42,9 @@
 //     flushed into their queue at once.
 //   - Migration routes never migrate anything: a target that accepts TCP
 //     connections is still reported as a failure.
+//   - SetAnswerFault holds, cuts or drops answers after the request was
+//     handled (a push stored), to put a slow or broken cell between the
+//     commit and the answer; StoredMessages counts what a tenant stored.
 //
 // Everything is held in memory and lost on Close; the fake is for
 // development and tests only.

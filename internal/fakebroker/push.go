@@ -133,6 +133,7 @@ func (b *Broker) enqueueLocked(t *tenant, it *pushItem, now time.Time) (m *messa
 	p.byTxn[m.txn] = m
 	p.lastActivity = now
 	b.msgTotal++
+	t.stored++
 	return m, p, false
 }
 

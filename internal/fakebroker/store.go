@@ -17,6 +17,7 @@ type tenant struct {
 	streams map[string]*streamQuery // by name
 
 	kvBytes, timerBytes int64
+	stored              int64 // messages ever stored (duplicates refused are not)
 }
 
 // tenantLocked returns the tenant with id, creating it.

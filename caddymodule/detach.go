@@ -1,0 +1,80 @@
+package caddymodule
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+)
+
+// A produce request that reached the cell may be committed there whatever
+// becomes of its client, so its exchange with the cell must not end when
+// the client does: it runs under the gateway's own upstream deadline,
+// detached from the client's cancellation, and the answer is read to its
+// end (and tallied) even once nobody takes it. Where no answer comes, the
+// request is billed its admitted items as unanswered (docs/metering.md).
+
+// detachedContext is context.WithoutCancel(parent), kept in the request
+// state so that detaching allocates nothing: the parent's values (the
+// Caddy variables, the replacer) stay, its cancellation and deadline do
+// not.
+type detachedContext struct{ parent context.Context }
+
+func (c *detachedContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c *detachedContext) Done() <-chan struct{}       { return nil }
+func (c *detachedContext) Err() error                  { return nil }
+func (c *detachedContext) Value(key any) any           { return c.parent.Value(key) }
+
+// detaches reports the routes whose exchange outlives the client: those
+// billed from what they add to the cell.
+func detaches(rule billing) bool {
+	switch rule {
+	case billPush, billEphemeralPush, billTransaction, billCycle, billReplay:
+		return true
+	}
+	return false
+}
+
+// relay runs the rest of the chain (reverse_proxy) for a detached route.
+// reverse_proxy panics with http.ErrAbortHandler when the cell's answer
+// breaks off after its head was relayed; aborted reports it, so that the
+// caller books the request before it panics again and the client's stream
+// is cut as reverse_proxy meant. Other panics go on as they came.
+func relay(next caddyhttp.Handler, w http.ResponseWriter, r *http.Request) (aborted bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			if p != http.ErrAbortHandler { //nolint:errorlint // the sentinel is panicked as is
+				panic(p)
+			}
+			aborted = true
+		}
+	}()
+	return false, next.ServeHTTP(w, r)
+}
+
+// mayHaveReachedCell reports whether a failed upstream exchange may have
+// delivered the request to the cell. Only a failure to connect (and
+// reverse_proxy's "no upstreams available", 503) proves it did not; a
+// refused body (http.MaxBytesError) was never complete. Anything else (a
+// reset, a timeout, an unreadable answer) may have followed a request the
+// broker committed.
+func mayHaveReachedCell(err error) bool {
+	var dial reverseproxy.DialError
+	if errors.As(err, &dial) {
+		return false
+	}
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return false
+	}
+	// reverse_proxy wraps its 503 in a 502 of its own: look at each.
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if he, ok := e.(caddyhttp.HandlerError); ok && he.StatusCode == http.StatusServiceUnavailable {
+			return false
+		}
+	}
+	return true
+}
