@@ -51,13 +51,13 @@ func badBody(err error) *apierror.Error {
 }
 
 // jsonBody buffers a body the gateway acts on and refuses it unless it is
-// JSON the gateway reads as the broker does.
+// JSON the gateway reads as the broker does and holds no U+0000.
 func (g *Gateway) jsonBody(r *http.Request, st *requestState) ([]byte, *apierror.Error) {
 	body, e := g.bufferBody(r, st)
 	if e != nil {
 		return nil, e
 	}
-	if err := jsonscan.Check(body); err != nil {
+	if err := jsonscan.CheckStored(body); err != nil {
 		return nil, badBody(err)
 	}
 	return body, nil

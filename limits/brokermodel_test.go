@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -35,7 +36,7 @@ func brokerJSON(body []byte) (text []byte, ok, gatewayOnly, sure bool) {
 		// way the gateway must not forward it.
 		return nil, false, false, true
 	}
-	depth, deepest, replaced := 0, 0, false
+	depth, deepest, replaced, nul := 0, 0, false, false
 	dec := json.NewDecoder(bytes.NewReader(text))
 	for {
 		tok, err := dec.Token()
@@ -52,7 +53,13 @@ func brokerJSON(body []byte) (text []byte, ok, gatewayOnly, sure bool) {
 			}
 		case string:
 			replaced = replaced || strings.ContainsRune(v, utf8.RuneError)
+			// PostgreSQL stores U+0000 in neither text nor jsonb: the
+			// broker's insert fails and the body poisons its buffer.
+			nul = nul || strings.ContainsRune(v, 0)
 		}
+	}
+	if nul {
+		return nil, false, false, true
 	}
 	if replaced {
 		lower := bytes.ToLower(text)
@@ -135,8 +142,34 @@ func modelPushItem(raw json.RawMessage) (ProduceItem, bool) {
 			return ProduceItem{}, false
 		}
 	}
+	if !modelStorable(m, it) {
+		return ProduceItem{}, false
+	}
 	return it, true
 }
+
+// modelStorable is the broker's schema taking an item: queues.name,
+// partitions.name and messages.transaction_id are varchar(255), counted
+// in characters; messages.trace_id is a uuid, cast from the text of
+// traceId unless it is absent, null or empty.
+func modelStorable(m map[string]json.RawMessage, it ProduceItem) bool {
+	if utf8.RuneCountInString(it.Queue) > 255 || utf8.RuneCountInString(it.Partition) > 255 {
+		return false
+	}
+	if txn, ok := modelString(m["transactionId"]); ok && utf8.RuneCountInString(txn) > 255 {
+		return false
+	}
+	raw, present := m["traceId"]
+	if !present || string(raw) == "null" {
+		return true
+	}
+	tr, ok := modelString(raw)
+	return ok && (tr == "" || modelUUID.MatchString(tr))
+}
+
+// modelUUID is PostgreSQL's uuid input: 32 hex digits, a hyphen allowed
+// after each group of four but the last, the whole optionally in braces.
+var modelUUID = regexp.MustCompile(`^(\{[0-9a-fA-F]{4}(-?[0-9a-fA-F]{4}){7}\}|[0-9a-fA-F]{4}(-?[0-9a-fA-F]{4}){7})$`)
 
 // modelPush is POST /api/v1/push: the items it stores, or ok false for a
 // body it refuses (C25, C29, C30).
@@ -240,7 +273,11 @@ func modelCycle(text []byte) ([]ProduceItem, []int, bool) {
 		} else if v, present := m["data"]; present {
 			size = len(v)
 		}
-		items = append(items, ProduceItem{Queue: q, Partition: p, PayloadBytes: size})
+		it := ProduceItem{Queue: q, Partition: p, PayloadBytes: size}
+		if !modelStorable(m, it) {
+			return nil, nil, false
+		}
+		items = append(items, it)
 		pos = append(pos, i)
 	}
 	return items, pos, true
@@ -446,10 +483,10 @@ func FuzzParseProduce(f *testing.F) {
 			compareModel(t, "cycle", got, citems, pos)
 		}
 
-		n, err := ParseEphemeralCount(body)
+		eph, err := ParseEphemeral(body)
 		want, ephOK := modelEphemeral(text)
-		if agree(t, "ephemeral", err, ok && ephOK, gatewayOnly, sure) && n != want {
-			t.Fatalf("ephemeral %d, model %d", n, want)
+		if agree(t, "ephemeral", err, ok && ephOK, gatewayOnly, sure) && eph.Items != want {
+			t.Fatalf("ephemeral %d, model %d", eph.Items, want)
 		}
 		if !bytes.Equal(body, orig) {
 			t.Fatal("the body was modified")

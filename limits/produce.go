@@ -61,13 +61,19 @@ func (b *ProduceBatch) reset() {
 
 // add counts one item at position index (the index reported for it).
 func (b *ProduceBatch) add(queue, partition []byte, payloadBytes, index int) {
+	b.count(payloadBytes, index)
+	b.addPair(queue, partition)
+}
+
+// count counts one item without a (queue, partition) pair: an ephemeral
+// message or a KV or timers operation, which no queue admission applies to.
+func (b *ProduceBatch) count(payloadBytes, index int) {
 	b.Items++
 	b.PayloadBytes += int64(payloadBytes)
 	if b.Heaviest.Index < 0 || payloadBytes > b.Heaviest.Bytes {
 		b.Heaviest.Index, b.Heaviest.Bytes = index, payloadBytes
 		b.records = append(b.records, sizeRecord{index, payloadBytes})
 	}
-	b.addPair(queue, partition)
 }
 
 func (b *ProduceBatch) addPair(queue, partition []byte) {
@@ -126,7 +132,9 @@ type SizeRefusal struct{ Message string }
 // when the gateway is not configured with another.
 const DefaultMaxBatchItems = 10000
 
-// CheckProduce applies the hard size caps to a parsed push or transaction:
+// CheckProduce applies the hard size caps to a parsed push or transaction
+// (and to an ephemeral push and a KV or timers batch, whose items are its
+// messages and operations):
 // first the per-item payload cap (naming the first item over it), then the
 // batch cap (max_batch_items, else defaultMaxBatch, else
 // DefaultMaxBatchItems when defaultMaxBatch is not positive). It returns nil
@@ -140,6 +148,12 @@ func CheckProduce(b ProduceBatch, lim Effective, defaultMaxBatch int) *SizeRefus
 			}
 		}
 	}
+	return batchCapRefusal(b.Items, lim, defaultMaxBatch)
+}
+
+// batchCapRefusal applies the batch cap (max_batch_items, else
+// defaultMaxBatch, else DefaultMaxBatchItems) to a body of items items.
+func batchCapRefusal(items int, lim Effective, defaultMaxBatch int) *SizeRefusal {
 	maxItems := int64(lim.MaxBatchItems)
 	if lim.MaxBatchItems.IsUnlimited() {
 		maxItems = int64(defaultMaxBatch)
@@ -147,21 +161,22 @@ func CheckProduce(b ProduceBatch, lim Effective, defaultMaxBatch int) *SizeRefus
 			maxItems = DefaultMaxBatchItems
 		}
 	}
-	if int64(b.Items) > maxItems {
-		return &SizeRefusal{Message: "batch of " + strconv.Itoa(b.Items) + " items exceeds max_batch_items (" +
+	if int64(items) > maxItems {
+		return &SizeRefusal{Message: "batch of " + strconv.Itoa(items) + " items exceeds max_batch_items (" +
 			strconv.FormatInt(maxItems, 10) + ")"}
 	}
 	return nil
 }
 
-// CheckCycle applies the per-item payload cap to a parsed streams cycle: the
-// cap is checked against the heaviest sink item, named by its position in
-// push_items. A cycle has no batch cap of its own.
-func CheckCycle(b ProduceBatch, lim Effective) *SizeRefusal {
+// CheckCycle applies the hard size caps to a parsed streams cycle: the
+// per-item payload cap against the heaviest sink item, named by its
+// position in push_items, then the batch cap to the sink items, as for a
+// push.
+func CheckCycle(b ProduceBatch, lim Effective, defaultMaxBatch int) *SizeRefusal {
 	c := lim.MaxPayloadBytes
-	if c.IsUnlimited() || b.Heaviest.Index < 0 || int64(b.Heaviest.Bytes) <= int64(c) {
-		return nil
+	if !c.IsUnlimited() && b.Heaviest.Index >= 0 && int64(b.Heaviest.Bytes) > int64(c) {
+		return &SizeRefusal{Message: "push_items[" + strconv.Itoa(b.Heaviest.Index) + "]: payload " +
+			strconv.Itoa(b.Heaviest.Bytes) + " bytes exceeds max_payload_bytes (" + strconv.FormatInt(int64(c), 10) + ")"}
 	}
-	return &SizeRefusal{Message: "push_items[" + strconv.Itoa(b.Heaviest.Index) + "]: payload " +
-		strconv.Itoa(b.Heaviest.Bytes) + " bytes exceeds max_payload_bytes (" + strconv.FormatInt(int64(c), 10) + ")"}
+	return batchCapRefusal(b.Items, lim, defaultMaxBatch)
 }
