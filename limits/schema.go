@@ -45,8 +45,7 @@ func tooLongRefusal(ref itemRef, field string) *BodyError {
 // one the broker stores: absent, null or "" (no trace id), or a string
 // PostgreSQL reads as a uuid (messages.trace_id is UUID; the procedure
 // casts the text of traceId, an empty one made NULL, to uuid). Any other
-// JSON value is cast from its
-// text and fails.
+// JSON value is cast from its text and fails.
 func traceIDStorable(v []byte) bool {
 	if v == nil || isNull(v) {
 		return true
