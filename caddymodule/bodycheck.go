@@ -16,9 +16,12 @@ import (
 //     mark is skipped by the broker's JSON library but not by every reader
 //     the gateway has, so it is refused rather than agreed on;
 //   - the bodies the gateway acts on (produce, configure, replay, the
-//     streams cycle): they must be JSON the gateway reads exactly as the
-//     broker does (jsonscan.Check), or they are refused rather than
-//     forwarded unenforced.
+//     streams cycle, ephemeral pushes, KV and timers batches): they must be
+//     JSON the gateway reads exactly as the broker does (jsonscan.Check), or
+//     they are refused rather than forwarded unenforced;
+//   - every body, walked or not, must not carry U+0000, which the broker's
+//     database cannot store (jsonscan.CheckStored in the walk, else
+//     limits.StoredTextError; docs/enforcement.md lists the schema's rules).
 //
 // Both refusals are 400 bad_request, are never forwarded and are not
 // billed.
