@@ -295,6 +295,35 @@ func modelEphemeral(text []byte) (int, bool) {
 	return len(arr), true
 }
 
+// modelOperations is a KV or timers batch as the gateway caps it: a bare
+// array of operations or an object's "operations" array; each operation an
+// item sized by its largest member (the whole element when it is not an
+// object).
+func modelOperations(text []byte) ([]ProduceItem, bool) {
+	var ops []json.RawMessage
+	if arr, ok := modelArray(json.RawMessage(bytes.TrimLeft(text, " \t\r\n"))); ok {
+		ops = arr
+	} else if top, ok := modelTop(text); ok {
+		if ops, ok = modelArray(top["operations"]); !ok {
+			return nil, false
+		}
+	} else {
+		return nil, false
+	}
+	items := []ProduceItem{}
+	for _, raw := range ops {
+		size := len(raw)
+		if m, ok := modelObject(raw); ok {
+			size = 0
+			for _, v := range m {
+				size = max(size, len(v))
+			}
+		}
+		items = append(items, ProduceItem{PayloadBytes: size})
+	}
+	return items, true
+}
+
 // compareModel checks a parsed batch against the model's items.
 func compareModel(t *testing.T, what string, got ProduceBatch, items []ProduceItem, positions []int) {
 	t.Helper()
@@ -345,6 +374,33 @@ func compareModel(t *testing.T, what string, got ProduceBatch, items []ProduceIt
 		}
 		if gotMsg != wantMsg {
 			t.Fatalf("%s cap %d: %q, model %q", what, c, gotMsg, wantMsg)
+		}
+	}
+}
+
+// compareOperations checks a parsed KV or timers batch against the model:
+// its count and the first operation over each payload cap.
+func compareOperations(t *testing.T, got ProduceBatch, items []ProduceItem) {
+	t.Helper()
+	if got.Items != len(items) || len(got.Pairs) != 0 {
+		t.Fatalf("operations: %d items, %d pairs; model %d items", got.Items, len(got.Pairs), len(items))
+	}
+	for _, c := range []int{0, 1, 3, 7, 20, 100} {
+		lim := AllUnlimited()
+		lim.MaxPayloadBytes = Cap(c)
+		want := ""
+		for i, it := range items {
+			if it.PayloadBytes > c {
+				want = fmt.Sprintf("item %d: payload %d bytes exceeds max_payload_bytes (%d)", i, it.PayloadBytes, c)
+				break
+			}
+		}
+		gotMsg := ""
+		if r := CheckProduce(got, lim, 1<<30); r != nil {
+			gotMsg = r.Message
+		}
+		if gotMsg != want {
+			t.Fatalf("operations cap %d: %q, model %q", c, gotMsg, want)
 		}
 	}
 }
@@ -456,6 +512,8 @@ func FuzzParseProduce(f *testing.F) {
 		`{"queue":"q","messages":[1,{"a":[1,2]},"x",null]}`,
 		"{\"items\":[{\"\\u0071ueue\":\"q\\u00e9\",\"payload\":1}]}",
 		`{"items":[]} x`,
+		`[{"op":"put","ns":"n","key":"k","value":{"a":[1,2]}},5,{"op":"get","key":"k","key":"kk"}]`,
+		`{"operations":[{"op":"schedule","payload":"xx"}],"operations":[{"op":"cancel"},{}]}`,
 		`[1,2,3]`,
 		``,
 	} {
@@ -487,6 +545,11 @@ func FuzzParseProduce(f *testing.F) {
 		want, ephOK := modelEphemeral(text)
 		if agree(t, "ephemeral", err, ok && ephOK, gatewayOnly, sure) && eph.Items != want {
 			t.Fatalf("ephemeral %d, model %d", eph.Items, want)
+		}
+		got, err = ParseOperations(body)
+		ops, opsOK := modelOperations(text)
+		if agree(t, "operations", err, ok && opsOK, gatewayOnly, sure) {
+			compareOperations(t, got, ops)
 		}
 		if !bytes.Equal(body, orig) {
 			t.Fatal("the body was modified")
