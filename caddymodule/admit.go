@@ -164,6 +164,9 @@ func (g *Gateway) admitConfigure(r *http.Request, st *requestState, c *tenancy.C
 	if !ok {
 		return errConfigureShape
 	}
+	if err := limits.ConfigureNamesError(body); err != nil {
+		return badBody(err)
+	}
 	if refusal != "" {
 		if e := g.limitExceeded(st, c, quotaExceeded(refusal)); e != nil {
 			return e

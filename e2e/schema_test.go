@@ -50,6 +50,14 @@ func TestSchemaAndValueCapsThroughTheGateway(t *testing.T) {
 		{"NUL in stream state", "POST", "/streams/v1/cycle", `{"partition_id":"p","state_ops":[{"type":"upsert","key":"k","value":"\u0000"}]}`, 400, "bad_request", atNUL},
 		{"NUL in an ephemeral message", "POST", "/api/v1/ephemeral/push", `{"queue":"q","messages":["\u0000"]}`, 400, "bad_request", atNUL},
 		{"NUL in a configured queue", "POST", "/api/v1/configure", `{"queue":"q\u0000"}`, 400, "bad_request", atNUL},
+		{"NUL in a pop's consumer group", "GET", "/api/v1/pop/queue/q?consumerGroup=a%00b&batch=1", "", 400, "bad_request",
+			"query holds U+0000 (%00); the broker cannot store it"},
+		{"a pop's consumer group over 255 characters", "GET", "/api/v1/pop/queue/q?consumerGroup=" + strings.Repeat("%C3%A9", 256), "", 400, "bad_request",
+			"consumerGroup is longer than 255 characters, more than the broker can store"},
+		{"a configured namespace over 255 characters", "POST", "/api/v1/configure", `{"queue":"q","namespace":"` + long + `"}`, 400, "bad_request",
+			"namespace is longer than 255 characters, more than the broker can store"},
+		{"a configured queue over 255 characters", "POST", "/api/v1/configure", `{"queue":"` + long + `"}`, 400, "bad_request",
+			"queue is longer than 255 characters, more than the broker can store"},
 		{"traceId not a UUID", "POST", "/api/v1/push", `{"items":[{"queue":"q","traceId":"bad"}]}`, 400, "bad_request",
 			"item 0: traceId must be a UUID (or empty), as the broker stores it"},
 		{"transactionId over 255 characters", "POST", "/api/v1/push", `{"items":[{"queue":"q","transactionId":"` + long + `"}]}`, 400, "bad_request",
@@ -87,6 +95,7 @@ func TestSchemaAndValueCapsThroughTheGateway(t *testing.T) {
 		{"POST", "/api/v1/kv", `[{"op":"put","ns":"n","key":"k","value":"small"}]`},
 		{"PUT", "/api/v1/kv/n/k", `"small"`},
 		{"POST", "/api/v1/ephemeral/push", `{"queue":"q","messages":[1,2,3]}`},
+		{"POST", "/api/v1/configure", `{"queue":"q","namespace":"` + long[2:] + `"}`},
 	} {
 		send(ok.method, ok.path, ok.body)
 		reachedCell(t, broker, ok.path, ok.body)

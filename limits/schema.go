@@ -150,3 +150,25 @@ func uuidText(s []byte) bool {
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
+
+// ConfigureNamesError refuses a POST /api/v1/configure body (already
+// checked JSON) whose top-level queue, namespace or task is a string longer
+// than MaxNameChars characters: queues.name, queues.namespace and
+// queues.task are varchar(255), and the broker answers such a body with its
+// database's error after trying the insert.
+func ConfigureNamesError(body []byte) error {
+	i := jsonscan.SkipSpace(body, 0)
+	if i >= len(body) || body[i] != '{' {
+		return nil
+	}
+	var v [3][]byte
+	fields := []string{"queue", "namespace", "task"}
+	memberValues(body, i, fields, v[:])
+	for k, raw := range v {
+		if len(raw) > 0 && raw[0] == '"' && rawStringTooLong(raw) {
+			return &BodyError{fields[k] + " is longer than " + strconv.Itoa(MaxNameChars) +
+				" characters, more than the broker can store"}
+		}
+	}
+	return nil
+}
