@@ -47,6 +47,8 @@ func (g *Gateway) admitBody(r *http.Request, st *requestState, c *tenancy.Cluste
 		return g.admitStored(st, c, body, limits.ParseOperations, false)
 	case gated(tenancy.FeatureKV, tenancy.GatedGrow):
 		return g.admitStored(st, c, body, limits.ParseStoredValue, false)
+	case gated(tenancy.FeatureTraces, tenancy.GatedOpen) && r.URL.Path == "/api/v1/traces":
+		return g.admitStored(st, c, body, limits.ParseTrace, false)
 	}
 	// Bodies no walker reads are searched for U+0000 alone.
 	if err := limits.StoredTextError(body); err != nil {

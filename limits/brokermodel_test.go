@@ -313,15 +313,55 @@ func modelOperations(text []byte) ([]ProduceItem, bool) {
 	items := []ProduceItem{}
 	for _, raw := range ops {
 		size := len(raw)
-		if m, ok := modelObject(raw); ok {
-			size = 0
-			for _, v := range m {
-				size = max(size, len(v))
-			}
+		if _, ok := modelObject(raw); ok {
+			size = modelLargestMember(raw)
 		}
 		items = append(items, ProduceItem{PayloadBytes: size})
 	}
 	return items, true
+}
+
+// modelLargestMember is the length of the longest member value of the
+// object raw as sent, a duplicated member's discarded values included (the
+// gateway caps every value an operation carries, whichever one the broker
+// keeps).
+func modelLargestMember(raw json.RawMessage) int {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if _, err := dec.Token(); err != nil {
+		return 0
+	}
+	largest := 0
+	for dec.More() {
+		if _, err := dec.Token(); err != nil {
+			return largest
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return largest
+		}
+		largest = max(largest, len(v))
+	}
+	return largest
+}
+
+// modelTrace is record_trace taking a POST /api/v1/traces body: an object
+// whose transactionId, consumerGroup and workerId fit varchar(255) and
+// eventType varchar(100), in characters; sized by its data ("{}" when
+// absent).
+func modelTrace(text []byte) (int, bool) {
+	m, ok := modelTop(text)
+	if !ok {
+		return 0, false
+	}
+	for field, limit := range map[string]int{"transactionId": 255, "consumerGroup": 255, "workerId": 255, "eventType": 100} {
+		if s, ok := modelString(m[field]); ok && utf8.RuneCountInString(s) > limit {
+			return 0, false
+		}
+	}
+	if d, present := m["data"]; present {
+		return len(d), true
+	}
+	return len("{}"), true
 }
 
 // compareModel checks a parsed batch against the model's items.
@@ -515,6 +555,8 @@ func FuzzParseProduce(f *testing.F) {
 		`[{"op":"put","ns":"n","key":"k","value":{"a":[1,2]}},5,{"op":"get","key":"k","key":"kk"}]`,
 		`{"operations":[{"op":"schedule","payload":"xx"}],"operations":[{"op":"cancel"},{}]}`,
 		`[1,2,3]`,
+		`{"transactionId":"tx-1","partitionId":"9827ba6f-7345-4942-8385-39c3bcb79254","traceNames":["order-1"],"eventType":"info","data":{"text":"charged card"}}`,
+		`{"transactionId":"t","eventType":"` + strings.Repeat("e", 101) + `","data":1}`,
 		``,
 	} {
 		f.Add([]byte(s))
@@ -550,6 +592,11 @@ func FuzzParseProduce(f *testing.F) {
 		ops, opsOK := modelOperations(text)
 		if agree(t, "operations", err, ok && opsOK, gatewayOnly, sure) {
 			compareOperations(t, got, ops)
+		}
+		tr, err := ParseTrace(body)
+		size, traceOK := modelTrace(text)
+		if agree(t, "trace", err, ok && traceOK, gatewayOnly, sure) && (tr.Items != 1 || tr.Heaviest.Bytes != size) {
+			t.Fatalf("trace: %d items of %d bytes, model one of %d", tr.Items, tr.Heaviest.Bytes, size)
 		}
 		if !bytes.Equal(body, orig) {
 			t.Fatal("the body was modified")

@@ -295,8 +295,9 @@ func ParseEphemeral(body []byte) (ProduceBatch, error) {
 // JSON array of operations, or an object with an "operations" array (the
 // last one, as at the broker). Each operation is an item; its size is that
 // of its largest member's raw JSON text (the value it stores, whatever the
-// member is called: "value" for KV, the payload of a timer), or of the
-// whole element when it is not an object. Any other body is refused: what
+// member is called: "value" for KV, the payload of a timer; a duplicated
+// member's discarded values count too), or of the whole element when it is
+// not an object. Any other body is refused: what
 // the broker would store from it is not known.
 func ParseOperations(body []byte) (ProduceBatch, error) {
 	var b ProduceBatch
@@ -442,4 +443,52 @@ func (n *nameBuf) addSinkItem(b *ProduceBatch, body []byte, at, pos int) (int, e
 	}
 	b.add(q, p, len(payload), pos)
 	return end, nil
+}
+
+// traceLimits are the columns a POST /api/v1/traces body's strings land in
+// (record_trace in procedures/011_traces.sql): message_traces.transaction_id
+// and consumer_group varchar(255), event_type varchar(100), worker_id
+// varchar(255).
+var traceLimits = [...]struct {
+	field string
+	chars int
+}{{"transactionId", MaxNameChars}, {"consumerGroup", MaxNameChars}, {"eventType", 100}, {"workerId", MaxNameChars}}
+
+// ParseTrace reads a POST /api/v1/traces body in one walk: an object whose
+// strings must fit their columns (traceLimits); it is one item, whose size
+// is that of its "data" (the value record_trace stores; absent, the 2
+// bytes of the "{}" it stores instead). Any other body is refused: the
+// broker stores nothing from it.
+func ParseTrace(body []byte) (ProduceBatch, error) {
+	var b ProduceBatch
+	b.reset()
+	if err := jsonscan.CheckStored(body); err != nil {
+		return ProduceBatch{}, err
+	}
+	i := jsonscan.SkipSpace(body, 0)
+	if body[i] != '{' {
+		return ProduceBatch{}, &BodyError{"a trace must be a JSON object"}
+	}
+	var values [len(traceLimits)][]byte
+	size := missingPayloadBytes
+	jsonscan.Members(body, i, func(k []byte, at int) int {
+		e := jsonscan.ValueEnd(body, at)
+		if keyIs(k, "data") {
+			size = e - at
+		}
+		for f := range traceLimits {
+			if keyIs(k, traceLimits[f].field) {
+				values[f] = body[at:e]
+			}
+		}
+		return e
+	})
+	for f, v := range values {
+		if len(v) > 0 && v[0] == '"' && len(v)-2 > traceLimits[f].chars && jsonscan.StringChars(v) > traceLimits[f].chars {
+			return ProduceBatch{}, &BodyError{traceLimits[f].field + " is longer than " + strconv.Itoa(traceLimits[f].chars) +
+				" characters, more than the broker can store"}
+		}
+	}
+	b.count(size, 0)
+	return b, nil
 }

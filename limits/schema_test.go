@@ -145,6 +145,23 @@ func TestStoredValueCaps(t *testing.T) {
 			t.Errorf("batch %q was read", body)
 		}
 	}
+	tr, err := ParseTrace([]byte(`{"transactionId":"t","partitionId":"p","data":` + big + `}`))
+	if r := CheckProduce(tr, lim, 0); err != nil || r == nil || r.Message != "item 0: payload 22 bytes exceeds max_payload_bytes (10)" {
+		t.Errorf("trace: %v %+v", err, r)
+	}
+	for body, want := range map[string]string{
+		`{"transactionId":"t","eventType":"` + strings.Repeat("é", 101) + `"}`:     "eventType is longer than 100 characters, more than the broker can store",
+		`{"transactionId":"t","consumerGroup":"` + strings.Repeat("g", 256) + `"}`: "consumerGroup is longer than 255 characters, more than the broker can store",
+		`{"transactionId":"` + strings.Repeat("t", 256) + `"}`:                     "transactionId is longer than 255 characters, more than the broker can store",
+		`["not","an","object"]`: "a trace must be a JSON object",
+	} {
+		if _, err := ParseTrace([]byte(body)); err == nil || err.Error() != want {
+			t.Errorf("trace %.60s: %v, want %q", body, err, want)
+		}
+	}
+	if _, err := ParseTrace([]byte(`{"transactionId":"t","eventType":"` + strings.Repeat("é", 100) + `"}`)); err != nil {
+		t.Errorf("an eventType of 100 characters: %v", err)
+	}
 	if _, err := ParseStoredValue([]byte("raw \x00 value")); err == nil {
 		t.Error("a KV value with a NUL byte was read")
 	}
