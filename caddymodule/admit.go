@@ -105,13 +105,13 @@ func (g *Gateway) admitCycle(r *http.Request, st *requestState, c *tenancy.Clust
 	if err != nil {
 		return badBody(err)
 	}
+	if refusal := limits.CheckCycle(batch, c.Limits, g.app.MaxBatchItems); refusal != nil {
+		return payloadTooLarge(refusal.Message)
+	}
 	if batch.Items == 0 {
 		return nil
 	}
 	st.cycle = batch
-	if refusal := limits.CheckCycle(batch, c.Limits, g.app.MaxBatchItems); refusal != nil {
-		return payloadTooLarge(refusal.Message)
-	}
 	return g.admitBatch(r, st, c, batch)
 }
 

@@ -244,6 +244,9 @@ func modelCycle(text []byte) ([]ProduceItem, []int, bool) {
 	if !ok {
 		return nil, []int{}, true
 	}
+	if g, ok := modelString(top["consumer_group"]); ok && utf8.RuneCountInString(g) > 255 {
+		return nil, nil, false // partition_consumers.consumer_group varchar(255)
+	}
 	raw, present := top["push_items"]
 	if !present || string(raw) == "null" {
 		return nil, []int{}, true
@@ -281,6 +284,31 @@ func modelCycle(text []byte) ([]ProduceItem, []int, bool) {
 		pos = append(pos, i)
 	}
 	return items, pos, true
+}
+
+// modelStateValue is the largest value a cycle's state_ops upsert (the
+// last "value" of each object op, as stored), as (position, size); -1 when
+// none.
+func modelStateValue(text []byte) (int, int) {
+	top, ok := modelTop(text)
+	if !ok {
+		return -1, 0
+	}
+	ops, ok := modelArray(top["state_ops"])
+	if !ok {
+		return -1, 0
+	}
+	at, size := -1, 0
+	for i, raw := range ops {
+		m, ok := modelObject(raw)
+		if !ok {
+			continue
+		}
+		if v, present := m["value"]; present && len(v) > size {
+			at, size = i, len(v)
+		}
+	}
+	return at, size
 }
 
 func modelEphemeral(text []byte) (int, bool) {
@@ -555,6 +583,7 @@ func FuzzParseProduce(f *testing.F) {
 		`[{"op":"put","ns":"n","key":"k","value":{"a":[1,2]}},5,{"op":"get","key":"k","key":"kk"}]`,
 		`{"operations":[{"op":"schedule","payload":"xx"}],"operations":[{"op":"cancel"},{}]}`,
 		`[1,2,3]`,
+		`{"partition_id":"p","consumer_group":"g","state_ops":[{"type":"upsert","key":"k","value":{"sum":12}},7,{"type":"delete","key":"k"},{"value":[1,2,3,4,5],"value":1}],"state_ops":[{"value":"xyz"}]}`,
 		`{"transactionId":"tx-1","partitionId":"9827ba6f-7345-4942-8385-39c3bcb79254","traceNames":["order-1"],"eventType":"info","data":{"text":"charged card"}}`,
 		`{"transactionId":"t","eventType":"` + strings.Repeat("e", 101) + `","data":1}`,
 		``,
@@ -581,6 +610,9 @@ func FuzzParseProduce(f *testing.F) {
 		citems, pos, cycleOK := modelCycle(text)
 		if agree(t, "cycle", err, ok && cycleOK, gatewayOnly, sure) {
 			compareModel(t, "cycle", got, citems, pos)
+			if at, size := modelStateValue(text); got.stateHeaviest != (sizeRecord{at, size}) {
+				t.Fatalf("cycle state value %+v, model (%d, %d)", got.stateHeaviest, at, size)
+			}
 		}
 
 		eph, err := ParseEphemeral(body)

@@ -39,6 +39,9 @@ type ProduceBatch struct {
 	// first item over any payload cap is one of them (every earlier item is
 	// smaller), so CheckProduce can name it without a per-item list.
 	records []sizeRecord
+	// stateHeaviest is a streams cycle's largest state_ops value (index -1
+	// when there is none), which CheckCycle caps like a payload.
+	stateHeaviest sizeRecord
 	// pairIdx indexes Pairs once there are too many to scan.
 	pairIdx map[string]int
 	keyBuf  []byte
@@ -57,6 +60,7 @@ func (b *ProduceBatch) reset() {
 	b.Heaviest.Index, b.Heaviest.Bytes = -1, 0
 	b.records = b.records[:0]
 	b.pairIdx = nil
+	b.stateHeaviest = sizeRecord{-1, 0}
 }
 
 // add counts one item at position index (the index reported for it).
@@ -170,13 +174,17 @@ func batchCapRefusal(items int, lim Effective, defaultMaxBatch int) *SizeRefusal
 
 // CheckCycle applies the hard size caps to a parsed streams cycle: the
 // per-item payload cap against the heaviest sink item, named by its
-// position in push_items, then the batch cap to the sink items, as for a
-// push.
+// position in push_items, and against the largest state_ops value, then
+// the batch cap to the sink items, as for a push.
 func CheckCycle(b ProduceBatch, lim Effective, defaultMaxBatch int) *SizeRefusal {
 	c := lim.MaxPayloadBytes
 	if !c.IsUnlimited() && b.Heaviest.Index >= 0 && int64(b.Heaviest.Bytes) > int64(c) {
 		return &SizeRefusal{Message: "push_items[" + strconv.Itoa(b.Heaviest.Index) + "]: payload " +
 			strconv.Itoa(b.Heaviest.Bytes) + " bytes exceeds max_payload_bytes (" + strconv.FormatInt(int64(c), 10) + ")"}
+	}
+	if s := b.stateHeaviest; !c.IsUnlimited() && s.index >= 0 && int64(s.bytes) > int64(c) {
+		return &SizeRefusal{Message: "state_ops[" + strconv.Itoa(s.index) + "]: value " +
+			strconv.Itoa(s.bytes) + " bytes exceeds max_payload_bytes (" + strconv.FormatInt(int64(c), 10) + ")"}
 	}
 	return batchCapRefusal(b.Items, lim, defaultMaxBatch)
 }

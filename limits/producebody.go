@@ -41,6 +41,12 @@ const missingPayloadBytes = 2
 // the value. isObject is false when the body is valid JSON but not an
 // object.
 func walkTop(body []byte, field string, read func(at int) int) (isObject bool, err error) {
+	return walkTopFields(body, []string{field}, func(_, at int) int { return read(at) })
+}
+
+// walkTopFields is walkTop for several fields: read is told which one
+// (its index in fields).
+func walkTopFields(body []byte, fields []string, read func(field, at int) int) (isObject bool, err error) {
 	if err := jsonscan.CheckStored(body); err != nil {
 		return false, err
 	}
@@ -49,8 +55,10 @@ func walkTop(body []byte, field string, read func(at int) int) (isObject bool, e
 		return false, nil
 	}
 	jsonscan.Members(body, i, func(k []byte, at int) int {
-		if keyIs(k, field) {
-			return read(at)
+		for f, name := range fields {
+			if keyIs(k, name) {
+				return read(f, at)
+			}
 		}
 		return jsonscan.ValueEnd(body, at)
 	})
@@ -371,7 +379,9 @@ func StoredTextError(body []byte) error {
 }
 
 // ParseCycle reads the sink items of a POST /streams/v1/cycle body
-// ("push_items") the way the broker packs them: each element on its own, so
+// ("push_items"), and the size of the largest value its state_ops upsert,
+// in one walk; it refuses a consumer_group longer than MaxNameChars. Sink
+// items are read the way the broker packs them: each element on its own, so
 // a bad element is skipped and its neighbours kept. An element counts when
 // it is an object with a non-empty string "queue"; its partition is a
 // non-empty string "partition", else "Default"; its payload size is the raw
@@ -386,7 +396,32 @@ func ParseCycle(body []byte) (ProduceBatch, error) {
 	var names nameBuf
 	kind := byte(0) // the first byte of the last push_items, 0 when absent
 	var itemsErr error
-	_, err := walkTop(body, "push_items", func(at int) int {
+	var group []byte           // the last consumer_group
+	state := sizeRecord{-1, 0} // the largest state value of the last state_ops
+	_, err := walkTopFields(body, cycleFields[:], func(field, at int) int {
+		switch field {
+		case 1:
+			group = body[at:jsonscan.ValueEnd(body, at)]
+			return at + len(group)
+		case 2:
+			state = sizeRecord{-1, 0}
+			if body[at] != '[' {
+				return jsonscan.ValueEnd(body, at)
+			}
+			pos := 0
+			return jsonscan.Elements(body, at, func(at int) int {
+				pos++
+				if body[at] != '{' {
+					return jsonscan.ValueEnd(body, at)
+				}
+				var v [1][]byte
+				end := memberValues(body, at, []string{"value"}, v[:])
+				if size := len(v[0]); v[0] != nil && size > state.bytes {
+					state = sizeRecord{pos - 1, size}
+				}
+				return end
+			})
+		}
 		b.reset()
 		kind = body[at]
 		if kind != '[' {
@@ -411,11 +446,20 @@ func ParseCycle(body []byte) (ProduceBatch, error) {
 		return ProduceBatch{}, itemsErr
 	case kind != 0 && kind != '[' && kind != 'n':
 		return ProduceBatch{}, &BodyError{"push_items must be an array"}
+	case len(group) > 0 && group[0] == '"' && rawStringTooLong(group):
+		return ProduceBatch{}, &BodyError{"consumer_group is longer than " + strconv.Itoa(MaxNameChars) +
+			" characters, more than the broker can store"}
 	case kind != '[':
 		b.reset()
 	}
+	b.stateHeaviest = state
 	return b, nil
 }
+
+// cycleFields are the members of a cycle ParseCycle reads, by index:
+// push_items (0), consumer_group (1; partition_consumers.consumer_group is
+// varchar(255)) and state_ops (2; each op's value is a stored client value).
+var cycleFields = [...]string{"push_items", "consumer_group", "state_ops"}
 
 // addSinkItem counts the element of a cycle's push_items at body[at]
 // (position pos) and returns the index just past it. An element the broker

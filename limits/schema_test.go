@@ -165,8 +165,18 @@ func TestStoredValueCaps(t *testing.T) {
 	if _, err := ParseStoredValue([]byte("raw \x00 value")); err == nil {
 		t.Error("a KV value with a NUL byte was read")
 	}
+	// A cycle's state values take the payload cap; its consumer group the
+	// schema's length.
+	cyc, err := ParseCycle([]byte(`{"partition_id":"p","state_ops":[{"type":"delete","key":"k"},{"type":"upsert","key":"k","value":` + big + `}]}`))
+	if r := CheckCycle(cyc, lim, 0); err != nil || r == nil || r.Message != "state_ops[1]: value 22 bytes exceeds max_payload_bytes (10)" {
+		t.Errorf("cycle state: %v %+v", err, r)
+	}
+	if _, err := ParseCycle([]byte(`{"partition_id":"p","consumer_group":"` + strings.Repeat("g", 256) + `"}`)); err == nil ||
+		err.Error() != "consumer_group is longer than 255 characters, more than the broker can store" {
+		t.Errorf("cycle consumer group: %v", err)
+	}
 	// A cycle's sink items take the batch cap too.
-	cyc, err := ParseCycle([]byte(`{"push_items":[{"queue":"s"},{"queue":"s"},{"queue":"s"}]}`))
+	cyc, err = ParseCycle([]byte(`{"push_items":[{"queue":"s"},{"queue":"s"},{"queue":"s"}]}`))
 	if r := CheckCycle(cyc, lim, 0); err != nil || r == nil || r.Message != "batch of 3 items exceeds max_batch_items (2)" {
 		t.Errorf("cycle: %v %+v", err, r)
 	}
