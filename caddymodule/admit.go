@@ -50,9 +50,15 @@ func (g *Gateway) admitBody(r *http.Request, st *requestState, c *tenancy.Cluste
 	case gated(tenancy.FeatureTraces, tenancy.GatedOpen) && r.URL.Path == "/api/v1/traces":
 		return g.admitStored(st, c, body, limits.ParseTrace, false)
 	}
-	// Bodies no walker reads are searched for U+0000 alone.
+	// Bodies no walker reads are searched for U+0000, and an ack's consumer
+	// group is measured.
 	if err := limits.StoredTextError(body); err != nil {
 		return badBody(err)
+	}
+	if route.Class == tenancy.ClassConsume && (r.URL.Path == "/api/v1/ack" || r.URL.Path == "/api/v1/ack/batch") {
+		if err := limits.AckNamesError(body); err != nil {
+			return badBody(err)
+		}
 	}
 	return nil
 }

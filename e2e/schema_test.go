@@ -64,6 +64,8 @@ func TestSchemaAndValueCapsThroughTheGateway(t *testing.T) {
 			"item 0: payload 102 bytes exceeds max_payload_bytes (64)"},
 		{"a stream state value over the payload cap", "POST", "/streams/v1/cycle", `{"partition_id":"p","state_ops":[{"type":"upsert","key":"k","value":` + big + `}]}`, 413, "payload_too_large",
 			"state_ops[0]: value 102 bytes exceeds max_payload_bytes (64)"},
+		{"an ack's consumer group over 255 characters", "POST", "/api/v1/ack/batch", `{"consumerGroup":"` + long + `","acknowledgments":[{"transactionId":"t","partitionId":"p","status":"completed"}]}`, 400, "bad_request",
+			"consumerGroup is longer than 255 characters, more than the broker can store"},
 		{"traceId not a UUID", "POST", "/api/v1/push", `{"items":[{"queue":"q","traceId":"bad"}]}`, 400, "bad_request",
 			"item 0: traceId must be a UUID (or empty), as the broker stores it"},
 		{"transactionId over 255 characters", "POST", "/api/v1/push", `{"items":[{"queue":"q","transactionId":"` + long + `"}]}`, 400, "bad_request",

@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"bytes"
 	"strconv"
 	"unicode/utf8"
 
@@ -169,6 +170,29 @@ func ConfigureNamesError(body []byte) error {
 			return &BodyError{fields[k] + " is longer than " + strconv.Itoa(MaxNameChars) +
 				" characters, more than the broker can store"}
 		}
+	}
+	return nil
+}
+
+// AckNamesError refuses a POST /api/v1/ack or /api/v1/ack/batch body whose
+// top-level consumerGroup is a string longer than MaxNameChars characters
+// (messages_consumed.consumer_group is varchar(255)). An ack that could
+// not hold one (too short, or not naming consumerGroup) is not walked, so
+// the common ack costs two searches of a small body; a body that is not
+// JSON is left to the broker, which refuses it.
+func AckNamesError(body []byte) error {
+	if len(body) <= MaxNameChars || !bytes.Contains(body, []byte("consumerGroup")) || jsonscan.Check(body) != nil {
+		return nil
+	}
+	i := jsonscan.SkipSpace(body, 0)
+	if body[i] != '{' {
+		return nil
+	}
+	var v [1][]byte
+	memberValues(body, i, []string{"consumerGroup"}, v[:])
+	if g := v[0]; len(g) > 0 && g[0] == '"' && rawStringTooLong(g) {
+		return &BodyError{"consumerGroup is longer than " + strconv.Itoa(MaxNameChars) +
+			" characters, more than the broker can store"}
 	}
 	return nil
 }

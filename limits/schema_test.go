@@ -182,6 +182,23 @@ func TestStoredValueCaps(t *testing.T) {
 	}
 }
 
+func TestAckNamesError(t *testing.T) {
+	long := strings.Repeat("é", MaxNameChars+1)
+	for body, refused := range map[string]bool{
+		`{"consumerGroup":"` + long + `","acknowledgments":[]}`:                      true,
+		`{"transactionId":"t","partitionId":"p","consumerGroup":"` + long + `"}`:     true,
+		`{"consumerGroup":"` + long[2:] + `","acknowledgments":[]}`:                  false,
+		`{"consumerGroup":"g","acknowledgments":[{"transactionId":"` + long + `"}]}`: false,
+		`{"consumerGroup":null,"error":"` + long + `"}`:                              false,
+		`{"consumerGroup":"` + long + `",}`:                                          false, // not JSON: the broker refuses it
+		`{"transactionId":"t","consumerGroup":"g"}`:                                  false,
+	} {
+		if err := AckNamesError([]byte(body)); (err != nil) != refused {
+			t.Errorf("%.60s: %v, want refused=%v", body, err, refused)
+		}
+	}
+}
+
 // TestSchemaRulesAllocateNothingPerItem: IDs and trace ids are checked in
 // place; a 100-item push with them costs what one without them does.
 func TestSchemaRulesAllocateNothingPerItem(t *testing.T) {
