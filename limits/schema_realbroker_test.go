@@ -85,3 +85,44 @@ func TestSchemaViolationsPoisonTheRealBroker(t *testing.T) {
 		t.Errorf("the broker did not report its failover; output:\n%s", b.Output())
 	}
 }
+
+// TestSchemaViolationsTheRealBrokerFailsOn shows the rules beyond pushes:
+// the real broker tries each of these, and answers its database's error.
+// The gateway refuses each before the cell (e2e/schema_test.go).
+func TestSchemaViolationsTheRealBrokerFailsOn(t *testing.T) {
+	b := realbroker.Start(t)
+	long := strings.Repeat("g", MaxNameChars+1)
+	code, answer := b.Do(t, "POST", "/api/v1/push", []byte(`{"items":[{"queue":"acks","transactionId":"a1","payload":1}]}`))
+	var pushed []struct {
+		PartitionID string `json:"partition_id"`
+	}
+	if err := json.Unmarshal(answer, &pushed); code != 200 || err != nil || len(pushed) != 1 {
+		t.Fatalf("push: %d %s", code, answer)
+	}
+	if code, answer := b.Do(t, "GET", "/api/v1/pop/queue/acks?batch=1", nil); code != 200 || !strings.Contains(string(answer), `"a1"`) {
+		t.Fatalf("pop: %d %s", code, answer)
+	}
+	ackBatch := `{"consumerGroup":"` + long + `","acknowledgments":[{"transactionId":"a1","partitionId":"` + pushed[0].PartitionID + `","status":"completed"}]}`
+	if err := AckNamesError([]byte(ackBatch)); err == nil {
+		t.Error("the gateway reads an ack the broker cannot store")
+	}
+	for _, c := range []struct{ name, method, path, body, dbError string }{
+		{"configure namespace", "POST", "/api/v1/configure", `{"queue":"c1","namespace":"` + long + `"}`, "character varying(255)"},
+		{"configure task", "POST", "/api/v1/configure", `{"queue":"c2","task":"` + long + `"}`, "character varying(255)"},
+		{"pop consumer group", "GET", "/api/v1/pop/queue/acks?batch=1&consumerGroup=" + long, "", "character varying(255)"},
+		{"pop consumer group with %00", "GET", "/api/v1/pop/queue/acks?batch=1&consumerGroup=a%00b", "", `\\u0000 cannot be converted to text`},
+		{"transaction traceId", "POST", "/api/v1/transaction", `{"operations":[{"type":"push","items":[{"queue":"t","traceId":"bad","payload":1}]}]}`, "uuid"},
+		{"transaction transactionId", "POST", "/api/v1/transaction", `{"operations":[{"type":"push","items":[{"queue":"t","transactionId":"` + long + `"}]}]}`, "character varying(255)"},
+		{"ack consumer group", "POST", "/api/v1/ack/batch", ackBatch, "character varying(255)"},
+		{"trace eventType", "POST", "/api/v1/traces", `{"transactionId":"a1","partitionId":"` + pushed[0].PartitionID + `","eventType":"` + strings.Repeat("e", 101) + `","data":{}}`, "character varying(100)"},
+	} {
+		var body []byte
+		if c.body != "" {
+			body = []byte(c.body)
+		}
+		_, answer := b.Do(t, c.method, c.path, body)
+		if !strings.Contains(string(answer), c.dbError) {
+			t.Errorf("%s: the broker answered %.300s, want its database's error (%s)", c.name, answer, c.dbError)
+		}
+	}
+}
