@@ -179,9 +179,10 @@ func ConfigureNamesError(body []byte) error {
 // (messages_consumed.consumer_group is varchar(255)). An ack that could
 // not hold one (too short, or not naming consumerGroup) is not walked, so
 // the common ack costs two searches of a small body; a body that is not
-// JSON is left to the broker, which refuses it.
+// JSON is left to the broker, which refuses it (and one holding U+0000 to
+// StoredTextError).
 func AckNamesError(body []byte) error {
-	if len(body) <= MaxNameChars || !bytes.Contains(body, []byte("consumerGroup")) || jsonscan.Check(body) != nil {
+	if len(body) <= MaxNameChars || !bytes.Contains(body, []byte("consumerGroup")) || jsonscan.CheckStored(body) != nil {
 		return nil
 	}
 	i := jsonscan.SkipSpace(body, 0)
