@@ -16,11 +16,13 @@ import (
 
 // admitBody applies the limits that depend on what a request adds: the
 // produce routes (push, transaction, the streams cycle's sink items and
-// ephemeral pushes), queue configuration and DLQ replay. Bodies are parsed
-// once and forwarded byte for byte. A body the gateway cannot read exactly
-// as the broker will is refused with 400, never forwarded unenforced; and
-// every body, on any route, is buffered here so that one that is not
-// UTF-8 never reaches the cell (bodycheck.go).
+// ephemeral pushes), the values KV and timers store, queue configuration
+// and DLQ replay. Bodies are parsed once and forwarded byte for byte. A
+// body the gateway cannot read exactly as the broker will, or that holds
+// what the broker's schema cannot store, is refused with 400, never
+// forwarded unenforced; and every body, on any route, is buffered here so
+// that one that is not UTF-8, or carries U+0000, never reaches the cell
+// (bodycheck.go).
 func (g *Gateway) admitBody(r *http.Request, st *requestState, c *tenancy.Cluster) *apierror.Error {
 	body, e := g.bufferBody(r, st)
 	if e != nil {
@@ -29,29 +31,61 @@ func (g *Gateway) admitBody(r *http.Request, st *requestState, c *tenancy.Cluste
 	if tenancy.BodyNamesReserved(body) {
 		return errReservedName
 	}
+	route := st.route
+	gated := func(f tenancy.Feature, op tenancy.GatedOp) bool {
+		return route == tenancy.Route{Class: tenancy.ClassGated, Feature: f, Op: op}
+	}
 	switch {
-	case st.route.Class == tenancy.ClassProduce:
+	case route.Class == tenancy.ClassProduce:
 		return g.admitProduce(r, st, c)
 	case r.Method == http.MethodPost && r.URL.Path == "/api/v1/configure":
 		return g.admitConfigure(r, st, c)
 	case tenancy.IsDLQReplay(r.Method, r.URL.EscapedPath()) && strings.HasPrefix(r.URL.Path, "/api/v1/dlq/"):
 		return g.admitReplay(r, st, c)
-	case st.route.Class == tenancy.ClassGated && st.route.Feature == tenancy.FeatureStreams && st.route.Op == tenancy.GatedMixed:
+	case gated(tenancy.FeatureStreams, tenancy.GatedMixed):
 		return g.admitCycle(r, st, c)
-	case st.route.Class == tenancy.ClassGated && st.route.Feature == tenancy.FeatureEphemeral && st.route.Op == tenancy.GatedGrow:
-		body, e := g.bufferBody(r, st)
-		if e != nil {
-			return e
-		}
-		n, err := limits.ParseEphemeralCount(body)
-		if err != nil {
+	case gated(tenancy.FeatureEphemeral, tenancy.GatedGrow):
+		return g.admitStored(st, c, body, limits.ParseEphemeral, true)
+	case gated(tenancy.FeatureKV, tenancy.GatedMixed), gated(tenancy.FeatureTimers, tenancy.GatedMixed):
+		return g.admitStored(st, c, body, limits.ParseOperations, false)
+	case gated(tenancy.FeatureKV, tenancy.GatedGrow):
+		return g.admitStored(st, c, body, limits.ParseStoredValue, false)
+	case gated(tenancy.FeatureTraces, tenancy.GatedOpen) && r.URL.Path == "/api/v1/traces":
+		return g.admitStored(st, c, body, limits.ParseTrace, false)
+	}
+	// Bodies no walker reads are searched for U+0000, and an ack's consumer
+	// group is measured.
+	if err := limits.StoredTextError(body); err != nil {
+		return badBody(err)
+	}
+	if route.Class == tenancy.ClassConsume && (r.URL.Path == "/api/v1/ack" || r.URL.Path == "/api/v1/ack/batch") {
+		if err := limits.AckNamesError(body); err != nil {
 			return badBody(err)
 		}
-		st.msgChecked = true
-		st.produced = n
-		return g.admitMessages(st, c, int64(n))
 	}
 	return nil
+}
+
+// admitStored applies the plan's size caps to the items of an ephemeral
+// push, a KV or timers batch or a KV value; an ephemeral push's messages
+// are taken from the message bucket too.
+func (g *Gateway) admitStored(st *requestState, c *tenancy.Cluster, body []byte,
+	parse func([]byte) (limits.ProduceBatch, error), messages bool) *apierror.Error {
+	batch, err := parse(body)
+	if err != nil {
+		return badBody(err)
+	}
+	if refusal := limits.CheckProduce(batch, c.Limits, g.app.MaxBatchItems); refusal != nil {
+		return payloadTooLarge(refusal.Message)
+	}
+	if !messages {
+		return nil
+	}
+	// An ephemeral push is billed its admitted messages if the cell never
+	// answers (hangup billing), so they are noted as a push's items are.
+	st.produced = batch.Items
+	st.msgChecked = true
+	return g.admitMessages(st, c, int64(batch.Items))
 }
 
 func (g *Gateway) admitProduce(r *http.Request, st *requestState, c *tenancy.Cluster) *apierror.Error {
@@ -83,13 +117,13 @@ func (g *Gateway) admitCycle(r *http.Request, st *requestState, c *tenancy.Clust
 	if err != nil {
 		return badBody(err)
 	}
+	if refusal := limits.CheckCycle(batch, c.Limits, g.app.MaxBatchItems); refusal != nil {
+		return payloadTooLarge(refusal.Message)
+	}
 	if batch.Items == 0 {
 		return nil
 	}
 	st.cycle = batch
-	if refusal := limits.CheckCycle(batch, c.Limits); refusal != nil {
-		return payloadTooLarge(refusal.Message)
-	}
 	return g.admitBatch(r, st, c, batch)
 }
 
@@ -144,6 +178,9 @@ func (g *Gateway) admitConfigure(r *http.Request, st *requestState, c *tenancy.C
 	if !ok {
 		return errConfigureShape
 	}
+	if err := limits.ConfigureNamesError(body); err != nil {
+		return badBody(err)
+	}
 	if refusal != "" {
 		if e := g.limitExceeded(st, c, quotaExceeded(refusal)); e != nil {
 			return e
@@ -162,7 +199,7 @@ func (g *Gateway) admitReplay(r *http.Request, st *requestState, c *tenancy.Clus
 	// No body, or only whitespace, names no destination; anything else
 	// must be JSON the gateway reads.
 	if len(bytes.TrimSpace(body)) > 0 {
-		if err := jsonscan.Check(body); err != nil {
+		if err := jsonscan.CheckStored(body); err != nil {
 			return badBody(err)
 		}
 	}

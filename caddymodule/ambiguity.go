@@ -36,6 +36,28 @@ func (g *Gateway) readPopQuery(r *http.Request, st *requestState) *apierror.Erro
 	return nil
 }
 
+// The refusals of a query holding what the broker's schema cannot store.
+var (
+	errQueryNUL = &apierror.Error{Status: http.StatusBadRequest, Code: apierror.BadRequest,
+		Message: "query holds U+0000 (%00); the broker cannot store it"}
+	errConsumerGroupTooLong = &apierror.Error{Status: http.StatusBadRequest, Code: apierror.BadRequest,
+		Message: "consumerGroup is longer than 255 characters, more than the broker can store"}
+)
+
+// queryStorageRefusal refuses a query the broker would decode into a value
+// its database cannot hold (docs/enforcement.md, the schema's rules).
+func queryStorageRefusal(rawQuery string) *apierror.Error {
+	switch {
+	case rawQuery == "":
+		return nil
+	case tenancy.QueryHoldsNUL(rawQuery):
+		return errQueryNUL
+	case tenancy.ConsumerGroupTooLong(rawQuery):
+		return errConsumerGroupTooLong
+	}
+	return nil
+}
+
 // ambiguousPathRefusal is the 400 for a method or path the broker could
 // match otherwise than the classifier did; the message names the reason
 // (a dot segment, a lower-case method, ...), so the client can fix it.

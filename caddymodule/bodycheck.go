@@ -16,9 +16,12 @@ import (
 //     mark is skipped by the broker's JSON library but not by every reader
 //     the gateway has, so it is refused rather than agreed on;
 //   - the bodies the gateway acts on (produce, configure, replay, the
-//     streams cycle): they must be JSON the gateway reads exactly as the
-//     broker does (jsonscan.Check), or they are refused rather than
-//     forwarded unenforced.
+//     streams cycle, ephemeral pushes, KV and timers batches): they must be
+//     JSON the gateway reads exactly as the broker does (jsonscan.Check), or
+//     they are refused rather than forwarded unenforced;
+//   - every body, walked or not, must not carry U+0000, which the broker's
+//     database cannot store (jsonscan.CheckStored in the walk, else
+//     limits.StoredTextError; docs/enforcement.md lists the schema's rules).
 //
 // Both refusals are 400 bad_request, are never forwarded and are not
 // billed.
@@ -51,13 +54,13 @@ func badBody(err error) *apierror.Error {
 }
 
 // jsonBody buffers a body the gateway acts on and refuses it unless it is
-// JSON the gateway reads as the broker does.
+// JSON the gateway reads as the broker does and holds no U+0000.
 func (g *Gateway) jsonBody(r *http.Request, st *requestState) ([]byte, *apierror.Error) {
 	body, e := g.bufferBody(r, st)
 	if e != nil {
 		return nil, e
 	}
-	if err := jsonscan.Check(body); err != nil {
+	if err := jsonscan.CheckStored(body); err != nil {
 		return nil, badBody(err)
 	}
 	return body, nil

@@ -50,6 +50,9 @@ func (g *Gateway) classify(r *http.Request, st *requestState) *apierror.Error {
 	if e := g.readPopQuery(r, st); e != nil {
 		return e
 	}
+	if e := queryStorageRefusal(r.URL.RawQuery); e != nil {
+		return e
+	}
 	switch {
 	case route.Class == tenancy.ClassBlocked:
 		return errRouteBlocked

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -35,7 +36,7 @@ func brokerJSON(body []byte) (text []byte, ok, gatewayOnly, sure bool) {
 		// way the gateway must not forward it.
 		return nil, false, false, true
 	}
-	depth, deepest, replaced := 0, 0, false
+	depth, deepest, replaced, nul := 0, 0, false, false
 	dec := json.NewDecoder(bytes.NewReader(text))
 	for {
 		tok, err := dec.Token()
@@ -52,7 +53,13 @@ func brokerJSON(body []byte) (text []byte, ok, gatewayOnly, sure bool) {
 			}
 		case string:
 			replaced = replaced || strings.ContainsRune(v, utf8.RuneError)
+			// PostgreSQL stores U+0000 in neither text nor jsonb: the
+			// broker's insert fails and the body poisons its buffer.
+			nul = nul || strings.ContainsRune(v, 0)
 		}
+	}
+	if nul {
+		return nil, false, false, true
 	}
 	if replaced {
 		lower := bytes.ToLower(text)
@@ -135,8 +142,34 @@ func modelPushItem(raw json.RawMessage) (ProduceItem, bool) {
 			return ProduceItem{}, false
 		}
 	}
+	if !modelStorable(m, it) {
+		return ProduceItem{}, false
+	}
 	return it, true
 }
+
+// modelStorable is the broker's schema taking an item: queues.name,
+// partitions.name and messages.transaction_id are varchar(255), counted
+// in characters; messages.trace_id is a uuid, cast from the text of
+// traceId unless it is absent, null or empty.
+func modelStorable(m map[string]json.RawMessage, it ProduceItem) bool {
+	if utf8.RuneCountInString(it.Queue) > 255 || utf8.RuneCountInString(it.Partition) > 255 {
+		return false
+	}
+	if txn, ok := modelString(m["transactionId"]); ok && utf8.RuneCountInString(txn) > 255 {
+		return false
+	}
+	raw, present := m["traceId"]
+	if !present || string(raw) == "null" {
+		return true
+	}
+	tr, ok := modelString(raw)
+	return ok && (tr == "" || modelUUID.MatchString(tr))
+}
+
+// modelUUID is PostgreSQL's uuid input: 32 hex digits, a hyphen allowed
+// after each group of four but the last, the whole optionally in braces.
+var modelUUID = regexp.MustCompile(`^(\{[0-9a-fA-F]{4}(-?[0-9a-fA-F]{4}){7}\}|[0-9a-fA-F]{4}(-?[0-9a-fA-F]{4}){7})$`)
 
 // modelPush is POST /api/v1/push: the items it stores, or ok false for a
 // body it refuses (C25, C29, C30).
@@ -211,6 +244,9 @@ func modelCycle(text []byte) ([]ProduceItem, []int, bool) {
 	if !ok {
 		return nil, []int{}, true
 	}
+	if g, ok := modelString(top["consumer_group"]); ok && utf8.RuneCountInString(g) > 255 {
+		return nil, nil, false // partition_consumers.consumer_group varchar(255)
+	}
 	raw, present := top["push_items"]
 	if !present || string(raw) == "null" {
 		return nil, []int{}, true
@@ -240,10 +276,39 @@ func modelCycle(text []byte) ([]ProduceItem, []int, bool) {
 		} else if v, present := m["data"]; present {
 			size = len(v)
 		}
-		items = append(items, ProduceItem{Queue: q, Partition: p, PayloadBytes: size})
+		it := ProduceItem{Queue: q, Partition: p, PayloadBytes: size}
+		if !modelStorable(m, it) {
+			return nil, nil, false
+		}
+		items = append(items, it)
 		pos = append(pos, i)
 	}
 	return items, pos, true
+}
+
+// modelStateValue is the largest value a cycle's state_ops upsert (the
+// last "value" of each object op, as stored), as (position, size); -1 when
+// none.
+func modelStateValue(text []byte) (int, int) {
+	top, ok := modelTop(text)
+	if !ok {
+		return -1, 0
+	}
+	ops, ok := modelArray(top["state_ops"])
+	if !ok {
+		return -1, 0
+	}
+	at, size := -1, 0
+	for i, raw := range ops {
+		m, ok := modelObject(raw)
+		if !ok {
+			continue
+		}
+		if v, present := m["value"]; present && len(v) > size {
+			at, size = i, len(v)
+		}
+	}
+	return at, size
 }
 
 func modelEphemeral(text []byte) (int, bool) {
@@ -256,6 +321,75 @@ func modelEphemeral(text []byte) (int, bool) {
 		return 0, false
 	}
 	return len(arr), true
+}
+
+// modelOperations is a KV or timers batch as the gateway caps it: a bare
+// array of operations or an object's "operations" array; each operation an
+// item sized by its largest member (the whole element when it is not an
+// object).
+func modelOperations(text []byte) ([]ProduceItem, bool) {
+	var ops []json.RawMessage
+	if arr, ok := modelArray(json.RawMessage(bytes.TrimLeft(text, " \t\r\n"))); ok {
+		ops = arr
+	} else if top, ok := modelTop(text); ok {
+		if ops, ok = modelArray(top["operations"]); !ok {
+			return nil, false
+		}
+	} else {
+		return nil, false
+	}
+	items := []ProduceItem{}
+	for _, raw := range ops {
+		size := len(raw)
+		if _, ok := modelObject(raw); ok {
+			size = modelLargestMember(raw)
+		}
+		items = append(items, ProduceItem{PayloadBytes: size})
+	}
+	return items, true
+}
+
+// modelLargestMember is the length of the longest member value of the
+// object raw as sent, a duplicated member's discarded values included (the
+// gateway caps every value an operation carries, whichever one the broker
+// keeps).
+func modelLargestMember(raw json.RawMessage) int {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if _, err := dec.Token(); err != nil {
+		return 0
+	}
+	largest := 0
+	for dec.More() {
+		if _, err := dec.Token(); err != nil {
+			return largest
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return largest
+		}
+		largest = max(largest, len(v))
+	}
+	return largest
+}
+
+// modelTrace is record_trace taking a POST /api/v1/traces body: an object
+// whose transactionId, consumerGroup and workerId fit varchar(255) and
+// eventType varchar(100), in characters; sized by its data ("{}" when
+// absent).
+func modelTrace(text []byte) (int, bool) {
+	m, ok := modelTop(text)
+	if !ok {
+		return 0, false
+	}
+	for field, limit := range map[string]int{"transactionId": 255, "consumerGroup": 255, "workerId": 255, "eventType": 100} {
+		if s, ok := modelString(m[field]); ok && utf8.RuneCountInString(s) > limit {
+			return 0, false
+		}
+	}
+	if d, present := m["data"]; present {
+		return len(d), true
+	}
+	return len("{}"), true
 }
 
 // compareModel checks a parsed batch against the model's items.
@@ -308,6 +442,33 @@ func compareModel(t *testing.T, what string, got ProduceBatch, items []ProduceIt
 		}
 		if gotMsg != wantMsg {
 			t.Fatalf("%s cap %d: %q, model %q", what, c, gotMsg, wantMsg)
+		}
+	}
+}
+
+// compareOperations checks a parsed KV or timers batch against the model:
+// its count and the first operation over each payload cap.
+func compareOperations(t *testing.T, got ProduceBatch, items []ProduceItem) {
+	t.Helper()
+	if got.Items != len(items) || len(got.Pairs) != 0 {
+		t.Fatalf("operations: %d items, %d pairs; model %d items", got.Items, len(got.Pairs), len(items))
+	}
+	for _, c := range []int{0, 1, 3, 7, 20, 100} {
+		lim := AllUnlimited()
+		lim.MaxPayloadBytes = Cap(c)
+		want := ""
+		for i, it := range items {
+			if it.PayloadBytes > c {
+				want = fmt.Sprintf("item %d: payload %d bytes exceeds max_payload_bytes (%d)", i, it.PayloadBytes, c)
+				break
+			}
+		}
+		gotMsg := ""
+		if r := CheckProduce(got, lim, 1<<30); r != nil {
+			gotMsg = r.Message
+		}
+		if gotMsg != want {
+			t.Fatalf("operations cap %d: %q, model %q", c, gotMsg, want)
 		}
 	}
 }
@@ -419,7 +580,13 @@ func FuzzParseProduce(f *testing.F) {
 		`{"queue":"q","messages":[1,{"a":[1,2]},"x",null]}`,
 		"{\"items\":[{\"\\u0071ueue\":\"q\\u00e9\",\"payload\":1}]}",
 		`{"items":[]} x`,
+		`[{"op":"put","ns":"n","key":"k","value":{"a":[1,2]}},5,{"op":"get","key":"k","key":"kk"}]`,
+		`{"operations":[{"op":"schedule","payload":"xx"}],"operations":[{"op":"cancel"},{}]}`,
 		`[1,2,3]`,
+		`{"consumerGroup":"` + strings.Repeat("g", 256) + `","acknowledgments":[]}`,
+		`{"partition_id":"p","consumer_group":"g","state_ops":[{"type":"upsert","key":"k","value":{"sum":12}},7,{"type":"delete","key":"k"},{"value":[1,2,3,4,5],"value":1}],"state_ops":[{"value":"xyz"}]}`,
+		`{"transactionId":"tx-1","partitionId":"9827ba6f-7345-4942-8385-39c3bcb79254","traceNames":["order-1"],"eventType":"info","data":{"text":"charged card"}}`,
+		`{"transactionId":"t","eventType":"` + strings.Repeat("e", 101) + `","data":1}`,
 		``,
 	} {
 		f.Add([]byte(s))
@@ -444,12 +611,37 @@ func FuzzParseProduce(f *testing.F) {
 		citems, pos, cycleOK := modelCycle(text)
 		if agree(t, "cycle", err, ok && cycleOK, gatewayOnly, sure) {
 			compareModel(t, "cycle", got, citems, pos)
+			if at, size := modelStateValue(text); got.stateHeaviest != (sizeRecord{at, size}) {
+				t.Fatalf("cycle state value %+v, model (%d, %d)", got.stateHeaviest, at, size)
+			}
 		}
 
-		n, err := ParseEphemeralCount(body)
+		eph, err := ParseEphemeral(body)
 		want, ephOK := modelEphemeral(text)
-		if agree(t, "ephemeral", err, ok && ephOK, gatewayOnly, sure) && n != want {
-			t.Fatalf("ephemeral %d, model %d", n, want)
+		if agree(t, "ephemeral", err, ok && ephOK, gatewayOnly, sure) && eph.Items != want {
+			t.Fatalf("ephemeral %d, model %d", eph.Items, want)
+		}
+		got, err = ParseOperations(body)
+		ops, opsOK := modelOperations(text)
+		if agree(t, "operations", err, ok && opsOK, gatewayOnly, sure) {
+			compareOperations(t, got, ops)
+		}
+		// An ack: ack_messages_v2 stores its consumerGroup in
+		// messages_consumed.consumer_group varchar(255).
+		// (A body the gateway refuses anyway, for U+0000 or on purpose, is
+		// not measured.)
+		ackTooLong := false
+		if top, isObj := modelTop(text); isObj && ok && !gatewayOnly {
+			g, isString := modelString(top["consumerGroup"])
+			ackTooLong = isString && utf8.RuneCountInString(g) > 255
+		}
+		if err := AckNamesError(body); sure && (err != nil) != ackTooLong {
+			t.Fatalf("ack: %v, model too long=%v", err, ackTooLong)
+		}
+		tr, err := ParseTrace(body)
+		size, traceOK := modelTrace(text)
+		if agree(t, "trace", err, ok && traceOK, gatewayOnly, sure) && (tr.Items != 1 || tr.Heaviest.Bytes != size) {
+			t.Fatalf("trace: %d items of %d bytes, model one of %d", tr.Items, tr.Heaviest.Bytes, size)
 		}
 		if !bytes.Equal(body, orig) {
 			t.Fatal("the body was modified")

@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/queengate/queengate/internal/jsonscan"
 )
 
 func retentionLimits(ceiling Cap) Effective {
@@ -204,6 +207,23 @@ func modelReplay(body []byte) (string, string, string, bool) {
 	return "", "", "", true
 }
 
+// modelConfigureNamesTooLong is the broker's queues table taking a
+// configure body: its top-level queue, namespace and task land in
+// varchar(255) columns, counted in characters.
+func modelConfigureNamesTooLong(body []byte) bool {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil {
+		return false
+	}
+	for _, k := range []string{"queue", "namespace", "task"} {
+		var s string
+		if raw, ok := top[k]; ok && len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &s) == nil && utf8.RuneCountInString(s) > 255 {
+			return true
+		}
+	}
+	return false
+}
+
 func FuzzConfigure(f *testing.F) {
 	for _, s := range []string{
 		`{"queue": "cat-orders", "namespace": "shop", "options": {"leaseTime": 30, "retentionSeconds": 3600}}`,
@@ -213,6 +233,8 @@ func FuzzConfigure(f *testing.F) {
 		`{"queue":null,"partition":"p"}`,
 		`{"queue":"q","options":{"retentionSeconds":123456789012345678901234567890}}`,
 		"\xef\xbb\xbf{\"queue\":\"\"}",
+		`{"queue":"q","namespace":"` + strings.Repeat("n", 256) + `"}`,
+		`{"queue":"q","task":"` + strings.Repeat("\u00e9", 255) + `","task":"` + strings.Repeat("t", 256) + `"}`,
 		``,
 	} {
 		f.Add([]byte(s), int64(86400))
@@ -226,6 +248,12 @@ func FuzzConfigure(f *testing.F) {
 		mq, mr, mok := modelConfigure(body, ceiling)
 		if q != mq || r != mr || ok != mok {
 			t.Fatalf("configure (%q, %q, %v), model (%q, %q, %v)", q, r, ok, mq, mr, mok)
+		}
+		if jsonscan.CheckStored(body) == nil {
+			err := ConfigureNamesError(body)
+			if want := modelConfigureNamesTooLong(body); (err != nil) != want {
+				t.Fatalf("configure names: %v, model too long=%v", err, want)
+			}
 		}
 		a, b, c, d := ParseReplayDestination(body)
 		ma, mb, mc, md := modelReplay(body)

@@ -39,6 +39,9 @@ type ProduceBatch struct {
 	// first item over any payload cap is one of them (every earlier item is
 	// smaller), so CheckProduce can name it without a per-item list.
 	records []sizeRecord
+	// stateHeaviest is a streams cycle's largest state_ops value (index -1
+	// when there is none), which CheckCycle caps like a payload.
+	stateHeaviest sizeRecord
 	// pairIdx indexes Pairs once there are too many to scan.
 	pairIdx map[string]int
 	keyBuf  []byte
@@ -57,17 +60,24 @@ func (b *ProduceBatch) reset() {
 	b.Heaviest.Index, b.Heaviest.Bytes = -1, 0
 	b.records = b.records[:0]
 	b.pairIdx = nil
+	b.stateHeaviest = sizeRecord{-1, 0}
 }
 
 // add counts one item at position index (the index reported for it).
 func (b *ProduceBatch) add(queue, partition []byte, payloadBytes, index int) {
+	b.count(payloadBytes, index)
+	b.addPair(queue, partition)
+}
+
+// count counts one item without a (queue, partition) pair: an ephemeral
+// message or a KV or timers operation, which no queue admission applies to.
+func (b *ProduceBatch) count(payloadBytes, index int) {
 	b.Items++
 	b.PayloadBytes += int64(payloadBytes)
 	if b.Heaviest.Index < 0 || payloadBytes > b.Heaviest.Bytes {
 		b.Heaviest.Index, b.Heaviest.Bytes = index, payloadBytes
 		b.records = append(b.records, sizeRecord{index, payloadBytes})
 	}
-	b.addPair(queue, partition)
 }
 
 func (b *ProduceBatch) addPair(queue, partition []byte) {
@@ -126,7 +136,9 @@ type SizeRefusal struct{ Message string }
 // when the gateway is not configured with another.
 const DefaultMaxBatchItems = 10000
 
-// CheckProduce applies the hard size caps to a parsed push or transaction:
+// CheckProduce applies the hard size caps to a parsed push or transaction
+// (and to an ephemeral push and a KV or timers batch, whose items are its
+// messages and operations):
 // first the per-item payload cap (naming the first item over it), then the
 // batch cap (max_batch_items, else defaultMaxBatch, else
 // DefaultMaxBatchItems when defaultMaxBatch is not positive). It returns nil
@@ -140,6 +152,12 @@ func CheckProduce(b ProduceBatch, lim Effective, defaultMaxBatch int) *SizeRefus
 			}
 		}
 	}
+	return batchCapRefusal(b.Items, lim, defaultMaxBatch)
+}
+
+// batchCapRefusal applies the batch cap (max_batch_items, else
+// defaultMaxBatch, else DefaultMaxBatchItems) to a body of items items.
+func batchCapRefusal(items int, lim Effective, defaultMaxBatch int) *SizeRefusal {
 	maxItems := int64(lim.MaxBatchItems)
 	if lim.MaxBatchItems.IsUnlimited() {
 		maxItems = int64(defaultMaxBatch)
@@ -147,21 +165,26 @@ func CheckProduce(b ProduceBatch, lim Effective, defaultMaxBatch int) *SizeRefus
 			maxItems = DefaultMaxBatchItems
 		}
 	}
-	if int64(b.Items) > maxItems {
-		return &SizeRefusal{Message: "batch of " + strconv.Itoa(b.Items) + " items exceeds max_batch_items (" +
+	if int64(items) > maxItems {
+		return &SizeRefusal{Message: "batch of " + strconv.Itoa(items) + " items exceeds max_batch_items (" +
 			strconv.FormatInt(maxItems, 10) + ")"}
 	}
 	return nil
 }
 
-// CheckCycle applies the per-item payload cap to a parsed streams cycle: the
-// cap is checked against the heaviest sink item, named by its position in
-// push_items. A cycle has no batch cap of its own.
-func CheckCycle(b ProduceBatch, lim Effective) *SizeRefusal {
+// CheckCycle applies the hard size caps to a parsed streams cycle: the
+// per-item payload cap against the heaviest sink item, named by its
+// position in push_items, and against the largest state_ops value, then
+// the batch cap to the sink items, as for a push.
+func CheckCycle(b ProduceBatch, lim Effective, defaultMaxBatch int) *SizeRefusal {
 	c := lim.MaxPayloadBytes
-	if c.IsUnlimited() || b.Heaviest.Index < 0 || int64(b.Heaviest.Bytes) <= int64(c) {
-		return nil
+	if !c.IsUnlimited() && b.Heaviest.Index >= 0 && int64(b.Heaviest.Bytes) > int64(c) {
+		return &SizeRefusal{Message: "push_items[" + strconv.Itoa(b.Heaviest.Index) + "]: payload " +
+			strconv.Itoa(b.Heaviest.Bytes) + " bytes exceeds max_payload_bytes (" + strconv.FormatInt(int64(c), 10) + ")"}
 	}
-	return &SizeRefusal{Message: "push_items[" + strconv.Itoa(b.Heaviest.Index) + "]: payload " +
-		strconv.Itoa(b.Heaviest.Bytes) + " bytes exceeds max_payload_bytes (" + strconv.FormatInt(int64(c), 10) + ")"}
+	if s := b.stateHeaviest; !c.IsUnlimited() && s.index >= 0 && int64(s.bytes) > int64(c) {
+		return &SizeRefusal{Message: "state_ops[" + strconv.Itoa(s.index) + "]: value " +
+			strconv.Itoa(s.bytes) + " bytes exceeds max_payload_bytes (" + strconv.FormatInt(int64(c), 10) + ")"}
+	}
+	return batchCapRefusal(b.Items, lim, defaultMaxBatch)
 }

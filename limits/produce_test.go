@@ -68,7 +68,7 @@ func TestParsePushShapes(t *testing.T) {
 		{"whitespace around payload not counted", "{\"items\":[{\"queue\":\"q\",\"payload\" :  \n {\"a\" : 1}  }]}",
 			true, batchWant{1, pairs("q", "Default"), 9, [2]int{0, 9}}},
 		{"trailing whitespace", "{\"items\":[]}\n\t ", true, batchWant{0, nil, 0, [2]int{-1, 0}}},
-		{"other fields ignored", `{"x":{"items":5},"items":[{"traceId":"t","queue":"q","payload":{},"extra":[1,{"queue":"z"}]}],"y":[]}`,
+		{"other fields ignored", `{"x":{"items":5},"items":[{"traceId":"0190b4c8-9a5e-7c3d-8f21-5b6a7c8d9e0f","queue":"q","payload":{},"extra":[1,{"queue":"z"}]}],"y":[]}`,
 			true, batchWant{1, pairs("q", "Default"), 2, [2]int{0, 2}}},
 		{"item without payload is an empty object", `{"items":[{"queue":"q","payload":1},{"queue":"q"}]}`,
 			true, batchWant{2, pairs("q", "Default"), 1 + 2, [2]int{1, 2}}},
@@ -199,7 +199,7 @@ func TestParseTransaction(t *testing.T) {
 	}
 }
 
-func TestParseEphemeralCount(t *testing.T) {
+func TestParseEphemeral(t *testing.T) {
 	const refused = -1
 	cases := map[string]int{
 		`{"queue":"q","messages":[1,{"a":[1,2]},"x",null]}`: 4,
@@ -217,7 +217,8 @@ func TestParseEphemeralCount(t *testing.T) {
 		`{"messages":[{"payload":{"deep":[[[[[]]]]]}},true]}`: 2,
 	}
 	for body, want := range cases {
-		got, err := ParseEphemeralCount([]byte(body))
+		b, err := ParseEphemeral([]byte(body))
+		got := b.Items
 		if err != nil {
 			got = refused
 		}
@@ -326,19 +327,19 @@ func TestCheckProduce(t *testing.T) {
 func TestCheckCycle(t *testing.T) {
 	b, _ := ParseCycle([]byte(`{"push_items":[{"queue":""},{"queue":"a","payload":"1234"},{"queue":"a","payload":"123456"},{"queue":"a","payload":"12"}]}`))
 	lim := AllUnlimited()
-	if r := CheckCycle(b, lim); r != nil {
+	if r := CheckCycle(b, lim, 0); r != nil {
 		t.Fatal(r.Message)
 	}
 	lim.MaxPayloadBytes = 5
-	if r := CheckCycle(b, lim); r == nil || r.Message != "push_items[2]: payload 8 bytes exceeds max_payload_bytes (5)" {
+	if r := CheckCycle(b, lim, 0); r == nil || r.Message != "push_items[2]: payload 8 bytes exceeds max_payload_bytes (5)" {
 		t.Fatalf("%+v", r)
 	}
 	lim.MaxPayloadBytes = 8
-	if r := CheckCycle(b, lim); r != nil {
+	if r := CheckCycle(b, lim, 0); r != nil {
 		t.Fatal(r.Message)
 	}
 	lim.MaxPayloadBytes = 0
-	if empty, _ := ParseCycle([]byte(`{"push_items":[]}`)); CheckCycle(empty, lim) != nil {
+	if empty, _ := ParseCycle([]byte(`{"push_items":[]}`)); CheckCycle(empty, lim, 0) != nil {
 		t.Fatal("an empty cycle was refused")
 	}
 }

@@ -11,17 +11,20 @@ import (
 // fail-closed rule: a body is either read exactly as the broker (0.15.1)
 // reads it, or refused (the caller answers 400 and forwards nothing). So:
 //
-//   - the body must pass jsonscan.Check first: well-formed JSON, valid UTF-8
-//     (the broker crashes on anything else), no byte-order mark, nesting
-//     within jsonscan.DefaultMaxDepth. After that the walkers in jsonscan
-//     read it in place without decoding or copying it;
+//   - the body must pass jsonscan.CheckStored first: well-formed JSON, valid
+//     UTF-8 (the broker crashes on anything else), no byte-order mark,
+//     nesting within jsonscan.DefaultMaxDepth, no \u0000 (the broker's
+//     database cannot store it). After that the walkers in jsonscan read it
+//     in place without decoding or copying it;
 //   - object keys match exactly and the last of duplicated keys wins, as in
 //     the broker's JSON library;
 //   - an item without "payload" is an item: the broker stores it with an
 //     empty object as its payload, so it is counted, capped and billed like
 //     any other, with the 2 bytes of "{}" as its size;
 //   - a shape the broker refuses with its own 400 is refused here too, with
-//     a message that names the item and what is wrong with it.
+//     a message that names the item and what is wrong with it;
+//   - so is a value the broker takes but its schema cannot hold (schema.go):
+//     the broker would answer "buffered" and retry the batch forever.
 
 // BodyError is a produce body of a shape the gateway refuses (400).
 type BodyError struct{ Message string }
@@ -38,7 +41,13 @@ const missingPayloadBytes = 2
 // the value. isObject is false when the body is valid JSON but not an
 // object.
 func walkTop(body []byte, field string, read func(at int) int) (isObject bool, err error) {
-	if err := jsonscan.Check(body); err != nil {
+	return walkTopFields(body, []string{field}, func(_, at int) int { return read(at) })
+}
+
+// walkTopFields is walkTop for several fields: read is told which one
+// (its index in fields).
+func walkTopFields(body []byte, fields []string, read func(field, at int) int) (isObject bool, err error) {
+	if err := jsonscan.CheckStored(body); err != nil {
 		return false, err
 	}
 	i := jsonscan.SkipSpace(body, 0)
@@ -46,8 +55,10 @@ func walkTop(body []byte, field string, read func(at int) int) (isObject bool, e
 		return false, nil
 	}
 	jsonscan.Members(body, i, func(k []byte, at int) int {
-		if keyIs(k, field) {
-			return read(at)
+		for f, name := range fields {
+			if keyIs(k, name) {
+				return read(f, at)
+			}
 		}
 		return jsonscan.ValueEnd(body, at)
 	})
@@ -55,12 +66,18 @@ func walkTop(body []byte, field string, read func(at int) int) (isObject bool, e
 }
 
 // itemRef names a push item in a refusal: "item 3", "operation 1, item 0",
-// or "operation 2" for a flat transaction operation. It is formatted only
-// when something is refused.
-type itemRef struct{ op, item int }
+// "operation 2" for a flat transaction operation, or "push_items[4]" for a
+// streams cycle's sink item (sink set). It is formatted only when something
+// is refused.
+type itemRef struct {
+	op, item int
+	sink     bool
+}
 
 func (r itemRef) String() string {
 	switch {
+	case r.sink:
+		return "push_items[" + strconv.Itoa(r.item) + "]"
 	case r.op < 0:
 		return "item " + strconv.Itoa(r.item)
 	case r.item < 0:
@@ -189,9 +206,9 @@ func (n *nameBuf) addPushItem(b *ProduceBatch, body []byte, at int, ref itemRef)
 	if body[at] != '{' {
 		return jsonscan.ValueEnd(body, at), &BodyError{ref.String() + " is not an object"}
 	}
-	var v [4][]byte
-	end := memberValues(body, at, []string{"queue", "partition", "transactionId", "payload"}, v[:])
-	queue, part, txn, payload := v[0], v[1], v[2], v[3]
+	var v [5][]byte
+	end := memberValues(body, at, []string{"queue", "partition", "transactionId", "payload", "traceId"}, v[:])
+	queue, part, txn, payload, trace := v[0], v[1], v[2], v[3], v[4]
 	if queue == nil {
 		return end, &BodyError{ref.String() + " has no queue"}
 	}
@@ -206,12 +223,31 @@ func (n *nameBuf) addPushItem(b *ProduceBatch, body []byte, at int, ref itemRef)
 	if txn != nil && !isNull(txn) && txn[0] != '"' {
 		return end, &BodyError{ref.String() + ": transactionId must be a string"}
 	}
+	if err := storableIDs(ref, q, p, txn, trace); err != nil {
+		return end, err
+	}
 	size := len(payload)
 	if payload == nil {
 		size = missingPayloadBytes
 	}
 	b.add(q, p, size, b.Items)
 	return end, nil
+}
+
+// storableIDs applies the schema's rules to an item's decoded queue and
+// partition and its raw transactionId and traceId (nil when absent).
+func storableIDs(ref itemRef, queue, partition, txn, trace []byte) *BodyError {
+	switch {
+	case nameTooLong(queue):
+		return tooLongRefusal(ref, "queue")
+	case nameTooLong(partition):
+		return tooLongRefusal(ref, "partition")
+	case txn != nil && txn[0] == '"' && rawStringTooLong(txn):
+		return tooLongRefusal(ref, "transactionId")
+	case !traceIDStorable(trace):
+		return &BodyError{ref.String() + ": traceId must be a UUID (or empty), as the broker stores it"}
+	}
+	return nil
 }
 
 func isNull(v []byte) bool { return string(v) == "null" }
@@ -233,32 +269,119 @@ func memberValues(body []byte, at int, names []string, into [][]byte) int {
 	})
 }
 
-// ParseEphemeralCount reads a POST /api/v1/ephemeral/push body
-// ({queue, partition?, messages:[...]}) and returns the number of elements
-// of "messages"; the elements are not inspected.
-func ParseEphemeralCount(body []byte) (int, error) {
-	count, isArray := 0, false
+// ParseEphemeral reads a POST /api/v1/ephemeral/push body
+// ({queue, partition?, messages:[...]}): each element of "messages" is an
+// item, whose size is the length of its raw JSON text (the whole message,
+// since what a newer broker keeps of it is not known; no smaller measure is
+// safe). The batch has no pairs: ephemeral queues take no admission.
+func ParseEphemeral(body []byte) (ProduceBatch, error) {
+	var b ProduceBatch
+	b.reset()
+	isArray := false
 	isObj, err := walkTop(body, "messages", func(at int) int {
-		count, isArray = 0, body[at] == '['
+		b.reset()
+		isArray = body[at] == '['
 		if !isArray {
 			return jsonscan.ValueEnd(body, at)
 		}
 		return jsonscan.Elements(body, at, func(at int) int {
-			count++
-			return jsonscan.ValueEnd(body, at)
+			end := jsonscan.ValueEnd(body, at)
+			b.count(end-at, b.Items)
+			return end
 		})
 	})
 	switch {
 	case err != nil:
-		return 0, err
+		return ProduceBatch{}, err
 	case !isObj || !isArray:
-		return 0, &BodyError{"ephemeral push body must be a JSON object with a messages array"}
+		return ProduceBatch{}, &BodyError{"ephemeral push body must be a JSON object with a messages array"}
 	}
-	return count, nil
+	return b, nil
+}
+
+// ParseOperations reads a POST /api/v1/kv or /api/v1/timers batch: a bare
+// JSON array of operations, or an object with an "operations" array (the
+// last one, as at the broker). Each operation is an item; its size is that
+// of its largest member's raw JSON text (the value it stores, whatever the
+// member is called: "value" for KV, the payload of a timer; a duplicated
+// member's discarded values count too), or of the whole element when it is
+// not an object. Any other body is refused: what
+// the broker would store from it is not known.
+func ParseOperations(body []byte) (ProduceBatch, error) {
+	var b ProduceBatch
+	b.reset()
+	if err := jsonscan.CheckStored(body); err != nil {
+		return ProduceBatch{}, err
+	}
+	ops := func(at int) int {
+		b.reset()
+		return jsonscan.Elements(body, at, func(at int) int {
+			end, size := at, 0
+			if body[at] == '{' {
+				end = jsonscan.Members(body, at, func(_ []byte, at int) int {
+					e := jsonscan.ValueEnd(body, at)
+					size = max(size, e-at)
+					return e
+				})
+			} else {
+				end = jsonscan.ValueEnd(body, at)
+				size = end - at
+			}
+			b.count(size, b.Items)
+			return end
+		})
+	}
+	i := jsonscan.SkipSpace(body, 0)
+	isBatch := false
+	switch body[i] {
+	case '[':
+		isBatch = true
+		ops(i)
+	case '{':
+		jsonscan.Members(body, i, func(k []byte, at int) int {
+			if !keyIs(k, "operations") {
+				return jsonscan.ValueEnd(body, at)
+			}
+			isBatch = body[at] == '['
+			if !isBatch {
+				b.reset()
+				return jsonscan.ValueEnd(body, at)
+			}
+			return ops(at)
+		})
+	}
+	if !isBatch {
+		return ProduceBatch{}, &BodyError{"a batch must be a JSON array of operations or an object with an operations array"}
+	}
+	return b, nil
+}
+
+// ParseStoredValue reads a PUT /api/v1/kv/{ns}/{key} body: the value, one
+// item of its own length. It need not be JSON, but it must not carry
+// U+0000, raw or escaped, which the broker's database cannot store.
+func ParseStoredValue(body []byte) (ProduceBatch, error) {
+	if err := StoredTextError(body); err != nil {
+		return ProduceBatch{}, err
+	}
+	var b ProduceBatch
+	b.reset()
+	b.count(len(body), 0)
+	return b, nil
+}
+
+// StoredTextError refuses a body no walker reads that would hand the
+// broker U+0000 (jsonscan.NULAt); it returns nil for any other body.
+func StoredTextError(body []byte) error {
+	if at := jsonscan.NULAt(body); at >= 0 {
+		return &jsonscan.SyntaxError{Problem: jsonscan.ProblemNUL, Offset: int64(at)}
+	}
+	return nil
 }
 
 // ParseCycle reads the sink items of a POST /streams/v1/cycle body
-// ("push_items") the way the broker packs them: each element on its own, so
+// ("push_items"), and the size of the largest value its state_ops upsert,
+// in one walk; it refuses a consumer_group longer than MaxNameChars. Sink
+// items are read the way the broker packs them: each element on its own, so
 // a bad element is skipped and its neighbours kept. An element counts when
 // it is an object with a non-empty string "queue"; its partition is a
 // non-empty string "partition", else "Default"; its payload size is the raw
@@ -272,49 +395,144 @@ func ParseCycle(body []byte) (ProduceBatch, error) {
 	b.reset()
 	var names nameBuf
 	kind := byte(0) // the first byte of the last push_items, 0 when absent
-	_, err := walkTop(body, "push_items", func(at int) int {
+	var itemsErr error
+	var group []byte           // the last consumer_group
+	state := sizeRecord{-1, 0} // the largest state value of the last state_ops
+	_, err := walkTopFields(body, cycleFields[:], func(field, at int) int {
+		switch field {
+		case 1:
+			group = body[at:jsonscan.ValueEnd(body, at)]
+			return at + len(group)
+		case 2:
+			state = sizeRecord{-1, 0}
+			if body[at] != '[' {
+				return jsonscan.ValueEnd(body, at)
+			}
+			pos := 0
+			return jsonscan.Elements(body, at, func(at int) int {
+				pos++
+				if body[at] != '{' {
+					return jsonscan.ValueEnd(body, at)
+				}
+				var v [1][]byte
+				end := memberValues(body, at, []string{"value"}, v[:])
+				if size := len(v[0]); v[0] != nil && size > state.bytes {
+					state = sizeRecord{pos - 1, size}
+				}
+				return end
+			})
+		}
 		b.reset()
 		kind = body[at]
 		if kind != '[' {
 			return jsonscan.ValueEnd(body, at)
 		}
 		pos := 0
+		itemsErr = nil
 		return jsonscan.Elements(body, at, func(at int) int {
 			pos++
-			return names.addSinkItem(&b, body, at, pos-1)
+			if itemsErr != nil {
+				return jsonscan.ValueEnd(body, at)
+			}
+			end, err := names.addSinkItem(&b, body, at, pos-1)
+			itemsErr = err
+			return end
 		})
 	})
 	switch {
 	case err != nil:
 		return ProduceBatch{}, err
+	case kind == '[' && itemsErr != nil:
+		return ProduceBatch{}, itemsErr
 	case kind != 0 && kind != '[' && kind != 'n':
 		return ProduceBatch{}, &BodyError{"push_items must be an array"}
+	case len(group) > 0 && group[0] == '"' && rawStringTooLong(group):
+		return ProduceBatch{}, &BodyError{"consumer_group is longer than " + strconv.Itoa(MaxNameChars) +
+			" characters, more than the broker can store"}
 	case kind != '[':
 		b.reset()
 	}
+	b.stateHeaviest = state
 	return b, nil
 }
 
+// cycleFields are the members of a cycle ParseCycle reads, by index:
+// push_items (0), consumer_group (1; partition_consumers.consumer_group is
+// varchar(255)) and state_ops (2; each op's value is a stored client value).
+var cycleFields = [...]string{"push_items", "consumer_group", "state_ops"}
+
 // addSinkItem counts the element of a cycle's push_items at body[at]
-// (position pos) and returns the index just past it.
-func (n *nameBuf) addSinkItem(b *ProduceBatch, body []byte, at, pos int) int {
+// (position pos) and returns the index just past it. An element the broker
+// skips is skipped; one it pushes must hold only what its schema can store.
+func (n *nameBuf) addSinkItem(b *ProduceBatch, body []byte, at, pos int) (int, error) {
 	if body[at] != '{' {
-		return jsonscan.ValueEnd(body, at)
+		return jsonscan.ValueEnd(body, at), nil
 	}
-	var v [4][]byte
-	end := memberValues(body, at, []string{"queue", "partition", "payload", "data"}, v[:])
-	queue, part, payload, alias := v[0], v[1], v[2], v[3]
+	var v [6][]byte
+	end := memberValues(body, at, []string{"queue", "partition", "payload", "data", "transactionId", "traceId"}, v[:])
+	queue, part, payload, alias, txn, trace := v[0], v[1], v[2], v[3], v[4], v[5]
 	q, isString := n.text(0, queue)
 	if !isString || len(q) == 0 {
-		return end
+		return end, nil
 	}
 	p, isString := n.text(1, part)
 	if !isString || len(p) == 0 {
 		p = defaultPartition
 	}
+	if err := storableIDs(itemRef{item: pos, sink: true}, q, p, txn, trace); err != nil {
+		return end, err
+	}
 	if payload == nil {
 		payload = alias
 	}
 	b.add(q, p, len(payload), pos)
-	return end
+	return end, nil
+}
+
+// traceLimits are the columns a POST /api/v1/traces body's strings land in
+// (record_trace in procedures/011_traces.sql): message_traces.transaction_id
+// and consumer_group varchar(255), event_type varchar(100), worker_id
+// varchar(255).
+var traceLimits = [...]struct {
+	field string
+	chars int
+}{{"transactionId", MaxNameChars}, {"consumerGroup", MaxNameChars}, {"eventType", 100}, {"workerId", MaxNameChars}}
+
+// ParseTrace reads a POST /api/v1/traces body in one walk: an object whose
+// strings must fit their columns (traceLimits); it is one item, whose size
+// is that of its "data" (the value record_trace stores; absent, the 2
+// bytes of the "{}" it stores instead). Any other body is refused: the
+// broker stores nothing from it.
+func ParseTrace(body []byte) (ProduceBatch, error) {
+	var b ProduceBatch
+	b.reset()
+	if err := jsonscan.CheckStored(body); err != nil {
+		return ProduceBatch{}, err
+	}
+	i := jsonscan.SkipSpace(body, 0)
+	if body[i] != '{' {
+		return ProduceBatch{}, &BodyError{"a trace must be a JSON object"}
+	}
+	var values [len(traceLimits)][]byte
+	size := missingPayloadBytes
+	jsonscan.Members(body, i, func(k []byte, at int) int {
+		e := jsonscan.ValueEnd(body, at)
+		if keyIs(k, "data") {
+			size = e - at
+		}
+		for f := range traceLimits {
+			if keyIs(k, traceLimits[f].field) {
+				values[f] = body[at:e]
+			}
+		}
+		return e
+	})
+	for f, v := range values {
+		if len(v) > 0 && v[0] == '"' && len(v)-2 > traceLimits[f].chars && jsonscan.StringChars(v) > traceLimits[f].chars {
+			return ProduceBatch{}, &BodyError{traceLimits[f].field + " is longer than " + strconv.Itoa(traceLimits[f].chars) +
+				" characters, more than the broker can store"}
+		}
+	}
+	b.count(size, 0)
+	return b, nil
 }

@@ -3,6 +3,7 @@ package tenancy
 import (
 	"errors"
 	"strings"
+	"unicode/utf8"
 )
 
 // The Queen broker does not parse its query string into parameters. To read
@@ -166,4 +167,29 @@ func stoi(s string) (int, bool) {
 // isCSpace is C's isspace in the "C" locale.
 func isCSpace(c byte) bool {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
+}
+
+// QueryHoldsNUL reports whether the broker would decode U+0000 from the raw
+// query: a raw 0x00 byte or the escape %00 in any parameter, which it
+// decodes and passes on (a consumerGroup=a%00b reaches its SQL, where
+// PostgreSQL refuses it). The gateway refuses such a query whatever the
+// parameter, as it refuses U+0000 in bodies.
+func QueryHoldsNUL(rawQuery string) bool {
+	return strings.Contains(rawQuery, "%00") || strings.IndexByte(rawQuery, 0) >= 0
+}
+
+// MaxQueryNameChars is the longest consumerGroup the broker's schema holds
+// (partition_consumers.consumer_group varchar(255)), in characters.
+const MaxQueryNameChars = 255
+
+// ConsumerGroupTooLong reports whether the consumerGroup the broker reads
+// from rawQuery (BrokerQueryValue) is longer than MaxQueryNameChars
+// characters. A value that cannot be decoded one way is left to the pop
+// query reader, which refuses it.
+func ConsumerGroupTooLong(rawQuery string) bool {
+	if len(rawQuery) <= MaxQueryNameChars || !strings.Contains(rawQuery, "consumerGroup=") {
+		return false
+	}
+	v, found, err := BrokerQueryValue(rawQuery, "consumerGroup")
+	return err == nil && found && len(v) > MaxQueryNameChars && utf8.RuneCountInString(v) > MaxQueryNameChars
 }

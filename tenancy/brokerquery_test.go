@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // brokerQueryExamples are the readings issue 14 names and their
@@ -180,6 +181,9 @@ func FuzzBrokerQueryValue(f *testing.F) {
 	for _, tc := range brokerQueryExamples {
 		f.Add(tc.query, tc.key)
 	}
+	f.Add("consumerGroup=a%00b&batch=1", "consumerGroup")
+	f.Add("batch=1&consumerGroup="+strings.Repeat("%C3%A9", 255), "consumerGroup")
+	f.Add("consumerGroup="+strings.Repeat("g", 256), "consumerGroup")
 	f.Fuzz(func(t *testing.T, query, key string) {
 		if key == "" {
 			key = "wait"
@@ -201,6 +205,12 @@ func FuzzBrokerQueryValue(f *testing.F) {
 			t.Fatalf("%q: the broker's reading of %q is not defined, yet the gateway read %q", query, raw, v)
 		case v != decoded || found != (decoded != ""):
 			t.Fatalf("%q: the gateway read %q (found %v), the broker %q", query, v, found, decoded)
+		}
+		if strings.ContainsRune(decoded, 0) && !QueryHoldsNUL(query) {
+			t.Fatalf("%q: the broker decodes U+0000 from %s but the query passes", query, key)
+		}
+		if key == "consumerGroup" && ConsumerGroupTooLong(query) != (utf8.RuneCountInString(decoded) > MaxQueryNameChars) {
+			t.Fatalf("%q: consumerGroup of %d characters, too long: %v", query, utf8.RuneCountInString(decoded), ConsumerGroupTooLong(query))
 		}
 		b, err := BrokerQueryBool(query, key, false)
 		if err != nil || b != (decoded == "true" || decoded == "1") {

@@ -29,6 +29,10 @@ type Checker struct {
 	MaxDepth int
 	// Watch, when not nil, is told about containers and strings.
 	Watch Watcher
+	// RefuseNUL refuses the escape \u0000 in any string, key or value:
+	// PostgreSQL holds U+0000 in neither text nor jsonb, so a body bound to
+	// be stored that carries one fails at the broker's insert (CheckStored).
+	RefuseNUL bool
 
 	off   int64  // bytes consumed so far
 	state uint8  // what the next byte may be
@@ -86,6 +90,7 @@ const (
 	ProblemDepth
 	ProblemEmpty
 	ProblemTruncated
+	ProblemNUL
 )
 
 // SyntaxError is a text the Checker refused: what, and at which byte
@@ -109,6 +114,8 @@ func (e *SyntaxError) Error() string {
 		return "request body is empty; a JSON body is required"
 	case ProblemTruncated:
 		return "body is not valid JSON: it ends before the value is complete (byte " + at + ")"
+	case ProblemNUL:
+		return "body holds U+0000 (\\u0000) at byte " + at + "; the broker cannot store it"
 	}
 	return "body is not valid JSON: " + e.Detail + " at byte " + at
 }
@@ -117,6 +124,17 @@ func (e *SyntaxError) Error() string {
 // whitespace allowed) within DefaultMaxDepth.
 func Check(b []byte) error {
 	var c Checker
+	if err := c.Write(b); err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+// CheckStored is Check for a body whose strings the broker stores: it
+// refuses the escape \u0000 as well (raw control bytes, U+0000 among them,
+// are invalid JSON already).
+func CheckStored(b []byte) error {
+	c := Checker{RefuseNUL: true}
 	if err := c.Write(b); err != nil {
 		return err
 	}
@@ -269,6 +287,9 @@ func (c *Checker) Write(p []byte) error {
 				continue
 			}
 			c.state = sString
+			if c.hex == 0 && c.RefuseNUL {
+				return c.fail(ProblemNUL, base+int64(i)-6, "")
+			}
 			switch isHigh, isLow := c.hex >= 0xD800 && c.hex < 0xDC00, c.hex >= 0xDC00 && c.hex < 0xE000; {
 			case isHigh && !c.highSurr:
 				c.highSurr = true

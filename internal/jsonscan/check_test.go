@@ -202,12 +202,16 @@ func FuzzCheck(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	for _, s := range storedSeeds {
+		f.Add([]byte(s))
+	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		err := Check(body)
 		want, sure := modelCheck(body)
 		if sure && (err == nil) != want {
 			t.Fatalf("%q: checker %v, model accepts=%v", body, err, want)
 		}
+		checkStoredAgrees(t, body, err)
 		if !sure && err != nil && problemOf(err) != ProblemSyntax {
 			t.Fatalf("%q: checker %v, model unsure about a surrogate", body, err)
 		}
