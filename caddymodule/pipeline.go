@@ -29,6 +29,7 @@ type requestState struct {
 	msgDecision limits.Decision
 	msgChecked  bool
 	produced    int                 // items a push or transaction carries, as counted at admission
+	carveOutOps int                 // operations of a KV batch served as a consume (reserved key space)
 	cycle       limits.ProduceBatch // a streams cycle's sink items, as grouped at admission
 
 	// Storage the pipeline points into instead of allocating each piece
@@ -111,33 +112,42 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return g.refuse(w, r, st, e)
 	}
 
-	// 3b. A KV batch wholly inside a reserved key space is a consume.
-	if e := g.reclassifyKVBatch(r, st); e != nil {
-		return g.refuse(w, r, st, e)
-	}
-
-	// 3c. Plan gates: feature flags and push blocks.
-	if gatesFirst {
+	// 3b. Plan gates that the request head decides: feature flags and push
+	// blocks. A mixed batch's verdict needs its body, so it waits for 3e.
+	gatesAhead := gatesFirst && !planGatesReadBody(st.route)
+	if gatesAhead {
 		if e := g.planGates(r, st, t.cluster); e != nil {
 			return g.refuse(w, r, st, e)
 		}
 	}
 
-	// 3d. Authentication, then authorization against the route's class.
+	// 3c. Authentication, behind the failure guard. Nothing before this
+	// step reads the request body: an anonymous caller costs no more than
+	// its head.
 	cluster, e := g.authenticate(r, st, t)
 	if e != nil {
 		return g.refuse(w, r, st, e)
 	}
 	caddyhttp.SetVar(r.Context(), varClusterSlug, (*clusterSlugVar)(cluster))
 	g.app.backend.noteCell(cluster)
-	if !gatesFirst {
-		if !cluster.Status.Serves() {
-			return g.refuse(w, r, st, errClusterSuspended)
-		}
+	if !gatesFirst && !cluster.Status.Serves() {
+		return g.refuse(w, r, st, errClusterSuspended)
+	}
+
+	// 3d. A KV batch wholly inside a reserved key space is a consume,
+	// within the carve-out's own bounds.
+	if e := g.reclassifyKVBatch(r, st, cluster); e != nil {
+		return g.refuse(w, r, st, e)
+	}
+
+	// 3e. The plan gates not applied at 3b, now that the route is final.
+	if !gatesAhead {
 		if e := g.planGates(r, st, cluster); e != nil {
 			return g.refuse(w, r, st, e)
 		}
 	}
+
+	// 3f. Authorization against the route's final class.
 	if !tenancy.Authorize(&st.principal, st.route) {
 		if st.route.Class == tenancy.ClassOperator {
 			return g.refuse(w, r, st, errRouteBlocked)
@@ -145,7 +155,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return g.refuse(w, r, st, errNotPermitted)
 	}
 
-	// 3e. Isolation: a cell whose broker does not keep clusters apart (or
+	// 3g. Isolation: a cell whose broker does not keep clusters apart (or
 	// is not yet verified to) serves only its oldest cluster.
 	if e := g.admitOnCell(r, cluster); e != nil {
 		return g.refuse(w, r, st, e)
