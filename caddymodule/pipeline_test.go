@@ -157,6 +157,7 @@ func newTestEnv(t testing.TB) *testEnv {
 			redeliveries: limits.NewRedeliveries(0, 0, nil),
 		},
 		MaxBatchItems: 10000,
+		readiness:     new(readinessCache),
 	}
 	app.pushBlockSources = []limits.PushBlockSource{app.backend.storage}
 	g := &Gateway{
