@@ -134,8 +134,8 @@ func newTestEnv(t testing.TB) *testEnv {
 			tenancy.HashAPIKey("qk_live_admin"):   key("k-admin", pro, tenancy.ScopeSet(tenancy.ScopeAdmin)),
 			tenancy.HashAPIKey("qk_live_held"):    key("k-held", held, tenancy.AllScopes),
 			tenancy.HashAPIKey("qk_live_gone"):    key("k-gone", gone, tenancy.AllScopes),
-			tenancy.HashAPIKey(strongAcmeKey):    key("k-strong", acme, tenancy.AllScopes),
-			tenancy.HashAPIKey(strongProKey):     key("k-strong-pro", pro, tenancy.AllScopes),
+			tenancy.HashAPIKey(strongAcmeKey):     key("k-strong", acme, tenancy.AllScopes),
+			tenancy.HashAPIKey(strongProKey):      key("k-strong-pro", pro, tenancy.AllScopes),
 			tenancy.HashAPIKey("qk_live_expired"): {ID: "k-exp", Cluster: acme, Scopes: tenancy.AllScopes, ExpiresAt: time.Now().Add(-time.Second)},
 		},
 		roles: map[[2]string]tenancy.Role{
