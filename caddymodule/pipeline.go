@@ -67,12 +67,15 @@ func (v *clusterSlugVar) String() string { return v.Slug }
 // ServeHTTP is the data-plane pipeline, in its load-bearing order. Each
 // step either refuses the request with the error envelope or hands it on.
 //
+// No step before authentication reads the request body: an anonymous
+// caller costs the gateway its request head, never its body.
+//
 // On a normal listener the cluster's status and plan gates answer before
-// authentication, as queen_proxy does. On a shielded listener (shield mode,
-// or any shared host) they wait for a live credential, so anonymous callers
-// learn nothing about which clusters exist or what state they are in; the
-// same holds wherever the credential names the cluster (shared hosts,
-// x-queen-act-cluster).
+// authentication, as queen_proxy does, where the request head decides
+// them. On a shielded listener (shield mode, or any shared host) they wait
+// for a live credential, so anonymous callers learn nothing about which
+// clusters exist or what state they are in; the same holds wherever the
+// credential names the cluster (shared hosts, x-queen-act-cluster).
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	st := startRequest(w, r)
 	if g.serveHealth(w, r) {
