@@ -43,6 +43,9 @@ var routesWithBodies = []struct{ method, target, body string }{
 	{"POST", "/api/v1/ephemeral/push", `{"items":[{"queue":"e","payload":1}]}`},
 	{"POST", "/api/v1/traces", `{"traces":[]}`},
 	{"POST", "/api/v1/system/maintenance", `{"enabled":true}`},
+	{"GET", "/api/v1/resources/queues", `{"q":1}`},
+	{"GET", "/api/v1/pop/queue/q?wait=true", `{"q":1}`},
+	{"POST", "/api/v1/locks", `{"q":1}`},
 }
 
 // Issue 22, point 3: nothing reads a request body before the credential

@@ -76,7 +76,7 @@ func heapAllocated() uint64 {
 // The measure is the bytes the process allocated on the heap meanwhile
 // (runtime/metrics /gc/heap/allocs:bytes, cumulative): a gateway that read
 // even one of these bodies would allocate at least its 15 MiB, while
-// every allocation of answering 300 refusals is a few megabytes. Unlike
+// every allocation of answering 156 refusals is a few megabytes. Unlike
 // RSS or the live heap, a cumulative count does not depend on when the
 // garbage collector ran or how the machine's other work delayed this
 // process, so it is the same on a loaded 2-core machine as on an idle
@@ -104,7 +104,10 @@ func TestUnauthenticatedBodiesAreNeverRead(t *testing.T) {
 		{"gated grow (KV put)", "PUT", "/api/v1/kv/ns/k"},
 		{"gated mixed (streams cycle)", "POST", "/streams/v1/cycle"},
 		{"gated grow (ephemeral push)", "POST", "/api/v1/ephemeral/push"},
+		{"gated (traces)", "POST", "/api/v1/traces"},
+		{"read", "GET", "/api/v1/resources/queues"},
 		{"operator", "POST", "/api/v1/system/maintenance"},
+		{"blocked", "POST", "/api/v1/locks"},
 	}
 	var (
 		mu       sync.Mutex
