@@ -25,11 +25,11 @@ type requestState struct {
 	longPoll    bool  // a pop that waits upstream (wait, read as the broker reads it)
 	popAutoAck  bool  // a pop that acknowledges what it delivers (autoAck, read so too)
 	longPollMs  int64 // the wait it asks for
+	carveOutOps int   // operations of a KV batch served as a consume (reserved key space)
 	reqDecision limits.Decision
 	msgDecision limits.Decision
 	msgChecked  bool
 	produced    int                 // items a push or transaction carries, as counted at admission
-	carveOutOps int                 // operations of a KV batch served as a consume (reserved key space)
 	cycle       limits.ProduceBatch // a streams cycle's sink items, as grouped at admission
 
 	// Storage the pipeline points into instead of allocating each piece
