@@ -49,13 +49,23 @@ func (g *Gateway) authenticate(r *http.Request, st *requestState, t target) (*te
 // knownValid reports whether a credential presented from an address in
 // backoff is known to be valid without a lookup, so that the failure guard
 // lets it through: an API key that authenticated before (the guard's
-// memory, harden/knownvalid.go), or a session token whose signature
-// verifies (which no guess can produce). Neither answer depends on the
+// memory, harden/knownvalid.go), a generated key the key cache holds as
+// live, or a session token whose signature verifies (which no guess can
+// produce). Neither answer depends on the
 // database, so a client in backoff cannot make the gateway look anything
 // up.
 func (g *Gateway) knownValid(cred tenancy.Credential, addr netip.Addr) bool {
 	if cred.Kind == tenancy.CredentialAPIKey {
-		return g.failures.Known(keyDigest(cred.Value, addr))
+		if g.failures.Known(keyDigest(cred.Value, addr)) {
+			return true
+		}
+		// A generated key the cache holds as live is known too (it may
+		// have authenticated through another site's guard).
+		if !tenancy.WellFormedAPIKey(cred.Value) {
+			return false
+		}
+		k := g.app.Cache().KnownAPIKey(cred.Value)
+		return k != nil && !k.Expired(time.Now())
 	}
 	keys := g.app.sessionKeys
 	if keys == nil {

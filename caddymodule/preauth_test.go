@@ -285,6 +285,22 @@ func TestFailureGuardNeverRefusesAKnownCredential(t *testing.T) {
 	if got := req("acme", strongAcmeKey, other); got != 200 {
 		t.Fatalf("a generated key known valid got %d from another spent address", got)
 	}
+	// A generated key that authenticated through another site (another
+	// handler, its own guard) is live in the shared key cache: known too.
+	// A hand-made one is not, since the cache does not know its address.
+	site2 := *g
+	site2.failures = harden.NewFailureGuard(harden.FailureGuardConfig{})
+	for _, key := range []string{strongProKey, "qk_live_admin"} {
+		if w, _ := site2.do(t, call{method: "GET", host: "pro.eu1.example.com", target: "/api/v1/resources/queues", auth: key}, nil); w.Code != 200 {
+			t.Fatalf("%s on the second site: %d", key, w.Code)
+		}
+	}
+	if got := req("pro", strongProKey, nat); got != 200 {
+		t.Fatalf("a generated key live in the cache got %d from the spent address", got)
+	}
+	if got := req("pro", "qk_live_admin", nat); got != 429 {
+		t.Fatalf("a hand-made key that never authenticated from the spent address got %d, want 429", got)
+	}
 	// A revoked key that was known goes through the guard to its lookup,
 	// and is refused there.
 	delete(env.src.keys, tenancy.HashAPIKey(strongAcmeKey))
