@@ -148,6 +148,8 @@ type App struct {
 	pushBlockSources []limits.PushBlockSource
 	// extraReadiness are readiness checks added by the app's parts.
 	extraReadiness []ReadinessCheck
+	// readiness is the last readiness verdict, for callers shown no detail.
+	readiness *readinessCache
 }
 
 // CaddyModule returns the Caddy module information.
@@ -160,6 +162,7 @@ func (*App) CaddyModule() caddy.ModuleInfo {
 // keeps the same database settings) and applies migrations.
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
+	a.readiness = new(readinessCache)
 	raiseOpenFileLimit(a.logger)
 	a.DatabaseURL = strings.TrimSpace(caddy.NewReplacer().ReplaceAll(a.DatabaseURL, ""))
 	for i, d := range a.BaseDomains {

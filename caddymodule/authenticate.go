@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/queengate/queengate/internal/apierror"
+	"github.com/queengate/queengate/internal/harden"
 	"github.com/queengate/queengate/tenancy"
 )
 
@@ -36,13 +37,50 @@ func (g *Gateway) authenticate(r *http.Request, st *requestState, t target) (*te
 		return nil, errKeyActAs
 	}
 	addr := clientAddr(r)
-	if ok, retry := g.failures.Allow(addr); !ok {
+	if ok, retry := g.failures.Allow(addr); !ok && !g.knownValid(cred, addr) {
 		return nil, tooManyFailures(retry)
 	}
 	if cred.Kind == tenancy.CredentialAPIKey {
 		return g.authenticateKey(r.Context(), st, t, cred.Value, addr)
 	}
 	return g.authenticateSession(r.Context(), st, t, cred.Value, addr)
+}
+
+// knownValid reports whether a credential presented from an address in
+// backoff is known to be valid without a lookup, so that the failure guard
+// lets it through: an API key that authenticated before (the guard's
+// memory, harden/knownvalid.go), a generated key the key cache holds as
+// live, or a session token whose signature verifies (which no guess can
+// produce). Neither answer depends on the
+// database, so a client in backoff cannot make the gateway look anything
+// up.
+func (g *Gateway) knownValid(cred tenancy.Credential, addr netip.Addr) bool {
+	if cred.Kind == tenancy.CredentialAPIKey {
+		if g.failures.Known(keyDigest(cred.Value, addr)) {
+			return true
+		}
+		// A generated key the cache holds as live is known too (it may
+		// have authenticated through another site's guard).
+		if !tenancy.WellFormedAPIKey(cred.Value) {
+			return false
+		}
+		k := g.app.Cache().KnownAPIKey(cred.Value)
+		return k != nil && !k.Expired(time.Now())
+	}
+	keys := g.app.sessionKeys
+	if keys == nil {
+		return false
+	}
+	_, err := keys.Verify(cred.Value)
+	return err == nil
+}
+
+// keyDigest is how the failure guard remembers an API key: a generated key
+// (256 random bits) for every address, any other only for the address it
+// authenticated from, so that a client in backoff cannot test guesses of
+// a weak key against the guard's memory.
+func keyDigest(presented string, addr netip.Addr) harden.CredentialDigest {
+	return harden.DigestCredential(presented, addr, !tenancy.WellFormedAPIKey(presented))
 }
 
 func (g *Gateway) authenticateKey(ctx context.Context, st *requestState, t target, presented string, addr netip.Addr) (*tenancy.Cluster, *apierror.Error) {
@@ -63,6 +101,7 @@ func (g *Gateway) authenticateKey(ctx context.Context, st *requestState, t targe
 		cluster = t.cluster
 	}
 	g.app.backend.toucher.Touch(key.ID)
+	g.failures.Succeed(keyDigest(presented, addr))
 	st.principal = tenancy.Principal{Kind: tenancy.PrincipalAPIKey, KeyID: key.ID, Scopes: key.Scopes}
 	return cluster, nil
 }

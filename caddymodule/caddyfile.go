@@ -221,6 +221,7 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 //		max_header_bytes       <size>
 //		max_body_bytes         <size>
 //		auth_failures          <per second> <burst>
+//		probes
 //	}
 //
 // cell_tls makes the proxy reach cells over https: only https:// cell

@@ -108,6 +108,11 @@ func (g *Gateway) unmarshalEnforcement(d *caddyfile.Dispenser, opt string) (know
 			return true, d.ArgErr()
 		}
 		g.Shield = true
+	case "probes":
+		if d.NextArg() {
+			return true, d.ArgErr()
+		}
+		g.Probes = true
 	case "max_uri_bytes":
 		err = parseSizeInt(d, &g.MaxURIBytes)
 	case "max_headers":

@@ -96,6 +96,7 @@ func TestGatewayUnmarshalEnforcementOptions(t *testing.T) {
 		max_header_bytes 32KiB
 		max_body_bytes 8MiB
 		auth_failures 0.5 10
+		probes
 	}`)
 	var g Gateway
 	if err := g.UnmarshalCaddyfile(d); err != nil {
@@ -103,7 +104,7 @@ func TestGatewayUnmarshalEnforcementOptions(t *testing.T) {
 	}
 	if len(g.SharedHosts) != 2 || !g.Shield || g.MaxURIBytes != 4096 || g.MaxHeaders != 50 ||
 		g.MaxHeaderValueBytes != 8192 || g.MaxHeaderBytes != 32768 || g.MaxBodyBytes != 8<<20 ||
-		g.AuthFailureRate != 0.5 || g.AuthFailureBurst != 10 {
+		g.AuthFailureRate != 0.5 || g.AuthFailureBurst != 10 || !g.Probes {
 		t.Fatalf("parsed %+v", g)
 	}
 }
@@ -132,6 +133,7 @@ func TestCaddyfileErrorsNameTheLine(t *testing.T) {
 		{"failure burst missing", "queen_gateway {\n\tauth_failures 1\n}", "at Testfile:2", true},
 		{"shared hosts empty", "queen_gateway {\n\tshared_hosts\n}", "at Testfile:2", true},
 		{"shield takes no argument", "queen_gateway {\n\tshield yes\n}", "at Testfile:2", true},
+		{"probes takes no argument", "queen_gateway {\n\tprobes yes\n}", "at Testfile:2", true},
 		{"leader group missing", "queen {\n\tleader_group\n}", "at Testfile:2", false},
 		{"leader group twice", "queen {\n\tleader_group a b\n}", "at Testfile:2", false},
 		{"bad lease ttl", "queen {\n\tleader_lease_ttl soon\n}", `leader_lease_ttl: "soon" is not a duration`, false},

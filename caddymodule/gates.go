@@ -64,19 +64,38 @@ func (g *Gateway) classify(r *http.Request, st *requestState) *apierror.Error {
 
 // reclassifyKVBatch makes a KV batch that stays wholly inside the Kafka or
 // S3 facades' reserved key spaces a consume: those facades serve consumers
-// and need no kv plan feature.
-func (g *Gateway) reclassifyKVBatch(r *http.Request, st *requestState) *apierror.Error {
-	if st.route != (tenancy.Route{Class: tenancy.ClassGated, Feature: tenancy.FeatureKV, Op: tenancy.GatedMixed}) {
+// and need no kv plan feature. Such a batch is bounded on its own
+// (limits.CheckCarveOut) and its operations are metered. It reads the body,
+// so it runs only after authentication.
+func (g *Gateway) reclassifyKVBatch(r *http.Request, st *requestState, c *tenancy.Cluster) *apierror.Error {
+	if st.route != kvBatchRoute {
 		return nil
 	}
 	body, e := g.bufferBody(r, st)
 	if e != nil {
 		return e
 	}
-	if tenancy.KVBatchIsCarveOut(body) {
-		st.route = tenancy.Route{Class: tenancy.ClassConsume}
+	batch, ok := tenancy.KVCarveOut(body)
+	if !ok {
+		return nil
 	}
+	if refusal := limits.CheckCarveOut(len(body), batch.Ops, batch.Heaviest.Index, batch.Heaviest.Bytes,
+		c.Limits, g.app.MaxBatchItems); refusal != nil {
+		return payloadTooLarge(refusal.Message)
+	}
+	st.route = tenancy.Route{Class: tenancy.ClassConsume}
+	st.carveOutOps = batch.Ops
 	return nil
+}
+
+// kvBatchRoute is the class of POST /api/v1/kv before its body is read.
+var kvBatchRoute = tenancy.Route{Class: tenancy.ClassGated, Feature: tenancy.FeatureKV, Op: tenancy.GatedMixed}
+
+// planGatesReadBody reports whether the plan gates' verdict on a route
+// depends on its body: a mixed batch is push-blocked only when it adds
+// data, and a KV batch may be a carve-out that needs no kv feature.
+func planGatesReadBody(route tenancy.Route) bool {
+	return route.Class == tenancy.ClassGated && route.Op == tenancy.GatedMixed
 }
 
 // planGates applies the cluster's plan: feature flags, then the push
@@ -142,11 +161,7 @@ func (g *Gateway) bufferBody(r *http.Request, st *requestState) ([]byte, *apierr
 	body, err := io.ReadAll(r.Body)
 	_ = r.Body.Close()
 	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if !errors.As(err, &tooLarge) {
-			g.logger.Debug("request body unreadable", zap.String("request_id", st.rid), zap.Error(err))
-		}
-		return nil, errBodyTooLarge
+		return nil, g.unreadableBody(st, err)
 	}
 	st.body, st.buffered = body, true
 	st.bodyReader.Reset(body)
@@ -158,6 +173,18 @@ func (g *Gateway) bufferBody(r *http.Request, st *requestState) ([]byte, *apierr
 		return nil, e
 	}
 	return body, nil
+}
+
+// unreadableBody is the refusal of a body that could not be read whole:
+// 413 when it is over the cap, else 400 (malformed chunked framing, or a
+// body cut short), never forwarded.
+func (g *Gateway) unreadableBody(st *requestState, err error) *apierror.Error {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return errBodyTooLarge
+	}
+	g.logger.Debug("request body unreadable", zap.String("request_id", st.rid), zap.Error(err))
+	return errBodyUnreadable
 }
 
 // bodyReader reads a buffered request body again; it lives in the request

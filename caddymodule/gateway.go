@@ -75,6 +75,13 @@ type Gateway struct {
 	// client address may make. Default 20.
 	AuthFailureBurst int `json:"auth_failure_burst,omitempty"`
 
+	// Probes marks this handler as the probe listener's: /readyz shows
+	// every check's detail (cell names and verdicts, the group's members,
+	// database errors) to any caller, and runs the checks for each request.
+	// Elsewhere only loopback callers get that; others get the cached
+	// verdict alone.
+	Probes bool `json:"probes,omitempty"`
+
 	app        *App
 	logger     *zap.Logger
 	headLimits harden.HeadLimits

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/netip"
+	"sync"
 	"time"
 )
 
@@ -24,6 +26,14 @@ type ReadinessCheck func(ctx context.Context) (name, detail string, ok bool)
 // asks the database, the invalidation listener and the storage quota, and
 // fails only when the gateway could no longer serve: a database that has
 // been unreachable for longer than the stale grace.
+//
+// Readiness detail (cell names and verdicts, member names, database
+// errors) is for operators: it is shown, and the checks are run for the
+// asking, only on the probe listener (the probes option) or to a loopback
+// caller. Any other caller gets the last verdict alone, checked again at
+// most once per readinessCacheFor, so an anonymous flood of /readyz on a
+// public host neither reads the gateway's internals nor pings its
+// database per request.
 func (g *Gateway) serveHealth(w http.ResponseWriter, r *http.Request) bool {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return false
@@ -35,18 +45,103 @@ func (g *Gateway) serveHealth(w http.ResponseWriter, r *http.Request) bool {
 	case readinessPath:
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		status, body := http.StatusOK, map[string]string{"status": "ready"}
-		for _, check := range g.app.readinessChecks() {
-			name, detail, ok := check(ctx)
-			body[name] = detail
-			if !ok {
-				status, body["status"] = http.StatusServiceUnavailable, "not ready"
-			}
+		if g.Probes || fromLoopback(r) {
+			ok, detail := g.app.readiness.check(ctx, g.app.readinessChecks())
+			writeHealth(w, readinessStatus(ok), detail)
+			return true
 		}
-		writeHealth(w, status, body)
+		ok := g.app.readiness.verdict(ctx, g.app.readinessChecks())
+		writeHealth(w, readinessStatus(ok), map[string]string{"status": readinessWord(ok)})
 		return true
 	}
 	return false
+}
+
+func readinessStatus(ok bool) int {
+	if ok {
+		return http.StatusOK
+	}
+	return http.StatusServiceUnavailable
+}
+
+func readinessWord(ok bool) string {
+	if ok {
+		return "ready"
+	}
+	return "not ready"
+}
+
+// fromLoopback reports whether both the connection's peer and the client
+// address Caddy determined (trusted_proxies) are loopback: a request a
+// local proxy relays for a remote client is not.
+func fromLoopback(r *http.Request) bool {
+	peer, err := netip.ParseAddrPort(r.RemoteAddr)
+	return err == nil && peer.Addr().Unmap().IsLoopback() && clientAddr(r).Unmap().IsLoopback()
+}
+
+// readinessCacheFor is how long a readiness verdict is reused for callers
+// that get no detail.
+const readinessCacheFor = time.Second
+
+// readinessCache runs the readiness checks and remembers the verdict.
+type readinessCache struct {
+	running sync.Mutex // held while the checks run
+	mu      sync.Mutex
+	ok      bool
+	at      time.Time // zero until the checks first ran
+}
+
+// check runs every check and returns the verdict and each check's detail.
+func (c *readinessCache) check(ctx context.Context, checks []ReadinessCheck) (bool, map[string]string) {
+	c.running.Lock()
+	defer c.running.Unlock()
+	return c.runLocked(ctx, checks)
+}
+
+func (c *readinessCache) runLocked(ctx context.Context, checks []ReadinessCheck) (bool, map[string]string) {
+	ok, detail := true, map[string]string{}
+	for _, check := range checks {
+		name, d, passed := check(ctx)
+		detail[name] = d
+		ok = ok && passed
+	}
+	detail["status"] = readinessWord(ok)
+	c.mu.Lock()
+	c.ok, c.at = ok, time.Now()
+	c.mu.Unlock()
+	return ok, detail
+}
+
+// last is the last verdict, and whether it is recent enough to reuse
+// (false until the checks first ran).
+func (c *readinessCache) last() (ok, recent bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ok, !c.at.IsZero() && time.Since(c.at) < readinessCacheFor
+}
+
+// verdict returns the last verdict while it is recent, else checks again.
+// While the checks run for another caller, the previous verdict is
+// returned rather than waited on; only the very first callers wait.
+func (c *readinessCache) verdict(ctx context.Context, checks []ReadinessCheck) bool {
+	ok, recent := c.last()
+	if recent {
+		return ok
+	}
+	c.mu.Lock()
+	never := c.at.IsZero()
+	c.mu.Unlock()
+	if never {
+		c.running.Lock()
+	} else if !c.running.TryLock() {
+		return ok
+	}
+	defer c.running.Unlock()
+	if ok, recent := c.last(); recent {
+		return ok // checked by the caller this one waited for
+	}
+	ok, _ = c.runLocked(ctx, checks)
+	return ok
 }
 
 func writeHealth(w http.ResponseWriter, status int, body map[string]string) {

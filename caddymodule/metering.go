@@ -236,6 +236,8 @@ func (g *Gateway) recordUsage(r *http.Request, st *requestState, c *tenancy.Clus
 	}
 	body := rw.body
 	switch rule {
+	case billPlain:
+		s.Msgs = carveOutMsgs(st, status)
 	case billPush:
 		out := rw.tally.push.Outcome(status)
 		s.Msgs = out.Accepted
@@ -306,6 +308,15 @@ func cycleGroups(st *requestState) []meter.CycleGroup {
 		groups[i] = meter.CycleGroup{Queue: p.Queue, Partition: p.Partition, Items: st.cycle.PairItems[i]}
 	}
 	return groups
+}
+
+// carveOutMsgs bills a reserved key space batch (served as a consume, op
+// class read) one message per operation, when the broker took it.
+func carveOutMsgs(st *requestState, status int) int64 {
+	if st.carveOutOps > 0 && status >= 200 && status < 300 {
+		return int64(st.carveOutOps)
+	}
+	return 0
 }
 
 // lastSpoolWarn keeps "the cell is spooling" to one line per 30 s.

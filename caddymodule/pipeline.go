@@ -25,6 +25,7 @@ type requestState struct {
 	longPoll    bool  // a pop that waits upstream (wait, read as the broker reads it)
 	popAutoAck  bool  // a pop that acknowledges what it delivers (autoAck, read so too)
 	longPollMs  int64 // the wait it asks for
+	carveOutOps int   // operations of a KV batch served as a consume (reserved key space)
 	reqDecision limits.Decision
 	msgDecision limits.Decision
 	msgChecked  bool
@@ -67,12 +68,15 @@ func (v *clusterSlugVar) String() string { return v.Slug }
 // ServeHTTP is the data-plane pipeline, in its load-bearing order. Each
 // step either refuses the request with the error envelope or hands it on.
 //
+// No step before authentication reads the request body: an anonymous
+// caller costs the gateway its request head, never its body.
+//
 // On a normal listener the cluster's status and plan gates answer before
-// authentication, as queen_proxy does. On a shielded listener (shield mode,
-// or any shared host) they wait for a live credential, so anonymous callers
-// learn nothing about which clusters exist or what state they are in; the
-// same holds wherever the credential names the cluster (shared hosts,
-// x-queen-act-cluster).
+// authentication, as queen_proxy does, where the request head decides
+// them. On a shielded listener (shield mode, or any shared host) they wait
+// for a live credential, so anonymous callers learn nothing about which
+// clusters exist or what state they are in; the same holds wherever the
+// credential names the cluster (shared hosts, x-queen-act-cluster).
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	st := startRequest(w, r)
 	if g.serveHealth(w, r) {
@@ -112,33 +116,42 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return g.refuse(w, r, st, e)
 	}
 
-	// 3b. A KV batch wholly inside a reserved key space is a consume.
-	if e := g.reclassifyKVBatch(r, st); e != nil {
-		return g.refuse(w, r, st, e)
-	}
-
-	// 3c. Plan gates: feature flags and push blocks.
-	if gatesFirst {
+	// 3b. Plan gates that the request head decides: feature flags and push
+	// blocks. A mixed batch's verdict needs its body, so it waits for 3e.
+	gatesAhead := gatesFirst && !planGatesReadBody(st.route)
+	if gatesAhead {
 		if e := g.planGates(r, st, t.cluster); e != nil {
 			return g.refuse(w, r, st, e)
 		}
 	}
 
-	// 3d. Authentication, then authorization against the route's class.
+	// 3c. Authentication, behind the failure guard. Nothing before this
+	// step reads the request body: an anonymous caller costs no more than
+	// its head.
 	cluster, e := g.authenticate(r, st, t)
 	if e != nil {
 		return g.refuse(w, r, st, e)
 	}
 	caddyhttp.SetVar(r.Context(), varClusterSlug, (*clusterSlugVar)(cluster))
 	g.app.backend.noteCell(cluster)
-	if !gatesFirst {
-		if !cluster.Status.Serves() {
-			return g.refuse(w, r, st, errClusterSuspended)
-		}
+	if !gatesFirst && !cluster.Status.Serves() {
+		return g.refuse(w, r, st, errClusterSuspended)
+	}
+
+	// 3d. A KV batch wholly inside a reserved key space is a consume,
+	// within the carve-out's own bounds.
+	if e := g.reclassifyKVBatch(r, st, cluster); e != nil {
+		return g.refuse(w, r, st, e)
+	}
+
+	// 3e. The plan gates not applied at 3b, now that the route is final.
+	if !gatesAhead {
 		if e := g.planGates(r, st, cluster); e != nil {
 			return g.refuse(w, r, st, e)
 		}
 	}
+
+	// 3f. Authorization against the route's final class.
 	if !tenancy.Authorize(&st.principal, st.route) {
 		if st.route.Class == tenancy.ClassOperator {
 			return g.refuse(w, r, st, errRouteBlocked)
@@ -146,7 +159,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return g.refuse(w, r, st, errNotPermitted)
 	}
 
-	// 3e. Isolation: a cell whose broker does not keep clusters apart (or
+	// 3g. Isolation: a cell whose broker does not keep clusters apart (or
 	// is not yet verified to) serves only its oldest cluster.
 	if e := g.admitOnCell(r, cluster); e != nil {
 		return g.refuse(w, r, st, e)

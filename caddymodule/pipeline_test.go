@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,6 +29,8 @@ type memorySource struct {
 	roles    map[[2]string]tenancy.Role // (user, cluster id)
 	users    map[string]bool            // user id → operator bit
 	revoked  map[string]bool
+
+	keyLookups atomic.Int64 // APIKeyByHash calls: what reached the "database"
 }
 
 func (m *memorySource) ClusterBySlug(_ context.Context, slug string) (*tenancy.Cluster, error) {
@@ -47,6 +50,7 @@ func (m *memorySource) ClusterByID(_ context.Context, id string) (*tenancy.Clust
 }
 
 func (m *memorySource) APIKeyByHash(_ context.Context, hash string) (*tenancy.APIKey, error) {
+	m.keyLookups.Add(1)
 	if k, ok := m.keys[hash]; ok {
 		return k, nil
 	}
@@ -95,6 +99,13 @@ const (
 	idPro  = "d0000000-0000-4000-8000-00000000000d"
 )
 
+// Keys of the generated shape (tenancy.WellFormedAPIKey); the others of
+// the test gateway are hand-made.
+const (
+	strongAcmeKey = "qk_live_acmeAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+	strongProKey  = "qk_live_proBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB"
+)
+
 var testSessionSecret = []byte("0123456789abcdef0123456789abcdef-test-only")
 
 type testEnv struct {
@@ -123,6 +134,8 @@ func newTestEnv(t testing.TB) *testEnv {
 			tenancy.HashAPIKey("qk_live_admin"):   key("k-admin", pro, tenancy.ScopeSet(tenancy.ScopeAdmin)),
 			tenancy.HashAPIKey("qk_live_held"):    key("k-held", held, tenancy.AllScopes),
 			tenancy.HashAPIKey("qk_live_gone"):    key("k-gone", gone, tenancy.AllScopes),
+			tenancy.HashAPIKey(strongAcmeKey):     key("k-strong", acme, tenancy.AllScopes),
+			tenancy.HashAPIKey(strongProKey):      key("k-strong-pro", pro, tenancy.AllScopes),
 			tenancy.HashAPIKey("qk_live_expired"): {ID: "k-exp", Cluster: acme, Scopes: tenancy.AllScopes, ExpiresAt: time.Now().Add(-time.Second)},
 		},
 		roles: map[[2]string]tenancy.Role{
@@ -157,6 +170,7 @@ func newTestEnv(t testing.TB) *testEnv {
 			redeliveries: limits.NewRedeliveries(0, 0, nil),
 		},
 		MaxBatchItems: 10000,
+		readiness:     new(readinessCache),
 	}
 	app.pushBlockSources = []limits.PushBlockSource{app.backend.storage}
 	g := &Gateway{
@@ -236,6 +250,8 @@ func (u *upstreamSeen) handler(err error) caddyhttp.Handler {
 type call struct {
 	method, host, target, auth, body string
 	header                           map[string]string
+	remote                           string    // the peer's address, when not httptest's 192.0.2.1:1234
+	bodyReader                       io.Reader // instead of body
 }
 
 func (g *Gateway) do(t testing.TB, c call, upstreamErr error) (*httptest.ResponseRecorder, *upstreamSeen) {
@@ -248,8 +264,14 @@ func (g *Gateway) do(t testing.TB, c call, upstreamErr error) (*httptest.Respons
 	if c.body != "" {
 		body = strings.NewReader(c.body)
 	}
+	if c.bodyReader != nil {
+		body = c.bodyReader
+	}
 	r := httptest.NewRequest(method, c.target, body)
 	r.Host = c.host
+	if c.remote != "" {
+		r.RemoteAddr = c.remote
+	}
 	if c.auth != "" {
 		r.Header.Set("Authorization", "Bearer "+c.auth)
 	}

@@ -19,6 +19,7 @@ var (
 	errStorageQuota       = &apierror.Error{Status: http.StatusForbidden, Code: apierror.StorageQuotaExceeded, Message: "storage quota exceeded; pushes blocked"}
 	errMonthlyQuota       = &apierror.Error{Status: http.StatusForbidden, Code: apierror.QuotaExceeded, Message: "monthly message quota (monthly_msgs_quota) exhausted; pushes blocked until the next calendar month"}
 	errBodyTooLarge       = &apierror.Error{Status: http.StatusRequestEntityTooLarge, Code: apierror.PayloadTooLarge, Message: "request body exceeds cap"}
+	errBodyUnreadable     = &apierror.Error{Status: http.StatusBadRequest, Code: apierror.BadRequest, Message: "request body could not be read: malformed chunked framing, or cut short"}
 	errMissingCredential  = &apierror.Error{Status: http.StatusUnauthorized, Code: apierror.Unauthorized, Message: "missing bearer credential"}
 	errInvalidCredential  = &apierror.Error{Status: http.StatusUnauthorized, Code: apierror.Unauthorized, Message: "invalid credential"}
 	errUnknownKey         = &apierror.Error{Status: http.StatusUnauthorized, Code: apierror.Unauthorized, Message: "unknown or revoked api key"}

@@ -45,14 +45,43 @@ var (
 // state, so the caller reclassifies it as ClassConsume: no kv plan flag, no
 // push block, consume-scope authorization.
 func KVBatchIsCarveOut(body []byte) bool {
+	_, ok := KVCarveOut(body)
+	return ok
+}
+
+// CarveOutBatch is what the gateway bounds and meters of a carve-out batch.
+type CarveOutBatch struct {
+	// Ops is the number of operations in the batch.
+	Ops int
+	// Heaviest is the first operation with the largest value: its index and
+	// the length of its value's raw JSON text as sent (0 and 0 when no
+	// operation carries a value).
+	Heaviest struct{ Index, Bytes int }
+}
+
+// KVCarveOut reads a POST /api/v1/kv body as KVBatchIsCarveOut does and,
+// when it is a carve-out batch, also reports its size.
+func KVCarveOut(body []byte) (CarveOutBatch, bool) {
+	var b CarveOutBatch
 	if jsonscan.Check(body) != nil {
-		return false
+		return b, false
 	}
 	ops, ok := batchOps(body)
 	if !ok || len(ops) == 0 {
-		return false
+		return b, false
 	}
-	return kafkaKeySpace.holdsAll(ops) || s3KeySpace.holdsAll(ops)
+	if !kafkaKeySpace.holdsAll(ops) && !s3KeySpace.holdsAll(ops) {
+		return b, false
+	}
+	b.Ops = len(ops)
+	for i, raw := range ops {
+		// holdsAll decoded every operation as an object already.
+		op, _ := jsonObject(raw)
+		if v, present := op["value"]; present && len(v) > b.Heaviest.Bytes {
+			b.Heaviest.Index, b.Heaviest.Bytes = i, len(v)
+		}
+	}
+	return b, true
 }
 
 // BatchGrows reports whether a POST /api/v1/kv or /api/v1/timers batch may

@@ -181,6 +181,11 @@ func FuzzBatchSniffers(f *testing.F) {
 		if want := modelCarveOut(v); carve != want {
 			t.Fatalf("KVBatchIsCarveOut(%s) = %v, model says %v", body, carve, want)
 		}
+		if size, ok := KVCarveOut(body); ok != carve {
+			t.Fatalf("KVCarveOut(%s) is %v, KVBatchIsCarveOut %v", body, ok, carve)
+		} else if ok {
+			checkCarveOutSize(t, body, v, size)
+		}
 		if want := modelBatchGrows(v); grows != want {
 			t.Fatalf("BatchGrows(%s) = %v, model says %v", body, grows, want)
 		}
@@ -194,6 +199,37 @@ func FuzzBatchSniffers(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkCarveOutSize checks a carve-out's counted size against the model:
+// one operation per element, the heaviest value the first of the largest
+// raw values (the model re-encodes nothing: it reads each value's raw
+// text with a decoder of its own).
+func checkCarveOutSize(t *testing.T, body []byte, v any, size CarveOutBatch) {
+	t.Helper()
+	ops, _ := modelOps(v)
+	if size.Ops != len(ops) {
+		t.Fatalf("KVCarveOut(%s) counts %d operations, the model %d", body, size.Ops, len(ops))
+	}
+	var arr []json.RawMessage
+	if jsonKind(body) == '[' {
+		_ = json.Unmarshal(body, &arr)
+	} else {
+		var obj map[string]json.RawMessage
+		_ = json.Unmarshal(body, &obj)
+		_ = json.Unmarshal(obj["operations"], &arr)
+	}
+	index, heaviest := 0, 0
+	for i, raw := range arr {
+		var op map[string]json.RawMessage
+		_ = json.Unmarshal(raw, &op)
+		if val, ok := op["value"]; ok && len(bytes.TrimSpace(val)) > heaviest {
+			index, heaviest = i, len(bytes.TrimSpace(val))
+		}
+	}
+	if size.Heaviest.Index != index || size.Heaviest.Bytes != heaviest {
+		t.Fatalf("KVCarveOut(%s): heaviest %+v, the model says %d bytes at %d", body, size.Heaviest, heaviest, index)
+	}
 }
 
 func decodeGeneric(t *testing.T, body []byte) any {

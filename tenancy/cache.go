@@ -118,6 +118,16 @@ func (cc *ClusterCache) APIKey(ctx context.Context, presented string) (*APIKey, 
 	return cc.keys.get(ctx, HashAPIKey(presented))
 }
 
+// KnownAPIKey returns the key whose plaintext is presented when the cache
+// holds it as live, without a database lookup; nil otherwise.
+func (cc *ClusterCache) KnownAPIKey(presented string) *APIKey {
+	k, ok := cc.keys.holds(HashAPIKey(presented))
+	if !ok {
+		return nil
+	}
+	return k
+}
+
 // InvalidateCluster drops every cached entry of one cluster: its host and id
 // entries and its keys. Cached unknown keys stay until they expire.
 func (cc *ClusterCache) InvalidateCluster(id string) {

@@ -100,6 +100,19 @@ func (c *swrCache[V]) get(ctx context.Context, key string) (V, error) {
 	return f.value, nil
 }
 
+// holds reports whether key has a found entry that get would serve without
+// waiting (fresh, or stale within the grace), without looking anything up.
+func (c *swrCache[V]) holds(key string) (V, bool) {
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[key]; e != nil && e.found && now.Before(e.expires.Add(c.grace)) {
+		return e.value, true
+	}
+	var zero V
+	return zero, false
+}
+
 // startLookupLocked runs the lookup for key in its own goroutine, detached
 // from any one request, and stores its outcome itself. c.mu must be held.
 func (c *swrCache[V]) startLookupLocked(key string) *flight[V] {

@@ -12,8 +12,10 @@ import (
 // FailureGuard limits how often one client address may fail
 // authentication: every failure takes a token from the address's bucket,
 // and an address with an empty bucket is refused before its credential is
-// even looked at. Successful requests cost nothing, so a busy, correctly
-// configured client behind one address is never slowed down.
+// looked up, unless that credential is one the guard remembers as valid
+// (Known; knownvalid.go). Successful requests cost nothing, so a busy,
+// correctly configured client behind one address is never slowed down,
+// nor locked out by another client's failures from the same address.
 type FailureGuard struct {
 	rate   float64 // tokens per second
 	burst  float64
@@ -27,6 +29,8 @@ type FailureGuard struct {
 	// Allow answers without hashing or locking: the state of nearly every
 	// request of a healthy gateway.
 	lastFail atomic.Int64
+	// valid remembers credentials that authenticated (knownvalid.go).
+	valid *knownValid
 }
 
 type guardShard struct {
@@ -43,7 +47,8 @@ type guardBucket struct {
 type FailureGuardConfig struct {
 	Rate       float64          // failures per second an address earns back; default 1
 	Burst      int              // failures an address may make in a row; default 20
-	MaxTracked int              // addresses tracked at most; default 100,000
+	MaxTracked int              // addresses tracked at most, and credentials remembered; default 100,000
+	Remember   time.Duration    // how long a credential that authenticated is let through a backoff; default 24h
 	Now        func() time.Time // clock, for tests
 }
 
@@ -61,8 +66,12 @@ func NewFailureGuard(cfg FailureGuardConfig) *FailureGuard {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Remember <= 0 {
+		cfg.Remember = 24 * time.Hour
+	}
 	g := &FailureGuard{rate: cfg.Rate, burst: float64(cfg.Burst), now: cfg.Now,
-		max: max(1, cfg.MaxTracked/len(FailureGuard{}.shards)), seed: maphash.MakeSeed()}
+		max: max(1, cfg.MaxTracked/len(FailureGuard{}.shards)), seed: maphash.MakeSeed(),
+		valid: newKnownValid(cfg.Remember, cfg.MaxTracked)}
 	for i := range g.shards {
 		g.shards[i].buckets = map[netip.Prefix]*guardBucket{}
 	}
@@ -101,6 +110,14 @@ func (g *FailureGuard) Allow(addr netip.Addr) (ok bool, retryAfter int) {
 	}
 	return false, max(1, int(math.Ceil((1-b.tokens)/g.rate)))
 }
+
+// Known reports whether a credential was remembered as valid (Succeed):
+// the caller lets it through its address's backoff.
+func (g *FailureGuard) Known(d CredentialDigest) bool { return g.valid.known(d, g.now()) }
+
+// Succeed remembers a credential that authenticated, so that its address's
+// backoff never refuses it.
+func (g *FailureGuard) Succeed(d CredentialDigest) { g.valid.remember(d, g.now()) }
 
 // Fail takes one token from addr's bucket after a failed authentication.
 func (g *FailureGuard) Fail(addr netip.Addr) {
