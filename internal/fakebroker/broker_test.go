@@ -440,6 +440,33 @@ func TestEmptyPopOfOnePartition(t *testing.T) {
 	}
 }
 
+// TestMessageListMode: the listing says how its queues are consumed, and
+// "none" before anyone consumed them (measured on 0.15.1).
+func TestMessageListMode(t *testing.T) {
+	_, url := startBroker(t, Options{})
+	c := &client{t: t, base: url}
+	c.push(map[string]any{"queue": "q", "payload": 1}, map[string]any{"queue": "q", "payload": 2})
+	mode := func() any {
+		t.Helper()
+		_, v := c.call("GET", "/api/v1/messages?queue=q", nil)
+		return v.(map[string]any)["mode"].(map[string]any)["type"]
+	}
+	for _, step := range []struct {
+		pop, want string
+	}{
+		{"", "none"},
+		{"/api/v1/pop/queue/q?autoAck=true", "queue"},
+		{"/api/v1/pop/queue/q?autoAck=true&consumerGroup=g", "hybrid"},
+	} {
+		if step.pop != "" {
+			c.pop(step.pop)
+		}
+		if got := mode(); got != step.want {
+			t.Fatalf("after %q the mode is %v, want %s", step.pop, got, step.want)
+		}
+	}
+}
+
 func TestMultiPartitionPop(t *testing.T) {
 	_, url := startBroker(t, Options{PartitionOrder: func(_, a, b string) bool { return a < b }})
 	c := &client{t: t, base: url}
