@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/queengate/queengate/internal/fakebroker"
-	"github.com/queengate/queengate/internal/shared"
 )
 
 const (
@@ -139,22 +138,17 @@ func TestReadInventoryKVAndTimerBytes(t *testing.T) {
 	}
 }
 
-func sharedDir(t *testing.T) string {
-	t.Helper()
-	d, err := shared.Dir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
+// brokerFixtures is the recorded traffic of the public Queen 0.15.1 broker
+// (testdata/broker/README.md).
+const brokerFixtures = "../testdata/broker"
 
 // recordedResponse returns the response body of the catalogue exchange seq.
 func recordedResponse(t *testing.T, seq int) []byte {
 	t.Helper()
-	path := filepath.Join(sharedDir(t), "fixtures", "broker", "curl-catalogue.jsonl")
+	path := filepath.Join(brokerFixtures, "curl-catalogue.jsonl")
 	f, err := os.Open(path)
 	if err != nil {
-		t.Fatalf("broker fixture %s: %v (set QUEENGATE_SHARED_DIR to the folder holding fixtures/broker)", path, err)
+		t.Fatalf("broker fixture %s: %v", path, err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)

@@ -306,24 +306,40 @@ func TestStorageWithDecidePushBlock(t *testing.T) {
 	}
 }
 
+// Concurrent callers lose no update: in-flight bytes add up exactly, on
+// clusters measured before and on clusters first seen by the workers (which
+// race to create their entries), whatever the order of the calls. Each
+// Observe repeats the same measurement under the same cap, which keeps the
+// in-flight estimate, so the final gauges do not depend on the order.
 func TestStorageConcurrent(t *testing.T) {
 	s, _ := newTestStorage()
+	const (
+		workers    = 8
+		iterations = 2000
+		measure    = 1000
+		cap        = Cap(1500)
+	)
+	for k := 0; k < 3; k++ {
+		s.Observe(fmt.Sprintf("c%d", k), measured(measure), cap)
+	}
 	var wg sync.WaitGroup
-	for w := 0; w < 8; w++ {
+	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			id := fmt.Sprintf("c%d", w%3)
-			for i := 0; i < 2000; i++ {
+			id, fresh := fmt.Sprintf("c%d", w%3), fmt.Sprintf("fresh%d", w%3)
+			for i := 0; i < iterations; i++ {
 				switch i % 5 {
 				case 0:
-					s.Observe(id, measured(int64(i)), 1500)
+					s.Observe(id, measured(measure), cap)
 				case 1:
 					s.AddInFlight(id, 3)
+					s.AddInFlight(fresh, 2)
 				case 2:
-					s.InFlightBlocked(id, Cap(1000+i%7))
+					s.InFlightBlocked(id, cap)
 				case 3:
 					s.PushBlock(id)
+					s.Status(fresh)
 				default:
 					s.Active()
 					s.Status(id)
@@ -332,6 +348,34 @@ func TestStorageConcurrent(t *testing.T) {
 		}(w)
 	}
 	wg.Wait()
+
+	addsPerWorker := int64(iterations / 5)
+	for k := 0; k < 3; k++ {
+		n := int64(0) // workers on cluster k
+		for w := 0; w < workers; w++ {
+			if w%3 == k {
+				n++
+			}
+		}
+		id := fmt.Sprintf("c%d", k)
+		inFlight := n * addsPerWorker * 3
+		want := StorageStatus{Measured: measure, InFlight: inFlight, Blocked: measure+inFlight >= int64(cap), Reported: true, Known: true}
+		got := s.Status(id)
+		got.ObservedAt = time.Time{}
+		if got != want {
+			t.Errorf("%s: %+v, want %+v", id, got, want)
+		}
+		if pb := s.PushBlock(id); pb != PushBlockedStorage {
+			t.Errorf("%s: push verdict %v, want blocked (measurement plus in-flight reach the cap)", id, pb)
+		}
+		fresh := fmt.Sprintf("fresh%d", k)
+		if got, want := s.Status(fresh), (StorageStatus{InFlight: n * addsPerWorker * 2}); got != want {
+			t.Errorf("%s: %+v, want %+v", fresh, got, want)
+		}
+	}
+	if active, known := s.Active(); !active || !known {
+		t.Errorf("Active() = %v, %v; want the reporting clusters to count", active, known)
+	}
 }
 
 // ---------------------------------------------------------------------------

@@ -9,11 +9,9 @@ import (
 	"strconv"
 	"sync"
 	"testing"
-
-	"github.com/queengate/queengate/internal/shared"
 )
 
-// exchange is one recorded broker exchange (fixtures/broker/README.md).
+// exchange is one recorded broker exchange (testdata/broker/README.md at the repository root).
 type exchange struct {
 	Seq          int             `json:"seq"`
 	Name         string          `json:"name"`
@@ -52,14 +50,8 @@ func (e exchange) status(t *testing.T) int {
 	return *e.Status
 }
 
-func sharedDir(t *testing.T) string {
-	t.Helper()
-	d, err := shared.Dir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
+// brokerFixtures is the recorded traffic of the public Queen 0.15.1 broker.
+const brokerFixtures = "../testdata/broker"
 
 var (
 	fixturesOnce sync.Once
@@ -72,11 +64,10 @@ func loadFixtures(t *testing.T) {
 	fixturesOnce.Do(func() {
 		fixtures = map[string]map[int]exchange{}
 		for letter, file := range map[string]string{"C": "curl-catalogue.jsonl", "S": "sdk-js-session.jsonl"} {
-			path := filepath.Join(sharedDir(t), "fixtures", "broker", file)
+			path := filepath.Join(brokerFixtures, file)
 			f, err := os.Open(path)
 			if err != nil {
-				fixturesErr = "broker fixture " + path + " is unreadable (" + err.Error() +
-					"); set QUEENGATE_SHARED_DIR to the folder that holds fixtures/broker"
+				fixturesErr = "broker fixture " + path + " is unreadable: " + err.Error()
 				return
 			}
 			byseq := map[int]exchange{}

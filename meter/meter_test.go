@@ -807,13 +807,25 @@ func TestStatementsPerMinuteAtLoad(t *testing.T) {
 	if st.FlushOK != minutes {
 		t.Fatalf("%d statements for %d minutes", st.FlushOK, minutes)
 	}
-	var rows int
-	if err := pool.QueryRow(ctx, `SELECT count(*)::int FROM queen_proxy.usage_minutes WHERE minute >= $1 AND minute < $2`,
-		t0, t0.Add(minutes*time.Minute)).Scan(&rows); err != nil {
+	// Every cluster saw all three classes in every minute: 100 x 3 rows a
+	// minute, each request counted once.
+	var rows, reqs, msgs, in, out int64
+	if err := pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(reqs), 0)::bigint, coalesce(sum(msgs), 0)::bigint,
+		coalesce(sum(bytes_in), 0)::bigint, coalesce(sum(bytes_out), 0)::bigint
+		FROM queen_proxy.usage_minutes WHERE cluster_id = ANY($1::uuid[]) AND minute >= $2 AND minute < $3`,
+		clusters, t0, t0.Add(minutes*time.Minute)).Scan(&rows, &reqs, &msgs, &in, &out); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d requests over %d minutes for 100 clusters: %d flush statements (%d usage rows), %v total flush time; %d aggregates pending",
-		minutes*60*1000, minutes, st.FlushOK, rows, flushTime, st.Pending)
+	const requests = minutes * 60 * 1000
+	if rows != minutes*100*3 || reqs != requests || msgs != requests || in != requests*100 || out != requests*100 {
+		t.Fatalf("usage_minutes: %d rows, %d requests, %d messages, %d/%d bytes; want %d rows, %d requests and messages, %d bytes each way",
+			rows, reqs, msgs, in, out, minutes*100*3, requests, requests*100)
+	}
+	if st.Pending != 0 {
+		t.Fatalf("%d aggregates pending after the last minute was written", st.Pending)
+	}
+	t.Logf("%d requests over %d minutes for 100 clusters: %d flush statements (%d usage rows), %v total flush time",
+		requests, minutes, st.FlushOK, rows, flushTime)
 }
 
 func TestDatabaseAnswersReplaysAtOnce(t *testing.T) {

@@ -58,6 +58,10 @@ type spool struct {
 	dir    string
 	rotate int64
 	log    *zap.Logger
+	// sync makes a file's written bytes durable; (*os.File).Sync, replaced
+	// only by tests that check a batch is on disk before it is counted
+	// durable or written to the database.
+	sync func(*os.File) error
 
 	mu      sync.Mutex
 	active  *journalFile   // the file appended to; nil when none is open
@@ -79,7 +83,7 @@ func openSpool(dir string, rotate int64, log *zap.Logger) (*spool, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("meter: create spool directory: %w", err)
 	}
-	return &spool{dir: dir, rotate: rotate, log: log}, nil
+	return &spool{dir: dir, rotate: rotate, log: log, sync: (*os.File).Sync}, nil
 }
 
 // append writes the batches, one line each, fsyncs after each, and returns
@@ -115,7 +119,7 @@ func (s *spool) append(batches []batch) ([]*journalFile, error) {
 			return files, fmt.Errorf("meter: write spool file %s: %w", jf.name, err)
 		}
 		jf.size += int64(len(line))
-		if err := jf.f.Sync(); err != nil {
+		if err := s.sync(jf.f); err != nil {
 			s.abandonLocked(start)
 			return files, fmt.Errorf("meter: fsync spool file %s: %w", jf.name, err)
 		}
@@ -144,7 +148,7 @@ func (s *spool) abandonLocked(size int64) {
 	jf := s.active
 	s.active = nil
 	if err := jf.f.Truncate(size); err == nil {
-		_ = jf.f.Sync()
+		_ = s.sync(jf.f)
 	}
 	if err := s.sealLocked(jf); err != nil {
 		s.log.Warn("meter spool: closing a file after a failed write failed", zap.String("file", jf.name), zap.Error(err))
@@ -267,7 +271,7 @@ func (s *spool) sealLocked(jf *journalFile) error {
 		syncDir(s.dir)
 	} else {
 		err = s.toSpoolFileLocked(jf)
-		if serr := jf.f.Sync(); serr != nil && err == nil {
+		if serr := s.sync(jf.f); serr != nil && err == nil {
 			err = fmt.Errorf("meter: fsync spool file %s: %w", jf.name, serr)
 		}
 	}

@@ -1,9 +1,9 @@
 // Package fakebroker is an in-memory stand-in for the Queen message broker's
 // HTTP API, built for queengate's tests.
 //
-// It reproduces the behaviour recorded from a real Queen 0.15.1 broker in
-// shared/fixtures/broker: the same routes, response shapes and per-item
-// statuses, the quirk that most errors are HTTP 200 with an error body, the
+// It reproduces the behaviour recorded from a real Queen 0.15.1 broker
+// (testdata/broker at the repository root): the same routes, response shapes
+// and per-item statuses, the quirk that most errors are HTTP 200 with an error body, the
 // uWebSockets 404 page for unknown routes, long-poll pops parked until a push
 // wakes them, leases, consumer groups, retries and the dead-letter queue.
 //

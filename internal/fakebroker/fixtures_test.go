@@ -19,11 +19,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/queengate/queengate/internal/shared"
 	"github.com/queengate/queengate/internal/uuidtext"
 )
 
-// This file replays the recorded broker traffic in shared/fixtures/broker
+// This file replays the recorded broker traffic in testdata/broker
 // against a fresh fake broker and checks every answer against the recording:
 // the status code, the content type, and the shape of the body (the same
 // JSON type at the top level, the same object keys at every depth, arrays
@@ -90,21 +89,15 @@ func (ex *exchange) describe() string {
 
 func (ex *exchange) endMS() float64 { return ex.StartedAtMS + ex.ElapsedMS }
 
-func sharedDir(t *testing.T) string {
-	t.Helper()
-	d, err := shared.Dir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
+// brokerFixtures is the recorded traffic of the public Queen 0.15.1 broker
+// (testdata/broker/README.md at the repository root).
+const brokerFixtures = "../../testdata/broker"
 
 func loadExchanges(t *testing.T, path, file string) []exchange {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
-		t.Fatalf("broker fixture %s is missing or unreadable (%v); the fixture replay needs it: "+
-			"set QUEENGATE_SHARED_DIR to the folder that holds fixtures/broker", path, err)
+		t.Fatalf("broker fixture %s is missing or unreadable: %v", path, err)
 	}
 	defer f.Close()
 	var out []exchange
@@ -133,7 +126,7 @@ func loadExchanges(t *testing.T, path, file string) []exchange {
 }
 
 func TestFixtureReplay(t *testing.T) {
-	dir := filepath.Join(sharedDir(t), "fixtures", "broker")
+	dir := brokerFixtures
 	// The SDK session was recorded first, then the catalogue, against the
 	// same broker process; replay them the same way.
 	files := [][]exchange{
