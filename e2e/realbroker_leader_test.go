@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -73,6 +74,10 @@ func TestRealBrokerLeaderGroupSIGKILL(t *testing.T) {
 	window := meter.DefaultCheckpointEvery + checkpointWriteAllowance
 	stalled, inWindow, inFlight := load.exposure(kill, window)
 	storedAtKill := broker.CountMessages(t, "crash")
+	spool := filepath.Join(homeA, "spool")
+	if left, _ := filepath.Glob(filepath.Join(spool, "meter-*.journal")); len(left) == 0 {
+		t.Fatalf("the killed leader left no journal in %s (it flushes every 15 s, so it holds what was counted)", spool)
+	}
 
 	b.awaitReady(http.StatusOK)
 	t.Logf("the standby leads %v after the kill", time.Since(kill).Round(time.Millisecond))
@@ -82,6 +87,12 @@ func TestRealBrokerLeaderGroupSIGKILL(t *testing.T) {
 	// (as a standby: gw-b leads now); then both stop cleanly.
 	again := startGroupGatewayIn(t, "gw-a", portA, dbURL, homeA)
 	again.awaitReady(http.StatusServiceUnavailable)
+	eventually(t, 30*time.Second, func() error { // replayed once it has reached the database
+		if left, _ := filepath.Glob(filepath.Join(spool, "meter-*")); len(left) != 0 {
+			return fmt.Errorf("the killed leader's spool still holds %v", left)
+		}
+		return nil
+	})
 	for _, g := range []*groupGateway{again, b} {
 		g.signal(syscall.SIGTERM)
 		select {
