@@ -86,6 +86,11 @@ var routeCases = []routeCase{
 	{name: "push refused by the broker", class: "produce", method: "POST", path: "/api/v1/push", body: `{"items":[]}`},
 	{name: "transaction", class: "produce", method: "POST", path: "/api/v1/transaction",
 		body: `{"operations":[{"type":"push","items":[{"queue":"rc","partition":"p1","payload":{"n":4},"transactionId":"rc-4"}]}]}`},
+	{name: "transaction with a duplicate", class: "produce", method: "POST", path: "/api/v1/transaction",
+		body: `{"operations":[{"type":"push","items":[{"queue":"rc","partition":"p1","payload":{"n":5},"transactionId":"rc-5"},` +
+			`{"queue":"rc","partition":"p1","payload":{"n":1},"transactionId":"rc-1"}]}]}`},
+	{name: "transaction flat form", class: "produce", method: "POST", path: "/api/v1/transaction",
+		body: `{"operations":[{"type":"push","queue":"rc","partition":"p2","payload":{"n":6},"transactionId":"rc-6"}]}`},
 	{name: "configure", class: "queue_admin", method: "POST", path: "/api/v1/configure",
 		body: `{"queue":"rc","options":{"leaseTime":30,"retryLimit":2}}`},
 	{name: "configure a queue to delete", class: "queue_admin", method: "POST", path: "/api/v1/configure", body: `{"queue":"rc-gone"}`},

@@ -467,6 +467,52 @@ func TestMessageListMode(t *testing.T) {
 	}
 }
 
+// TestTransactionDuplicateAndFlatForm: as the broker (measured on 0.15.1)
+// a transaction reads an operation without items as the item itself,
+// numbers its results in the order of the items, and is refused whole, with
+// PostgreSQL's unique violation, when it pushes a transaction id the
+// partition holds or that it repeats.
+func TestTransactionDuplicateAndFlatForm(t *testing.T) {
+	_, url := startBroker(t, Options{})
+	c := &client{t: t, base: url}
+	status, v := c.call("POST", "/api/v1/transaction", map[string]any{"operations": []any{
+		map[string]any{"type": "push", "items": []any{
+			map[string]any{"queue": "q", "payload": 1, "transactionId": "a"},
+			map[string]any{"queue": "q", "payload": 2, "transactionId": "b"},
+		}},
+		map[string]any{"type": "push", "queue": "q", "payload": 3, "transactionId": "c"},
+	}})
+	m := v.(map[string]any)
+	res := objects(t, m["results"])
+	if status != 200 || m["success"] != true || len(res) != 3 || res[2]["transactionId"] != "c" ||
+		res[0]["index"] != float64(0) || res[1]["index"] != float64(1) || res[2]["index"] != float64(2) {
+		t.Fatalf("transaction = %d %v", status, v)
+	}
+	for _, ops := range [][]any{
+		{map[string]any{"type": "push", "items": []any{
+			map[string]any{"queue": "q", "payload": 4, "transactionId": "d"},
+			map[string]any{"queue": "q", "payload": 1, "transactionId": "a"},
+		}}},
+		{map[string]any{"type": "push", "items": []any{
+			map[string]any{"queue": "q", "partition": "p", "payload": 5, "transactionId": "e"},
+			map[string]any{"queue": "q", "partition": "p", "payload": 6, "transactionId": "e"},
+		}}},
+	} {
+		status, v := c.call("POST", "/api/v1/transaction", map[string]any{"operations": ops})
+		m := v.(map[string]any)
+		if status != 200 || m["success"] != false || len(objects(t, m["results"])) != 1 ||
+			m["error"] != `duplicate key value violates unique constraint "messages_partition_transaction_unique"` {
+			t.Fatalf("duplicate in a transaction = %d %v", status, v)
+		}
+	}
+	if m := c.pop("/api/v1/pop/queue/q?batch=10&autoAck=true"); len(messagesOf(t, m)) != 3 {
+		t.Fatalf("a refused transaction stored something: %v", m)
+	}
+	if status, v := c.call("GET", "/api/v1/resources/queues/q", nil); status != 200 || len(v.(map[string]any)["partitions"].([]any)) != 1 {
+		t.Fatalf("a refused transaction created a partition: %v", v)
+	}
+}
+
 func TestMultiPartitionPop(t *testing.T) {
 	_, url := startBroker(t, Options{PartitionOrder: func(_, a, b string) bool { return a < b }})
 	c := &client{t: t, base: url}
