@@ -6,10 +6,12 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +39,18 @@ type fakeProvider struct {
 	codes    map[string]grant
 	tokens   map[string]grant
 	requests []url.Values
+	run      int64 // makes its subjects unique: see subject
+}
+
+// subject is the user id the provider reports for a grant's sub, unique to
+// this provider (digits stay digits: GitHub's ids are numbers), so that a
+// test run again (-count=N) on the same database meets no identity linked
+// by the run before.
+func (p *fakeProvider) subject(sub string) string {
+	if n, err := strconv.ParseInt(sub, 10, 64); err == nil {
+		return strconv.FormatInt(p.run*1_000_000+n, 10)
+	}
+	return fmt.Sprintf("%s-run%d", sub, p.run)
 }
 
 const (
@@ -53,7 +67,7 @@ var testRSAKey = sync.OnceValue(func() *rsa.PrivateKey {
 })
 
 func newFakeProvider(t *testing.T) *fakeProvider {
-	p := &fakeProvider{t: t, key: testRSAKey(), codes: map[string]grant{}, tokens: map[string]grant{}}
+	p := &fakeProvider{t: t, key: testRSAKey(), codes: map[string]grant{}, tokens: map[string]grant{}, run: uniq.Add(1)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /token", p.token)
 	mux.HandleFunc("GET /jwks", p.jwks)
@@ -102,7 +116,7 @@ func (p *fakeProvider) token(w http.ResponseWriter, r *http.Request) {
 	out := map[string]any{"access_token": access, "token_type": "Bearer", "expires_in": 3600}
 	if g.sub != "" {
 		claims := jwt.MapClaims{
-			"iss": "https://accounts.google.com", "aud": testClientID, "sub": g.sub, "email": g.email,
+			"iss": "https://accounts.google.com", "aud": testClientID, "sub": p.subject(g.sub), "email": g.email,
 			"email_verified": g.verified, "nonce": g.nonce, "exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix(),
 		}
 		if g.hd != "" {
@@ -142,7 +156,7 @@ func (p *fakeProvider) user(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}
-	_, _ = w.Write([]byte(`{"id": ` + g.sub + `, "login": "octo"}`))
+	_, _ = w.Write([]byte(`{"id": ` + p.subject(g.sub) + `, "login": "octo"}`))
 }
 
 func (p *fakeProvider) emails(w http.ResponseWriter, r *http.Request) {
@@ -224,7 +238,7 @@ func TestOAuthGoogle(t *testing.T) {
 		t.Fatalf("session %+v %v", claims, err)
 	}
 	// The identity was linked, and audited.
-	if e.scalar(`SELECT user_id::text FROM queen_proxy.identities WHERE provider = 'google' AND provider_id = 'g-1'`) != uid {
+	if e.scalar(`SELECT user_id::text FROM queen_proxy.identities WHERE provider = 'google' AND provider_id = $1`, p.subject("g-1")) != uid {
 		t.Fatal("identity not linked")
 	}
 	if e.scalar(`SELECT count(*)::text FROM queen_proxy.operations WHERE action = 'identity_linked' AND actor_id = $1::uuid`, uid) != "1" {
@@ -356,7 +370,7 @@ func TestOAuthGoogleDomainsAndAutoprovision(t *testing.T) {
 	if e.scalar(`SELECT count(*)::text FROM queen_proxy.operations WHERE action = 'signup' AND actor_id = $1::uuid`, claims.UserID) != "1" {
 		t.Fatal("signup not audited")
 	}
-	if e.scalar(`SELECT count(*)::text FROM queen_proxy.identities WHERE user_id = $1::uuid AND provider = 'google' AND provider_id = 'g-10'`, claims.UserID) != "1" {
+	if e.scalar(`SELECT count(*)::text FROM queen_proxy.identities WHERE user_id = $1::uuid AND provider = 'google' AND provider_id = $2`, claims.UserID, p.subject("g-10")) != "1" {
 		t.Fatal("identity not recorded")
 	}
 	e.get(host, "/api/console/overview", sessionCookie(t, r).Value).want(200, "")
@@ -383,7 +397,7 @@ func TestOAuthGitHub(t *testing.T) {
 	if claims, err := e.keys.Verify(sessionCookie(t, r).Value); err != nil || claims.UserID != uid {
 		t.Fatalf("session %+v %v", claims, err)
 	}
-	if e.scalar(`SELECT user_id::text FROM queen_proxy.identities WHERE provider = 'github' AND provider_id = '4242'`) != uid {
+	if e.scalar(`SELECT user_id::text FROM queen_proxy.identities WHERE provider = 'github' AND provider_id = $1`, p.subject("4242")) != uid {
 		t.Fatal("identity not linked")
 	}
 	f = e.oauthStart(w.host, "github", "/")

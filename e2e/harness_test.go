@@ -46,7 +46,9 @@ func TestMain(m *testing.M) {
 	caddy.ConfigAutosavePath = filepath.Join(tmp, "autosave.json")
 	caddy.DefaultStorage = &certmagic.FileStorage{Path: filepath.Join(tmp, "data")}
 	builtCaddy.path = filepath.Join(tmp, "bin", "caddy")
-	code := pgtest.Main(m)
+	// The tests provision tenants, clusters and cells under fixed slugs:
+	// each gets a database of its own, so -count=N runs them again.
+	code := pgtest.MainWith(m, pgtest.Options{DatabasePerTest: true})
 	os.RemoveAll(tmp)
 	os.Exit(code)
 }

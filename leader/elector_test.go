@@ -13,7 +13,11 @@ import (
 	"github.com/queengate/queengate/migrations"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+// Each test its own database: the lease groups are named after the tests,
+// and a second run (-count=N) must not find the first run's lease.
+func TestMain(m *testing.M) {
+	os.Exit(pgtest.MainWith(m, pgtest.Options{DatabasePerTest: true}))
+}
 
 func pool(t *testing.T) *pgxpool.Pool {
 	t.Helper()

@@ -11,6 +11,10 @@
 // started, Main prints how to install it and fails: tests never skip for a
 // missing database.
 //
+// Tests that create rows under fixed names use MainWith and
+// Options.DatabasePerTest, so that URL and Pool give each test its own
+// database and the tests pass again under -count=N.
+//
 // This package is for _test.go files only.
 package pgtest
 
@@ -46,12 +50,31 @@ var state struct {
 	adminURL string
 	dbName   string
 	dbURL    string
-	server   *pgserver.Server // nil with an external server
+	server   *pgserver.Server  // nil with an external server
+	perTest  map[string]string // test name -> its database URL, with Options.DatabasePerTest
+}
+
+// Options adjust MainWith.
+type Options struct {
+	// DatabasePerTest makes URL and Pool give every test a fresh database
+	// of its own (a subtest shares its parent's when the parent asked
+	// first), dropped when the test ends, instead of the package's one. For
+	// tests that create rows with fixed names: they then pass again under
+	// -count=N.
+	DatabasePerTest bool
 }
 
 // Main provisions the package database, runs the tests and removes the
 // database (and the throwaway server). It returns the exit code for os.Exit.
-func Main(m *testing.M) int {
+func Main(m *testing.M) int { return MainWith(m, Options{}) }
+
+// MainWith is Main with options.
+func MainWith(m *testing.M, opts Options) int {
+	if opts.DatabasePerTest {
+		state.mu.Lock()
+		state.perTest = make(map[string]string)
+		state.mu.Unlock()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := setup(ctx); err != nil {
@@ -127,11 +150,42 @@ func mustReady(t testing.TB) {
 	}
 }
 
-// URL returns the URL of this test package's database.
+// URL returns the URL of this test package's database (with
+// Options.DatabasePerTest, of this test's).
 func URL(t testing.TB) string {
 	t.Helper()
 	mustReady(t)
-	return state.dbURL
+	state.mu.Lock()
+	perTest := state.perTest != nil
+	if !perTest {
+		state.mu.Unlock()
+		return state.dbURL
+	}
+	for name := t.Name(); ; {
+		if u, ok := state.perTest[name]; ok {
+			state.mu.Unlock()
+			return u
+		}
+		i := strings.LastIndexByte(name, '/')
+		if i < 0 {
+			break
+		}
+		name = name[:i]
+	}
+	state.mu.Unlock()
+	u := NewDatabase(t)
+	name := t.Name()
+	state.mu.Lock()
+	state.perTest[name] = u
+	state.mu.Unlock()
+	// Runs before NewDatabase's drop; a later run of the same test
+	// (-count=N) gets a new database.
+	t.Cleanup(func() {
+		state.mu.Lock()
+		delete(state.perTest, name)
+		state.mu.Unlock()
+	})
+	return u
 }
 
 // AdminURL returns the URL of the server's maintenance database ("postgres").

@@ -126,3 +126,56 @@ func TestExternalChild(t *testing.T) {
 		t.Fatalf("query: %d %v", one, err)
 	}
 }
+
+func databaseOf(t *testing.T, url string) string {
+	t.Helper()
+	i := strings.LastIndexByte(url, '/')
+	name, _, _ := strings.Cut(url[i+1:], "?")
+	return name
+}
+
+func TestDatabasePerTest(t *testing.T) {
+	state.mu.Lock()
+	state.perTest = make(map[string]string)
+	state.mu.Unlock()
+	t.Cleanup(func() {
+		state.mu.Lock()
+		state.perTest = nil
+		state.mu.Unlock()
+	})
+	var first, second string
+	for run, got := range []*string{&first, &second} {
+		t.Run("test", func(t *testing.T) {
+			u := URL(t)
+			if u == state.dbURL {
+				t.Fatal("URL gave the package database")
+			}
+			if again := URL(t); again != u {
+				t.Fatalf("a second URL in the same test: %s, want %s", again, u)
+			}
+			t.Run("sub", func(t *testing.T) {
+				if sub := URL(t); sub != u {
+					t.Fatalf("a subtest got %s, want its parent's %s", sub, u)
+				}
+			})
+			if !databaseExists(t, databaseOf(t, u)) {
+				t.Fatalf("run %d: database of %s missing", run, u)
+			}
+			*got = u
+		})
+	}
+	if first == "" || second == "" || first == second {
+		t.Fatalf("two runs of one test got %q and %q, want two databases", first, second)
+	}
+	for _, u := range []string{first, second} {
+		if databaseExists(t, databaseOf(t, u)) {
+			t.Errorf("database of %s outlived its test", u)
+		}
+	}
+	state.mu.Lock()
+	left := len(state.perTest)
+	state.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d per-test databases still listed", left)
+	}
+}
