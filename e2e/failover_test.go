@@ -33,7 +33,14 @@ type groupGateway struct {
 // "cell-a" against dbURL.
 func startGroupGateway(t *testing.T, name string, port int, dbURL string) *groupGateway {
 	t.Helper()
-	home := t.TempDir()
+	return startGroupGatewayIn(t, name, port, dbURL, t.TempDir())
+}
+
+// startGroupGatewayIn is startGroupGateway with its home (and so its spool
+// directory) given, so that a gateway can be started again on what a killed
+// one left.
+func startGroupGatewayIn(t *testing.T, name string, port int, dbURL, home string) *groupGateway {
+	t.Helper()
 	cfg := gatewayCaddyfile(port, dbURL,
 		"leader_group cell-a\n\t\tgateway_name "+name+"\n\t\tspool_dir "+filepath.Join(home, "spool")+"\n\t\tdatabase_timeout 1s", "")
 	cfgPath := filepath.Join(home, "Caddyfile")
@@ -42,7 +49,7 @@ func startGroupGateway(t *testing.T, name string, port int, dbURL string) *group
 	}
 	cmd := exec.Command(caddyBinary(t), "run", "--config", cfgPath, "--adapter", "caddyfile")
 	cmd.Env = append(withoutDatabaseURL(os.Environ()), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home)
-	g := &groupGateway{t: t, name: name, port: port, cmd: cmd, logPath: filepath.Join(home, "caddy.log"), done: make(chan struct{})}
+	g := &groupGateway{t: t, name: name, port: port, cmd: cmd, logPath: filepath.Join(home, fmt.Sprintf("caddy-%d.log", time.Now().UnixNano())), done: make(chan struct{})}
 	logFile, err := os.Create(g.logPath)
 	if err != nil {
 		t.Fatal(err)

@@ -87,7 +87,7 @@ func (b *Broker) handlePop(rc *reqCtx) {
 			return
 		}
 		if !pr.wait {
-			rc.ok(obj{"error": "no_available_partition", "messages": emptyList(), "success": false})
+			rc.ok(b.emptyPopAnswer(rc.tenant, pr))
 			return
 		}
 		left := time.Until(deadline)
@@ -114,6 +114,37 @@ func (b *Broker) handlePop(rc *reqCtx) {
 			return
 		}
 		timer.Stop()
+	}
+}
+
+// emptyPopAnswer is the answer to a pop that waits for nothing and found
+// nothing to deliver. The broker (measured on 0.15.1) tells a pop of one
+// partition apart: a partition it does not have is "partition_not_found";
+// one it has, with nothing available, is claimed and answered as a success
+// with no messages and a fresh lease id (none with autoAck) that holds
+// nothing back. A pop of a whole queue gets "no_available_partition".
+func (b *Broker) emptyPopAnswer(tenant string, pr popRequest) obj {
+	if pr.partition == "" {
+		return obj{"error": "no_available_partition", "messages": emptyList(), "success": false}
+	}
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var p *partition
+	if q := b.tenantLocked(tenant).queues[pr.queue]; q != nil {
+		p = q.parts[pr.partition]
+	}
+	if p == nil {
+		return obj{"error": "partition_not_found", "messages": emptyList(), "success": false}
+	}
+	leaseID := ""
+	if !pr.autoAck {
+		leaseID = b.ids.v7(now)
+	}
+	return obj{
+		"consumerGroup": pr.group, "leaseId": leaseID, "messages": emptyList(),
+		"partition": p.name, "partitionId": p.id, "partitionsClaimed": 1,
+		"queue": p.q.name, "success": true,
 	}
 }
 
