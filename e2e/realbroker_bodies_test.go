@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"regexp"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -253,7 +254,7 @@ func schemaPoison(body []byte) string {
 		switch tr := im["traceId"].(type) {
 		case nil:
 		case string:
-			if tr != "" && !uuidText.MatchString(tr) {
+			if tr != "" && !uuidInput.MatchString(tr) {
 				return "traceId not a UUID"
 			}
 		default:
@@ -262,6 +263,11 @@ func schemaPoison(body []byte) string {
 	}
 	return ""
 }
+
+// uuidInput is what PostgreSQL's uuid input reads: 32 hex digits, a
+// hyphen allowed after any group of four but the last, optionally in
+// braces.
+var uuidInput = regexp.MustCompile(`^(\{[0-9a-fA-F]{4}(-?[0-9a-fA-F]{4}){7}\}|[0-9a-fA-F]{4}(-?[0-9a-fA-F]{4}){7})$`)
 
 func holdsNUL(v any) bool {
 	switch x := v.(type) {

@@ -25,7 +25,7 @@ import (
 // body is forwarded, answered "buffered" and lost by the broker, which
 // retries it for ever; the test then sends them only to a throwaway cell
 // and holds that gap. Set it to true when schema-caps is merged.
-const gatewayRefusesSchemaPoison = false
+const gatewayRefusesSchemaPoison = true
 
 // deliberateRefusals are the refusals docs/enforcement.md makes of bodies
 // the broker reads and stores alike: the gateway refuses them so that no
