@@ -136,6 +136,24 @@ type App struct {
 	// least 500ms.
 	LeaderLeaseTTL caddy.Duration `json:"leader_lease_ttl,omitempty"`
 
+	// PeerListen is the address (host:port) on which this gateway answers
+	// the other members of its group, and nothing else. A standby asks the
+	// holder of an expired lease there before it takes over, so a leader
+	// that lost only the database is not joined by a second one. Keep it on
+	// a network tenants do not reach. Requires LeaderGroup and PeerSecret.
+	PeerListen string `json:"peer_listen,omitempty"`
+
+	// PeerAddress is the URL the other members reach PeerListen at; it is
+	// written into the lease while this gateway leads. Default
+	// "http://" + PeerListen, which then must name one host.
+	PeerAddress string `json:"peer_address,omitempty"`
+
+	// PeerSecret, the same on every gateway of the group, proves the
+	// answers on the peer address (HMAC-SHA256 over a nonce the asker
+	// draws); at least 32 bytes. Placeholders are expanded, for example
+	// "{env.QUEENGATE_PEER_SECRET}".
+	PeerSecret string `json:"peer_secret,omitempty"`
+
 	backend     *backend
 	limits      *limitState
 	released    bool
@@ -179,6 +197,10 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if a.GatewayName == "" {
 		a.GatewayName = defaultGatewayName()
 	}
+	a.PeerSecret = caddy.NewReplacer().ReplaceAll(a.PeerSecret, "")
+	if a.PeerAddress == "" && a.PeerListen != "" {
+		a.PeerAddress = "http://" + a.PeerListen
+	}
 	setDuration(&a.MeterFlushInterval, 15*time.Second)
 	if a.SpoolDir == "" {
 		a.SpoolDir = filepath.Join(caddy.AppDataDir(), "queengate-spool")
@@ -207,7 +229,8 @@ func (a *App) Provision(ctx caddy.Context) error {
 		meterFlush:     time.Duration(a.MeterFlushInterval),
 		reconcile:      time.Duration(a.ReconcileInterval),
 		isolationEvery: time.Duration(a.IsolationProbeInterval),
-		leader:         leaderSettings{group: a.LeaderGroup, name: a.GatewayName, ttl: time.Duration(a.LeaderLeaseTTL)},
+		leader: leaderSettings{group: a.LeaderGroup, name: a.GatewayName, ttl: time.Duration(a.LeaderLeaseTTL),
+			peerListen: a.PeerListen, peerURL: a.PeerAddress, peerSecret: a.PeerSecret},
 		identity: tenancy.IdentityCacheConfig{
 			RevocationStrict: a.Sessions != nil && a.Sessions.RevocationStrict,
 			LookupTimeout:    time.Duration(a.DatabaseTimeout),
@@ -265,6 +288,9 @@ func (a *App) Validate() error {
 	}
 	if a.LeaderGroup != "" && strings.TrimSpace(a.LeaderGroup) != a.LeaderGroup {
 		return fmt.Errorf("queen: leader_group %q has surrounding spaces", a.LeaderGroup)
+	}
+	if err := a.validatePeer(); err != nil {
+		return err
 	}
 	if a.KeyTouchInterval != 0 && time.Duration(a.KeyTouchInterval) < time.Second {
 		return fmt.Errorf("queen: key_touch_interval must be at least 1s, got %s", time.Duration(a.KeyTouchInterval))

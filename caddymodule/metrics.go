@@ -88,6 +88,8 @@ var (
 	descGatewayRole   = prometheus.NewDesc("queengate_gateway_role", "1 for this gateway's current role in its group (leader or standby).", []string{"group", "gateway", "role"}, nil)
 	descLeaseRenewals = prometheus.NewDesc("queengate_leader_lease_attempts_total", "Attempts to take or renew the group's lease, by result (held: this gateway holds it; failed: the database did not answer).", []string{"result"}, nil)
 	descTakeovers     = prometheus.NewDesc("queengate_leader_takeovers_total", "Times this gateway became its group's leader.", nil, nil)
+	descWithheld      = prometheus.NewDesc("queengate_leader_takeovers_withheld_total", "Attempts at an expired lease that did not take it because its holder answered on its peer address that it still leads.", nil, nil)
+	descLeaseLapsed   = prometheus.NewDesc("queengate_leader_lease_lapsed", "1 while this gateway's lease has run out by its own clock without a renewal, so that it does not serve.", nil, nil)
 	descCellScoping   = prometheus.NewDesc("queengate_cell_tenant_scoping", "1 for each served cell's current isolation verdict (scoped, unscoped or unknown); a cell that is not scoped serves only its oldest cluster.", []string{"cell", "verdict"}, nil)
 )
 
@@ -101,7 +103,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRequests, descRefusals, descClusterReqs, descParked, descParkedCap,
 		descFlushes, descFlushSeconds, descSpoolFiles, descSpoolBytes, descSpooledRows, descReplayedRows,
 		descQuarantined, descCircuit, descCache, descPoolConns, descPoolAcquires, descPoolWaits, descStorageActive, descCellScoping,
-		descGatewayRole, descLeaseRenewals, descTakeovers} {
+		descGatewayRole, descLeaseRenewals, descTakeovers, descWithheld, descLeaseLapsed} {
 		ch <- d
 	}
 }
@@ -175,6 +177,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descLeaseRenewals, k.Renewals, "held")
 		counter(descLeaseRenewals, k.Failures, "failed")
 		counter(descTakeovers, k.Takeovers)
+		counter(descWithheld, k.Withheld)
+		gauge(descLeaseLapsed, boolGauge(e.Lapsed()))
 	}
 	if b.isolation != nil {
 		for _, v := range b.isolation.Verdicts() {
