@@ -145,7 +145,8 @@ type App struct {
 
 	// PeerAddress is the URL the other members reach PeerListen at; it is
 	// written into the lease while this gateway leads. Default
-	// "http://" + PeerListen, which then must name one host.
+	// "http://" + PeerListen, which then must name one host. Placeholders
+	// are expanded, for example "http://{env.POD_IP}:7946".
 	PeerAddress string `json:"peer_address,omitempty"`
 
 	// PeerSecret, the same on every gateway of the group, proves the
@@ -197,7 +198,10 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if a.GatewayName == "" {
 		a.GatewayName = defaultGatewayName()
 	}
-	a.PeerSecret = caddy.NewReplacer().ReplaceAll(a.PeerSecret, "")
+	repl := caddy.NewReplacer()
+	a.PeerListen = repl.ReplaceAll(a.PeerListen, "")
+	a.PeerAddress = repl.ReplaceAll(a.PeerAddress, "")
+	a.PeerSecret = repl.ReplaceAll(a.PeerSecret, "")
 	if a.PeerAddress == "" && a.PeerListen != "" {
 		a.PeerAddress = "http://" + a.PeerListen
 	}
