@@ -431,6 +431,25 @@ func TestLeaderCutOffFromTheDatabase(t *testing.T) {
 	served := probeServing(t, []*groupGateway{a, b}, "cut.eu1.example.test", key)
 	time.Sleep(500 * time.Millisecond)
 
+	// The lease expires behind the live leader's back, over and over (as
+	// if the database's clock jumped): the standby asks the leader, which
+	// answers that it leads, and does not take over.
+	var withheld string
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		cp.exec(`UPDATE queen_proxy.gateway_leases SET expires_at = now() - interval '1 millisecond' WHERE group_name = 'cell-a'`)
+		if status, body := b.ready(); status != http.StatusServiceUnavailable {
+			t.Fatalf("the standby took over from a leader that answers: %d %s", status, body)
+		} else if strings.Contains(body, "not taking over") {
+			withheld = body
+		}
+	}
+	if withheld == "" || !containsAll(withheld, "gw-a answers on its peer address that it leads") {
+		t.Fatalf("the standby's /readyz never said it withheld a takeover (last: %s)", withheld)
+	}
+	if got := cp.scalar(`SELECT epoch::text || ' ' || holder FROM queen_proxy.gateway_leases WHERE group_name = 'cell-a'`); got != "1 gw-a" {
+		t.Fatalf("lease %q after the expiries, want 1 gw-a", got)
+	}
+
 	proxyA.cut()
 	cutAt := time.Now()
 	b.awaitReady(http.StatusOK)

@@ -10,6 +10,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // memStore is the lease in memory, timed by the real clock, with a switch
@@ -141,6 +144,8 @@ func standbyWithExpiredLease(t *testing.T, peer Peer) (*memStore, *Elector, *Ele
 func TestStandbyDoesNotTakeOverWhileTheLeaderAnswers(t *testing.T) {
 	peer := &fakePeer{answer: PeerAnswer{Group: "g", Gateway: "a", Leading: true, Epoch: 1, LeadingFor: 200 * time.Millisecond}}
 	_, a, b := standbyWithExpiredLease(t, peer)
+	core, logs := observer.New(zap.InfoLevel)
+	b.log = zap.New(core)
 	for range 3 {
 		b.Attempt(context.Background())
 	}
@@ -155,6 +160,10 @@ func TestStandbyDoesNotTakeOverWhileTheLeaderAnswers(t *testing.T) {
 	}
 	if c := b.Counters(); c.Withheld != 3 || c.Takeovers != 0 {
 		t.Fatalf("b's counters %+v", c)
+	}
+	// Said once in the log, not at every attempt.
+	if said := logs.FilterMessageSnippet("not taking over").All(); len(said) != 1 || said[0].ContextMap()["leader"] != "a" {
+		t.Fatalf("log %v", logs.All())
 	}
 }
 
