@@ -105,12 +105,16 @@ func decodePeerAnswer(secret []byte, nonce, group, holder string, body []byte) (
 	return a, nil
 }
 
+// peerHTTP keeps no connections and ignores proxy settings: the asks are
+// rare, go straight to the member, and a kept connection to a dead leader
+// would only mislead.
+var peerHTTP = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
 // PeerClient asks members of one group on their peer addresses.
 type PeerClient struct {
 	Group  string
 	Secret []byte
-	// HTTP defaults to a client that keeps no connections (the asks are
-	// rare, and a kept connection to a dead leader would only mislead).
+	// HTTP defaults to a client that keeps no connections.
 	HTTP *http.Client
 }
 
@@ -128,7 +132,7 @@ func (c PeerClient) Ask(ctx context.Context, peerURL, holder string) (PeerAnswer
 	}
 	hc := c.HTTP
 	if hc == nil {
-		hc = &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}
+		hc = peerHTTP
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
