@@ -420,6 +420,13 @@ func TestLeaderCutOffFromTheDatabase(t *testing.T) {
 		}
 		return nil
 	})
+	// The peer endpoint is not on the port tenants reach.
+	for _, host := range []string{"127.0.0.1", "cut.eu1.example.test"} {
+		r := do(t, client(a.port), "GET", fmt.Sprintf("http://%s:%d/queengate/peer/v1/lease?nonce=%s", host, a.port, strings.Repeat("ab", 16)), key, "")
+		if r.status == http.StatusOK || strings.Contains(string(r.body), "proof") {
+			t.Fatalf("the tenant port answered the peer endpoint on host %s: %d %s", host, r.status, r.body)
+		}
+	}
 	readNarrow := func(g *groupGateway) int {
 		return do(t, client(g.port), "GET", fmt.Sprintf("http://cut-narrow.eu1.example.test:%d/api/v1/resources/queues", g.port), narrowKey, "").status
 	}
