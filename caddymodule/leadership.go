@@ -95,7 +95,7 @@ func (b *backend) newElector(ctx context.Context, s leaderSettings, log *zap.Log
 		return nil
 	}
 	cfg.PeerURL = s.peerURL
-	cfg.Peer = leader.PeerClient{Group: s.group, Secret: []byte(s.peerSecret)}
+	cfg.Peer = leader.PeerClient{Group: s.group, Name: s.name, Secret: []byte(s.peerSecret)}
 	b.elector = leader.New(cfg)
 	na, err := caddy.ParseNetworkAddress(s.peerListen)
 	if err != nil {

@@ -6,6 +6,7 @@ package leader
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -62,8 +63,10 @@ type Store interface {
 type Peer interface {
 	// Ask returns the member's proven answer. An error means the address
 	// did not answer in time, or answered something that is not a proven
-	// answer of holder in this group (ErrUnproven).
-	Ask(ctx context.Context, peerURL, holder string) (PeerAnswer, error)
+	// answer of holder in this group (ErrUnproven). A non-empty grant is
+	// the token of holder's last answer, sent back to grant it Hold more
+	// of serving (see Config.Hold).
+	Ask(ctx context.Context, peerURL, holder, grant string) (PeerAnswer, error)
 }
 
 // Config configures an Elector. Zero durations take the defaults noted on
@@ -93,6 +96,18 @@ type Config struct {
 	Peer Peer
 	// PeerTimeout bounds asking the holder (default min(400 ms, TTL/4)).
 	PeerTimeout time.Duration
+	// Hold is how long a grant keeps a leader serving past its last
+	// renewal (default TTL). A standby that cannot reach the database
+	// either grants the holder, at every heartbeat, Hold from the answer it
+	// grants, and promises not to take the lease before Hold after it
+	// received that answer; the leader serves until Hold after it made the
+	// answer, which is earlier. So during an outage of the database for
+	// the whole group the leader serves on, and the standbys stay standbys.
+	Hold time.Duration
+	// Members is how many gateways the group has (default 2). A leader
+	// serves on grants only while every other member has granted: a member
+	// that did not promise anything may take the lease once it expired.
+	Members int
 	Log         *zap.Logger
 	// OnChange, when set, is called with the new role at every change.
 	OnChange func(Role)
@@ -112,6 +127,7 @@ type Elector struct {
 	until atomic.Int64
 	epoch atomic.Int64
 
+	attemptMu   sync.Mutex // held through an attempt
 	mu          sync.Mutex
 	holder      string    // the holder last seen
 	reachedFrom time.Time // since when attempts have reached the database without a break
@@ -122,6 +138,25 @@ type Elector struct {
 	// lapsed is set when this gateway's lease ran out by its own clock and
 	// cleared when it holds the lease again or sees another holder.
 	lapsed atomic.Bool
+
+	// instance tells this elector's tokens from a previous process's.
+	instance [16]byte
+	// extended is until when (time since base) the grants of every other
+	// member keep this leader serving; 0 when they do not.
+	extended atomic.Int64
+	grants   map[string]int64 // per granting member: Hold after the answer it granted
+
+	hbMu sync.Mutex
+	// hb is the holder this standby heartbeats, from its last lease read.
+	hb heartbeatTarget
+	// token is the holder's last answer as leading at hb's epoch, and
+	// tokenAt when this standby received it (time since base).
+	token   string
+	tokenAt int64
+	// promised is until when (time since base) this standby does not take
+	// the lease: Hold after the last answer it granted. A new elector
+	// starts with Hold promised, for what a previous process granted.
+	promised atomic.Int64
 
 	renewals  atomic.Uint64
 	failures  atomic.Uint64
@@ -146,13 +181,27 @@ func New(cfg Config) *Elector {
 	if cfg.PeerTimeout <= 0 {
 		cfg.PeerTimeout = min(400*time.Millisecond, cfg.TTL/4)
 	}
+	if cfg.Hold <= 0 {
+		cfg.Hold = cfg.TTL
+	}
+	if cfg.Members <= 0 {
+		cfg.Members = 2
+	}
 	log := cfg.Log
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Elector{cfg: cfg, base: time.Now(),
+	e := &Elector{cfg: cfg, base: time.Now(), grants: map[string]int64{},
 		log: log.With(zap.String("group", cfg.Group), zap.String("gateway", cfg.Name))}
+	_, _ = rand.Read(e.instance[:])
+	e.promised.Store(int64(cfg.Hold))
+	return e
 }
+
+// bound is until when (time since base) this gateway serves as leader:
+// TTL after its last renewal, or as long as the grants of the other
+// members keep it, whichever is later.
+func (e *Elector) bound() int64 { return max(e.until.Load(), e.extended.Load()) }
 
 // Group is the name of the elector's group.
 func (e *Elector) Group() string { return e.cfg.Group }
@@ -167,7 +216,7 @@ func (e *Elector) clock() int64 { return int64(time.Since(e.base)) }
 // own clock is a standby from that instant, whether or not an attempt has
 // noticed yet: it never serves past the bound a standby relies on.
 func (e *Elector) Role() Role {
-	if Role(e.role.Load()) == Leader && e.clock() < e.until.Load() {
+	if Role(e.role.Load()) == Leader && e.clock() < e.bound() {
 		return Leader
 	}
 	return Standby
@@ -179,7 +228,7 @@ func (e *Elector) LeadingFor() time.Duration {
 	if Role(e.role.Load()) != Leader {
 		return 0
 	}
-	return max(0, time.Duration(e.until.Load()-e.clock()))
+	return max(0, time.Duration(e.bound()-e.clock()))
 }
 
 // Holder is the gateway that held the lease when the database last
@@ -218,8 +267,22 @@ func (e *Elector) Counters() Counters {
 		Takeovers: e.takeovers.Load(), Withheld: e.vetoes.Load()}
 }
 
-// Run attempts at the leader's or the standby's pace until ctx ends.
+// Run attempts at the leader's or the standby's pace until ctx ends, and,
+// with a Peer, heartbeats the holder at the standby's pace beside it, so
+// that a stalled database attempt never delays a grant.
 func (e *Elector) Run(ctx context.Context) {
+	if e.cfg.Peer != nil {
+		go func() {
+			for {
+				e.Heartbeat(ctx)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(e.cfg.Poll):
+				}
+			}
+		}()
+	}
 	for {
 		e.Attempt(ctx)
 		wait := e.cfg.Poll
@@ -240,6 +303,10 @@ func (e *Elector) Run(ctx context.Context) {
 // (TTL after it sent its last renewal that the database took), which is no
 // later than the database lets a standby take it.
 func (e *Elector) Attempt(ctx context.Context) {
+	// Stop waits for an attempt in flight, so that a renewal sent before
+	// the release cannot land after it and make the lease live again.
+	e.attemptMu.Lock()
+	defer e.attemptMu.Unlock()
 	e.mu.Lock()
 	if e.stopped {
 		e.mu.Unlock()
@@ -279,11 +346,15 @@ func (e *Elector) Attempt(ctx context.Context) {
 	if lease.Holder != "" {
 		e.lapsed.Store(false)
 	}
+	e.heartbeat(lease)
 	if lease.Holder == e.cfg.Name {
 		e.withheld = ""
 		e.renewals.Add(1)
 		e.until.Store(sent + int64(e.cfg.TTL))
-		e.epoch.Store(lease.Epoch)
+		if e.epoch.Swap(lease.Epoch) != lease.Epoch {
+			clear(e.grants)
+			e.extended.Store(0)
+		}
 		if Role(e.role.Load()) != Leader {
 			e.takeovers.Add(1)
 			e.setRole(Leader)
@@ -303,7 +374,7 @@ func (e *Elector) Attempt(ctx context.Context) {
 // noticeLapseLocked turns an elected leader whose lease ran out by its own
 // clock into a standby, and says so; it reports whether it did.
 func (e *Elector) noticeLapseLocked() bool {
-	if Role(e.role.Load()) != Leader || e.clock() < e.until.Load() {
+	if Role(e.role.Load()) != Leader || e.clock() < e.bound() {
 		return false
 	}
 	e.setRole(Standby)
@@ -318,8 +389,22 @@ func (e *Elector) noticeLapseLocked() bool {
 // afterwards and when the take was sent (by the elector's clock).
 func (e *Elector) takeOver(ctx context.Context, lease Lease) (Lease, int64, error) {
 	if lease.Holder != "" && lease.PeerURL != "" && e.cfg.Peer != nil {
+		if left := time.Duration(e.promised.Load() - e.clock()); left > 0 {
+			e.vetoes.Add(1)
+			e.mu.Lock()
+			first := e.withheld == ""
+			e.withheld = "the lease expired in the database, but this member granted " + lease.Holder +
+				" more time to serve while it could not reach the database (or it has just started): not taking over for " +
+				left.Round(time.Millisecond).String() + " more"
+			e.mu.Unlock()
+			if first {
+				e.log.Warn("lease expired but this member granted its holder more time to serve: not taking over yet",
+					zap.String("leader", lease.Holder), zap.Duration("promised_for", left))
+			}
+			return lease, 0, nil
+		}
 		ask, cancel := context.WithTimeout(ctx, e.cfg.PeerTimeout)
-		answer, err := e.cfg.Peer.Ask(ask, lease.PeerURL, lease.Holder)
+		answer, err := e.cfg.Peer.Ask(ask, lease.PeerURL, lease.Holder, "")
 		cancel()
 		fields := []zap.Field{zap.String("leader", lease.Holder), zap.String("peer_url", lease.PeerURL), zap.Int64("epoch", lease.Epoch)}
 		switch {
@@ -360,6 +445,8 @@ func (e *Elector) setRole(r Role) {
 	e.role.Store(int32(r))
 	if r != Leader {
 		e.until.Store(0)
+		e.extended.Store(0)
+		clear(e.grants)
 	}
 	if e.cfg.OnChange != nil {
 		e.cfg.OnChange(r)
@@ -381,6 +468,8 @@ func (e *Elector) Stop(ctx context.Context) {
 	if !leading {
 		return
 	}
+	e.attemptMu.Lock() // the renewal in flight, if any, lands first
+	defer e.attemptMu.Unlock()
 	if err := e.cfg.Store.Release(ctx, e.cfg.Group, e.cfg.Name); err != nil {
 		e.log.Warn("leader lease not released; a standby takes over once it expires", zap.Error(err))
 		return

@@ -91,7 +91,7 @@ type fakePeer struct {
 	asked  []string
 }
 
-func (p *fakePeer) Ask(_ context.Context, peerURL, holder string) (PeerAnswer, error) {
+func (p *fakePeer) Ask(_ context.Context, peerURL, holder, _ string) (PeerAnswer, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.asked = append(p.asked, holder+"@"+peerURL)
@@ -108,9 +108,13 @@ const testTTL = 300 * time.Millisecond
 
 var testSecret = []byte("0123456789abcdef0123456789abcdef")
 
+// testElector is a member of group "g" as if it had started long ago: it
+// has promised nothing (see TestANewStandbyKeepsTheHoldOfAPreviousLife).
 func testElector(name string, s Store, peer Peer, peerURL string) *Elector {
-	return New(Config{Group: "g", Name: name, Store: s, TTL: testTTL, Settle: time.Millisecond,
+	e := New(Config{Group: "g", Name: name, Store: s, TTL: testTTL, Settle: time.Millisecond,
 		Peer: peer, PeerURL: peerURL, PeerTimeout: 100 * time.Millisecond})
+	e.promised.Store(0)
+	return e
 }
 
 // leading makes a lead in s: its first attempt only sees the database
@@ -200,7 +204,7 @@ func TestLeaderStopsServingAtItsOwnBound(t *testing.T) {
 	if a.Role() != Leader || a.LeadingFor() <= 0 || a.LeadingFor() > testTTL {
 		t.Fatalf("a cut-off leader within its bound: %s, leading for %v", a.Role(), a.LeadingFor())
 	}
-	if ans := a.peerAnswer(); !ans.Leading || ans.Epoch != 1 {
+	if ans := a.peerAnswer(testSecret); !ans.Leading || ans.Epoch != 1 {
 		t.Fatalf("peer answer within the bound %+v", ans)
 	}
 	for a.Role() == Leader {
@@ -212,8 +216,8 @@ func TestLeaderStopsServingAtItsOwnBound(t *testing.T) {
 	if since := time.Since(renewed); since > testTTL+5*time.Millisecond {
 		t.Fatalf("served %v after its last renewal, bound %v", since, testTTL)
 	}
-	if !a.Lapsed() || a.peerAnswer().Leading || a.LeadingFor() != 0 {
-		t.Fatalf("after the bound: lapsed %v, answer %+v", a.Lapsed(), a.peerAnswer())
+	if !a.Lapsed() || a.peerAnswer(testSecret).Leading || a.LeadingFor() != 0 {
+		t.Fatalf("after the bound: lapsed %v, answer %+v", a.Lapsed(), a.peerAnswer(testSecret))
 	}
 	a.Attempt(context.Background())
 	if a.Role() != Standby || !a.Lapsed() {
@@ -243,7 +247,7 @@ func TestPeerProtocol(t *testing.T) {
 	ask := func(c PeerClient, url, holder string) (PeerAnswer, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
-		return c.Ask(ctx, url, holder)
+		return c.Ask(ctx, url, holder, "")
 	}
 	client := PeerClient{Group: "g", Secret: testSecret}
 	ans, err := ask(client, good, "a")
