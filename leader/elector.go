@@ -108,7 +108,7 @@ type Config struct {
 	// serves on grants only while every other member has granted: a member
 	// that did not promise anything may take the lease once it expired.
 	Members int
-	Log         *zap.Logger
+	Log     *zap.Logger
 	// OnChange, when set, is called with the new role at every change.
 	OnChange func(Role)
 }
