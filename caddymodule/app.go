@@ -136,6 +136,15 @@ type App struct {
 	// least 500ms.
 	LeaderLeaseTTL caddy.Duration `json:"leader_lease_ttl,omitempty"`
 
+	// LeaderGroupSize is how many gateways the group has, this one
+	// included. While the database is down for the leader, it serves on
+	// only as long as every other member grants it time on the peer
+	// address, which a member does only while it cannot reach the
+	// database either. Default 2; set it on every member of a larger
+	// group, or a member that never granted may take over while the leader
+	// serves on the others' grants.
+	LeaderGroupSize int `json:"leader_group_size,omitempty"`
+
 	// PeerListen is the address (host:port) on which this gateway answers
 	// the other members of its group, and nothing else. A standby asks the
 	// holder of an expired lease there before it takes over, so a leader
@@ -234,7 +243,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		reconcile:      time.Duration(a.ReconcileInterval),
 		isolationEvery: time.Duration(a.IsolationProbeInterval),
 		leader: leaderSettings{group: a.LeaderGroup, name: a.GatewayName, ttl: time.Duration(a.LeaderLeaseTTL),
-			peerListen: a.PeerListen, peerURL: a.PeerAddress, peerSecret: a.PeerSecret},
+			members: a.LeaderGroupSize, peerListen: a.PeerListen, peerURL: a.PeerAddress, peerSecret: a.PeerSecret},
 		identity: tenancy.IdentityCacheConfig{
 			RevocationStrict: a.Sessions != nil && a.Sessions.RevocationStrict,
 			LookupTimeout:    time.Duration(a.DatabaseTimeout),
@@ -289,6 +298,9 @@ func (a *App) Validate() error {
 	}
 	if a.LeaderLeaseTTL != 0 && time.Duration(a.LeaderLeaseTTL) < 500*time.Millisecond {
 		return fmt.Errorf("queen: leader_lease_ttl must be at least 500ms, got %s", time.Duration(a.LeaderLeaseTTL))
+	}
+	if a.LeaderGroupSize < 0 || (a.LeaderGroupSize != 0 && a.LeaderGroup == "") {
+		return fmt.Errorf("queen: leader_group_size must be positive and needs leader_group, got %d", a.LeaderGroupSize)
 	}
 	if a.LeaderGroup != "" && strings.TrimSpace(a.LeaderGroup) != a.LeaderGroup {
 		return fmt.Errorf("queen: leader_group %q has surrounding spaces", a.LeaderGroup)

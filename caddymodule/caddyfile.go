@@ -47,6 +47,7 @@ import (
 //		leader_group      <group name>
 //		gateway_name      <name in the group>
 //		leader_lease_ttl  <duration>
+//		leader_group_size <n>
 //		peer_listen       <host:port>
 //		peer_address      <url>
 //		peer_secret       <secret>
@@ -181,6 +182,10 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "leader_lease_ttl":
 			if err := parseDuration(d, &a.LeaderLeaseTTL); err != nil {
+				return err
+			}
+		case "leader_group_size":
+			if err := parseCount(d, &a.LeaderGroupSize); err != nil {
 				return err
 			}
 		case "peer_listen":

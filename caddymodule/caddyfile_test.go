@@ -25,6 +25,7 @@ func TestAppUnmarshalCaddyfile(t *testing.T) {
 		leader_group eu1-a
 		gateway_name gw-1
 		leader_lease_ttl 3s
+		leader_group_size 3
 		peer_listen 10.0.0.5:7946
 		peer_address http://gw-1.internal:7946
 		peer_secret {env.PEER}
@@ -40,7 +41,7 @@ func TestAppUnmarshalCaddyfile(t *testing.T) {
 		a.DatabaseTimeout != caddy.Duration(2*time.Second) || a.CacheTTL != caddy.Duration(10*time.Second) ||
 		a.KeyNegativeTTL != caddy.Duration(time.Second) || a.StaleGrace != caddy.Duration(time.Minute) || !a.SkipMigrations ||
 		a.IsolationProbeInterval != caddy.Duration(5*time.Minute) || a.LeaderGroup != "eu1-a" || a.GatewayName != "gw-1" ||
-		a.LeaderLeaseTTL != caddy.Duration(3*time.Second) {
+		a.LeaderLeaseTTL != caddy.Duration(3*time.Second) || a.LeaderGroupSize != 3 {
 		t.Fatalf("parsed %+v", a)
 	}
 }
@@ -141,6 +142,7 @@ func TestCaddyfileErrorsNameTheLine(t *testing.T) {
 		{"leader group missing", "queen {\n\tleader_group\n}", "at Testfile:2", false},
 		{"leader group twice", "queen {\n\tleader_group a b\n}", "at Testfile:2", false},
 		{"bad lease ttl", "queen {\n\tleader_lease_ttl soon\n}", `leader_lease_ttl: "soon" is not a duration`, false},
+		{"bad group size", "queen {\n\tleader_group_size 0\n}", `leader_group_size: "0" is not a positive integer`, false},
 		{"peer listen missing", "queen {\n\tpeer_listen\n}", "at Testfile:2", false},
 		{"peer secret twice", "queen {\n\tpeer_secret a b\n}", "at Testfile:2", false},
 	}

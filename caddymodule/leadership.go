@@ -26,6 +26,7 @@ type leaderSettings struct {
 	group      string
 	name       string
 	ttl        time.Duration
+	members    int
 	peerListen string
 	peerURL    string
 	peerSecret string
@@ -34,8 +35,8 @@ type leaderSettings struct {
 // String keys the shared backend; the secret appears only as a digest.
 func (s leaderSettings) String() string {
 	digest := sha256.Sum256([]byte(s.peerSecret))
-	return fmt.Sprintf("group=%s name=%s ttl=%v peer_listen=%s peer_url=%s peer_secret=%s",
-		s.group, s.name, s.ttl, s.peerListen, s.peerURL, hex.EncodeToString(digest[:8]))
+	return fmt.Sprintf("group=%s name=%s ttl=%v members=%d peer_listen=%s peer_url=%s peer_secret=%s",
+		s.group, s.name, s.ttl, s.members, s.peerListen, s.peerURL, hex.EncodeToString(digest[:8]))
 }
 
 // validatePeer checks the peer options: all or none of listen and
@@ -84,7 +85,7 @@ func (b *backend) newElector(ctx context.Context, s leaderSettings, log *zap.Log
 		return nil
 	}
 	cfg := leader.Config{
-		Group: s.group, Name: s.name, TTL: s.ttl,
+		Group: s.group, Name: s.name, TTL: s.ttl, Members: s.members,
 		Store: leader.PgStore{Pool: b.pool},
 		Log:   log.Named("leader"),
 	}
