@@ -154,7 +154,11 @@ func (b *backend) leaderReadiness(context.Context) (string, string, bool) {
 		return "role", "leader (no group)", true
 	}
 	if b.elector.Role() == leader.Leader {
-		return "role", "leader of group " + b.elector.Group() + " as " + b.gatewayName, true
+		detail := "leader of group " + b.elector.Group() + " as " + b.gatewayName
+		if b.elector.OnGrants() {
+			detail += "; the database does not answer: serving on the grants of the other members, which cannot reach it either"
+		}
+		return "role", detail, true
 	}
 	if b.elector.Lapsed() {
 		return "role", "not serving: the lease of group " + b.elector.Group() + " ran out without a renewal (the database does not answer) as " +

@@ -527,9 +527,76 @@ func TestLeaderCutOffFromTheDatabase(t *testing.T) {
 			t.Fatalf("the thawed leader served a request %v after it was thawed", r.sent.Sub(thawed))
 		}
 	}
-	if _, body := b.ready(); !containsAll(body, "leader: gw-a") && !containsAll(body, "not serving") {
-		t.Fatalf("thawed leader /readyz: %s", body)
+	eventually(t, 5*time.Second, func() error {
+		if _, body := b.ready(); !containsAll(body, "standby of group cell-a as gw-b", "leader: gw-a") {
+			return fmt.Errorf("thawed leader /readyz: %s", body)
+		}
+		return nil
+	})
+
+	// The database is down for both members: b cannot take the lease, so
+	// it grants a more time at every heartbeat, and a serves on past its
+	// lease as a lone gateway would, while b stays standby.
+	served = probeServing(t, []*groupGateway{a, b}, "cut.eu1.example.test", key)
+	time.Sleep(300 * time.Millisecond)
+	proxyA.cut()
+	proxyB.cut()
+	bothCut := time.Now()
+	const outage = 6 * time.Second
+	for time.Since(bothCut) < outage {
+		if status, body := b.ready(); status != http.StatusServiceUnavailable {
+			t.Fatalf("the standby serves %v into the outage: %d %s", time.Since(bothCut), status, body)
+		}
+		if status, body := a.ready(); status != http.StatusOK {
+			t.Fatalf("the leader stopped %v into the outage: %d %s", time.Since(bothCut).Round(time.Millisecond), status, body)
+		} else if time.Since(bothCut) > 3*time.Second && !containsAll(body, "serving on the grants of the other members") {
+			t.Fatalf("the leader's /readyz %v into the outage: %s", time.Since(bothCut), body)
+		}
+		if r := do(t, client(a.port), "GET", fmt.Sprintf("http://cut.eu1.example.test:%d/api/v1/resources/queues", a.port), key, ""); r.status != http.StatusOK && r.status != http.StatusTooManyRequests {
+			t.Fatalf("the leader's read %v into the outage: %d %s", time.Since(bothCut).Round(time.Millisecond), r.status, r.body)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
+	proxyA.restore()
+	proxyB.restore()
+	time.Sleep(time.Second)
+	served.halt()
+	records := served.between(time.Time{}, time.Now())
+	var lastA2 time.Time
+	for _, r := range records {
+		if r.gateway != "gw-a" {
+			t.Fatalf("%s served %v into the outage of the database for both", r.gateway, r.sent.Sub(bothCut))
+		}
+		if r.sent.After(lastA2) {
+			lastA2 = r.sent
+		}
+	}
+	if gap := servedGap(records, bothCut, bothCut.Add(outage)); gap > 500*time.Millisecond {
+		t.Fatalf("the leader stopped serving for %v during the outage of the database for both", gap)
+	}
+	t.Logf("both cut off: gw-a served %d requests, the last %v after the cut; gw-b none", len(records), lastA2.Sub(bothCut).Round(time.Millisecond))
+	if status, body := a.ready(); status != http.StatusOK || containsAll(body, "grants") {
+		t.Fatalf("the leader once the database is back: %d %s", status, body)
+	}
+	if got := cp.scalar(`SELECT epoch::text || ' ' || holder FROM queen_proxy.gateway_leases WHERE group_name = 'cell-a'`); got != "3 gw-a" {
+		t.Fatalf("lease %q after the outage, want 3 gw-a", got)
+	}
+}
+
+// servedGap is the longest time in [from, to) without a served request.
+func servedGap(records []servedRecord, from, to time.Time) time.Duration {
+	var longest time.Duration
+	last := from
+	for _, r := range records {
+		if r.sent.Before(from) || !r.sent.Before(to) {
+			continue
+		}
+		longest = max(longest, r.sent.Sub(last))
+		if r.sent.After(last) {
+			last = r.sent
+		}
+	}
+	return max(longest, to.Sub(last))
 }
 
 func containsAll(s string, parts ...string) bool {

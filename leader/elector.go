@@ -222,6 +222,12 @@ func (e *Elector) Role() Role {
 	return Standby
 }
 
+// OnGrants reports whether this gateway leads only because the other
+// members granted it time: its own lease ran out by its clock.
+func (e *Elector) OnGrants() bool {
+	return e.Role() == Leader && e.clock() >= e.until.Load()
+}
+
 // LeadingFor is how much longer this gateway serves without another
 // renewal; 0 unless it leads.
 func (e *Elector) LeadingFor() time.Duration {
@@ -389,20 +395,6 @@ func (e *Elector) noticeLapseLocked() bool {
 // afterwards and when the take was sent (by the elector's clock).
 func (e *Elector) takeOver(ctx context.Context, lease Lease) (Lease, int64, error) {
 	if lease.Holder != "" && lease.PeerURL != "" && e.cfg.Peer != nil {
-		if left := time.Duration(e.promised.Load() - e.clock()); left > 0 {
-			e.vetoes.Add(1)
-			e.mu.Lock()
-			first := e.withheld == ""
-			e.withheld = "the lease expired in the database, but this member granted " + lease.Holder +
-				" more time to serve while it could not reach the database (or it has just started): not taking over for " +
-				left.Round(time.Millisecond).String() + " more"
-			e.mu.Unlock()
-			if first {
-				e.log.Warn("lease expired but this member granted its holder more time to serve: not taking over yet",
-					zap.String("leader", lease.Holder), zap.Duration("promised_for", left))
-			}
-			return lease, 0, nil
-		}
 		ask, cancel := context.WithTimeout(ctx, e.cfg.PeerTimeout)
 		answer, err := e.cfg.Peer.Ask(ask, lease.PeerURL, lease.Holder, "")
 		cancel()
@@ -422,6 +414,8 @@ func (e *Elector) takeOver(ctx context.Context, lease Lease) (Lease, int64, erro
 					append(fields, zap.Duration("leading_for", answer.LeadingFor))...)
 			}
 			return lease, 0, nil
+		case e.withholdForPromise(lease.Holder):
+			return lease, 0, nil
 		case errors.Is(err, ErrUnproven):
 			e.log.Error("the leader's peer address answered without a valid proof (is peer_secret the same on every member?); taking over",
 				append(fields, zap.Error(err))...)
@@ -439,6 +433,31 @@ func (e *Elector) takeOver(ctx context.Context, lease Lease) (Lease, int64, erro
 	defer cancel()
 	taken, err := e.cfg.Store.Take(attempt, e.cfg.Group, e.cfg.Name, e.cfg.TTL, e.cfg.PeerURL, lease.Epoch)
 	return taken, sent, err
+}
+
+// withholdForPromise reports whether this standby promised, by a grant or
+// by having just started, not to take the lease yet, and says so.
+func (e *Elector) withholdForPromise(holder string) bool {
+	promised := e.promised.Load()
+	left := time.Duration(promised - e.clock())
+	if left <= 0 {
+		return false
+	}
+	why := "this member granted " + holder + " more time to serve while it could not reach the database"
+	if promised == int64(e.cfg.Hold) {
+		why = "this member has just started (and may have granted " + holder + " time before)"
+	}
+	e.vetoes.Add(1)
+	e.mu.Lock()
+	first := e.withheld == ""
+	e.withheld = "the lease expired in the database, but " + why + ": not taking over for " +
+		left.Round(time.Millisecond).String() + " more"
+	e.mu.Unlock()
+	if first {
+		e.log.Warn("lease expired and its holder does not lead, but this member promised not to take it yet",
+			zap.String("leader", holder), zap.Duration("promised_for", left))
+	}
+	return true
 }
 
 func (e *Elector) setRole(r Role) {

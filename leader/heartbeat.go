@@ -50,24 +50,31 @@ func (e *Elector) Heartbeat(ctx context.Context) {
 	if idle || e.Role() == Leader {
 		return
 	}
+	// The ask runs without the lock: a stuck holder must not hold up the
+	// attempts, which record the next target under it.
 	e.hbMu.Lock()
-	defer e.hbMu.Unlock()
-	target := e.hb
-	if target.url == "" {
-		return
-	}
-	grant := ""
-	if cutOff && e.token != "" {
+	target, grant := e.hb, ""
+	if target.url != "" && cutOff && e.token != "" {
 		grant = e.token
-		promise := e.tokenAt + int64(e.cfg.Hold)
-		if e.promised.Load() < promise {
+		// Promised before the grant is sent: the holder may receive it
+		// even if its answer never comes back.
+		if promise := e.tokenAt + int64(e.cfg.Hold); e.promised.Load() < promise {
 			e.promised.Store(promise)
 		}
+	}
+	e.hbMu.Unlock()
+	if target.url == "" {
+		return
 	}
 	ask, cancel := context.WithTimeout(ctx, e.cfg.PeerTimeout)
 	answer, err := e.cfg.Peer.Ask(ask, target.url, target.holder, grant)
 	cancel()
 	received := e.clock()
+	e.hbMu.Lock()
+	defer e.hbMu.Unlock()
+	if e.hb != target {
+		return // the lease moved on meanwhile
+	}
 	switch {
 	case err != nil:
 		// Granting the last token again grants nothing more.
