@@ -338,8 +338,9 @@ func (e *Elector) Attempt(ctx context.Context) {
 	}
 	if err != nil {
 		e.failures.Add(1)
+		first := !e.reachedFrom.IsZero()
 		e.reachedFrom = time.Time{}
-		if Role(e.role.Load()) == Leader && !e.noticeLapseLocked() {
+		if Role(e.role.Load()) == Leader && !e.noticeLapseLocked() && first {
 			e.log.Warn("leader lease not renewed; serving until it runs out by this gateway's clock",
 				zap.Duration("serving_for", e.LeadingFor()), zap.Error(err))
 		}
