@@ -90,6 +90,7 @@ var (
 	descTakeovers     = prometheus.NewDesc("queengate_leader_takeovers_total", "Times this gateway became its group's leader.", nil, nil)
 	descWithheld      = prometheus.NewDesc("queengate_leader_takeovers_withheld_total", "Attempts at an expired lease that did not take it because its holder answered on its peer address that it still leads.", nil, nil)
 	descLeaseLapsed   = prometheus.NewDesc("queengate_leader_lease_lapsed", "1 while this gateway's lease has run out by its own clock without a renewal, so that it does not serve.", nil, nil)
+	descOnGrants      = prometheus.NewDesc("queengate_leader_serving_on_grants", "1 while this gateway leads only because every other member of its group, cut off from the database too, granted it time on the peer address.", nil, nil)
 	descCellScoping   = prometheus.NewDesc("queengate_cell_tenant_scoping", "1 for each served cell's current isolation verdict (scoped, unscoped or unknown); a cell that is not scoped serves only its oldest cluster.", []string{"cell", "verdict"}, nil)
 )
 
@@ -103,7 +104,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRequests, descRefusals, descClusterReqs, descParked, descParkedCap,
 		descFlushes, descFlushSeconds, descSpoolFiles, descSpoolBytes, descSpooledRows, descReplayedRows,
 		descQuarantined, descCircuit, descCache, descPoolConns, descPoolAcquires, descPoolWaits, descStorageActive, descCellScoping,
-		descGatewayRole, descLeaseRenewals, descTakeovers, descWithheld, descLeaseLapsed} {
+		descGatewayRole, descLeaseRenewals, descTakeovers, descWithheld, descLeaseLapsed, descOnGrants} {
 		ch <- d
 	}
 }
@@ -179,6 +180,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descTakeovers, k.Takeovers)
 		counter(descWithheld, k.Withheld)
 		gauge(descLeaseLapsed, boolGauge(e.Lapsed()))
+		gauge(descOnGrants, boolGauge(e.OnGrants()))
 	}
 	if b.isolation != nil {
 		for _, v := range b.isolation.Verdicts() {
