@@ -212,9 +212,10 @@ func (e *Elector) Name() string { return e.cfg.Name }
 // clock is the monotonic time since the elector was made.
 func (e *Elector) clock() int64 { return int64(time.Since(e.base)) }
 
-// Role is this gateway's role now. A leader whose lease has run out by its
-// own clock is a standby from that instant, whether or not an attempt has
-// noticed yet: it never serves past the bound a standby relies on.
+// Role is this gateway's role now. A leader past its bound (its lease run
+// out by its own clock, and no grants of the other members that hold) is a
+// standby from that instant, whether or not an attempt has noticed yet: it
+// never serves past the bound a standby relies on.
 func (e *Elector) Role() Role {
 	if Role(e.role.Load()) == Leader && e.clock() < e.bound() {
 		return Leader
@@ -307,7 +308,8 @@ func (e *Elector) Run(ctx context.Context) {
 // updates the role from the answer. A leader that cannot reach the
 // database keeps serving only until its lease runs out by its own clock
 // (TTL after it sent its last renewal that the database took), which is no
-// later than the database lets a standby take it.
+// later than the database lets a standby take it, or for as long as every
+// other member grants it time (see heartbeat.go).
 func (e *Elector) Attempt(ctx context.Context) {
 	// Stop waits for an attempt in flight, so that a renewal sent before
 	// the release cannot land after it and make the lease live again.
