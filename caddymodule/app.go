@@ -136,6 +136,34 @@ type App struct {
 	// least 500ms.
 	LeaderLeaseTTL caddy.Duration `json:"leader_lease_ttl,omitempty"`
 
+	// LeaderGroupSize is how many gateways the group has, this one
+	// included. While the database is down for the leader, it serves on
+	// only as long as every other member grants it time on the peer
+	// address, which a member does only while it cannot reach the
+	// database either. Default 2; set it on every member of a larger
+	// group, or a member that never granted may take over while the leader
+	// serves on the others' grants.
+	LeaderGroupSize int `json:"leader_group_size,omitempty"`
+
+	// PeerListen is the address (host:port) on which this gateway answers
+	// the other members of its group, and nothing else. A standby asks the
+	// holder of an expired lease there before it takes over, so a leader
+	// that lost only the database is not joined by a second one. Keep it on
+	// a network tenants do not reach. Requires LeaderGroup and PeerSecret.
+	PeerListen string `json:"peer_listen,omitempty"`
+
+	// PeerAddress is the URL the other members reach PeerListen at; it is
+	// written into the lease while this gateway leads. Default
+	// "http://" + PeerListen, which then must name one host. Placeholders
+	// are expanded, for example "http://{env.POD_IP}:7946".
+	PeerAddress string `json:"peer_address,omitempty"`
+
+	// PeerSecret, the same on every gateway of the group, proves the
+	// answers on the peer address (HMAC-SHA256 over a nonce the asker
+	// draws); at least 32 bytes. Placeholders are expanded, for example
+	// "{env.QUEENGATE_PEER_SECRET}".
+	PeerSecret string `json:"peer_secret,omitempty"`
+
 	backend     *backend
 	limits      *limitState
 	released    bool
@@ -182,6 +210,13 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if a.GatewayName == "" {
 		a.GatewayName = defaultGatewayName()
 	}
+	repl := caddy.NewReplacer()
+	a.PeerListen = repl.ReplaceAll(a.PeerListen, "")
+	a.PeerAddress = repl.ReplaceAll(a.PeerAddress, "")
+	a.PeerSecret = repl.ReplaceAll(a.PeerSecret, "")
+	if a.PeerAddress == "" && a.PeerListen != "" {
+		a.PeerAddress = "http://" + a.PeerListen
+	}
 	setDuration(&a.MeterFlushInterval, 15*time.Second)
 	if a.SpoolDir == "" {
 		a.SpoolDir = filepath.Join(caddy.AppDataDir(), "queengate-spool")
@@ -210,7 +245,8 @@ func (a *App) Provision(ctx caddy.Context) error {
 		meterFlush:     time.Duration(a.MeterFlushInterval),
 		reconcile:      time.Duration(a.ReconcileInterval),
 		isolationEvery: time.Duration(a.IsolationProbeInterval),
-		leader:         leaderSettings{group: a.LeaderGroup, name: a.GatewayName, ttl: time.Duration(a.LeaderLeaseTTL)},
+		leader: leaderSettings{group: a.LeaderGroup, name: a.GatewayName, ttl: time.Duration(a.LeaderLeaseTTL),
+			members: a.LeaderGroupSize, peerListen: a.PeerListen, peerURL: a.PeerAddress, peerSecret: a.PeerSecret},
 		identity: tenancy.IdentityCacheConfig{
 			RevocationStrict: a.Sessions != nil && a.Sessions.RevocationStrict,
 			LookupTimeout:    time.Duration(a.DatabaseTimeout),
@@ -266,8 +302,14 @@ func (a *App) Validate() error {
 	if a.LeaderLeaseTTL != 0 && time.Duration(a.LeaderLeaseTTL) < 500*time.Millisecond {
 		return fmt.Errorf("queen: leader_lease_ttl must be at least 500ms, got %s", time.Duration(a.LeaderLeaseTTL))
 	}
+	if a.LeaderGroupSize < 0 || (a.LeaderGroupSize != 0 && a.LeaderGroup == "") {
+		return fmt.Errorf("queen: leader_group_size must be positive and needs leader_group, got %d", a.LeaderGroupSize)
+	}
 	if a.LeaderGroup != "" && strings.TrimSpace(a.LeaderGroup) != a.LeaderGroup {
 		return fmt.Errorf("queen: leader_group %q has surrounding spaces", a.LeaderGroup)
+	}
+	if err := a.validatePeer(); err != nil {
+		return err
 	}
 	if a.KeyTouchInterval != 0 && time.Duration(a.KeyTouchInterval) < time.Second {
 		return fmt.Errorf("queen: key_touch_interval must be at least 1s, got %s", time.Duration(a.KeyTouchInterval))

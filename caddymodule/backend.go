@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,6 +57,7 @@ type backend struct {
 	isolation  *tenancy.CellIsolation
 	// elector is nil for a gateway that is not part of a group.
 	elector     *leader.Elector
+	peerServer  *http.Server // answers the group's members; nil without peer_listen
 	gatewayName string
 	seenCells   sync.Map // cell id -> struct{}: the cells whose clusters are reconciled
 	kick        chan struct{}
@@ -124,8 +126,13 @@ func newBackend(ctx context.Context, key string, s backendSettings, log *zap.Log
 		b.lastDatabaseOK.Store(time.Now().UnixNano())
 	}
 	b.newCellIsolation(s.isolationEvery, log)
-	b.newElector(s.leader, log)
+	if err := b.newElector(ctx, s.leader, log); err != nil {
+		stop()
+		pool.Close()
+		return nil, err
+	}
 	if err := b.newLimitsAndMeter(s, log); err != nil {
+		b.closePeer()
 		stop()
 		pool.Close()
 		return nil, err
@@ -218,6 +225,7 @@ func (b *backend) awaitDatabase(ctx context.Context, s backendSettings, log *zap
 // configuration using this backend is unloaded.
 func (b *backend) Destruct() error {
 	b.handOver()
+	b.closePeer()
 	b.stop()
 	<-b.stopped
 	b.pool.Close()

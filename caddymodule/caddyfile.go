@@ -47,6 +47,10 @@ import (
 //		leader_group      <group name>
 //		gateway_name      <name in the group>
 //		leader_lease_ttl  <duration>
+//		leader_group_size <n>
+//		peer_listen       <host:port>
+//		peer_address      <url>
+//		peer_secret       <secret>
 //		meter_flush_interval <duration>
 //		spool_dir            <dir>
 //		metrics_per_cluster
@@ -178,6 +182,22 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "leader_lease_ttl":
 			if err := parseDuration(d, &a.LeaderLeaseTTL); err != nil {
+				return err
+			}
+		case "leader_group_size":
+			if err := parseCount(d, &a.LeaderGroupSize); err != nil {
+				return err
+			}
+		case "peer_listen":
+			if err := parseString(d, &a.PeerListen); err != nil {
+				return err
+			}
+		case "peer_address":
+			if err := parseString(d, &a.PeerAddress); err != nil {
+				return err
+			}
+		case "peer_secret":
+			if err := parseString(d, &a.PeerSecret); err != nil {
 				return err
 			}
 		case "meter_flush_interval":

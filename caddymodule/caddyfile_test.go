@@ -25,16 +25,23 @@ func TestAppUnmarshalCaddyfile(t *testing.T) {
 		leader_group eu1-a
 		gateway_name gw-1
 		leader_lease_ttl 3s
+		leader_group_size 3
+		peer_listen 10.0.0.5:7946
+		peer_address http://gw-1.internal:7946
+		peer_secret {env.PEER}
 	}`)
 	var a App
 	if err := a.UnmarshalCaddyfile(d); err != nil {
 		t.Fatal(err)
 	}
+	if a.PeerListen != "10.0.0.5:7946" || a.PeerAddress != "http://gw-1.internal:7946" || a.PeerSecret != "{env.PEER}" {
+		t.Fatalf("peer options %q %q %q", a.PeerListen, a.PeerAddress, a.PeerSecret)
+	}
 	if a.DatabaseURL != "{env.DB}" || len(a.BaseDomains) != 2 || a.PoolMaxConns != 4 ||
 		a.DatabaseTimeout != caddy.Duration(2*time.Second) || a.CacheTTL != caddy.Duration(10*time.Second) ||
 		a.KeyNegativeTTL != caddy.Duration(time.Second) || a.StaleGrace != caddy.Duration(time.Minute) || !a.SkipMigrations ||
 		a.IsolationProbeInterval != caddy.Duration(5*time.Minute) || a.LeaderGroup != "eu1-a" || a.GatewayName != "gw-1" ||
-		a.LeaderLeaseTTL != caddy.Duration(3*time.Second) {
+		a.LeaderLeaseTTL != caddy.Duration(3*time.Second) || a.LeaderGroupSize != 3 {
 		t.Fatalf("parsed %+v", a)
 	}
 }
@@ -137,6 +144,9 @@ func TestCaddyfileErrorsNameTheLine(t *testing.T) {
 		{"leader group missing", "queen {\n\tleader_group\n}", "at Testfile:2", false},
 		{"leader group twice", "queen {\n\tleader_group a b\n}", "at Testfile:2", false},
 		{"bad lease ttl", "queen {\n\tleader_lease_ttl soon\n}", `leader_lease_ttl: "soon" is not a duration`, false},
+		{"bad group size", "queen {\n\tleader_group_size 0\n}", `leader_group_size: "0" is not a positive integer`, false},
+		{"peer listen missing", "queen {\n\tpeer_listen\n}", "at Testfile:2", false},
+		{"peer secret twice", "queen {\n\tpeer_secret a b\n}", "at Testfile:2", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -223,6 +233,29 @@ func TestAppValidate(t *testing.T) {
 	if err := (&App{DatabaseURL: "postgres://x", PoolMaxConns: 1, LeaderLeaseTTL: caddy.Duration(100 * time.Millisecond)}).Validate(); err == nil ||
 		!strings.Contains(err.Error(), "leader_lease_ttl must be at least 500ms") {
 		t.Fatalf("a 100ms lease: err = %v", err)
+	}
+	secret := strings.Repeat("s", 32)
+	for _, tc := range []struct {
+		name                    string
+		group, listen, url, key string
+		want                    string
+	}{
+		{"complete", "g", "127.0.0.1:7946", "http://127.0.0.1:7946", secret, ""},
+		{"behind a name", "g", "0.0.0.0:7946", "https://gw-1.internal:7946", secret, ""},
+		{"without a group", "", "127.0.0.1:7946", "http://127.0.0.1:7946", secret, "need leader_group"},
+		{"listen without secret", "g", "127.0.0.1:7946", "http://127.0.0.1:7946", "", "go together"},
+		{"secret without listen", "g", "", "", secret, "go together"},
+		{"short secret", "g", "127.0.0.1:7946", "http://127.0.0.1:7946", "short", "at least 32 bytes"},
+		{"listen not host:port", "g", "127.0.0.1", "http://127.0.0.1", secret, "not host:port"},
+		{"every interface", "g", "0.0.0.0:7946", "http://0.0.0.0:7946", secret, "names no host"},
+		{"empty host", "g", ":7946", "http://:7946", secret, "names no host"},
+		{"not http", "g", "127.0.0.1:7946", "ftp://127.0.0.1:7946", secret, "not an http(s) URL"},
+	} {
+		a := &App{DatabaseURL: "postgres://x", PoolMaxConns: 1, LeaderGroup: tc.group, PeerListen: tc.listen, PeerAddress: tc.url, PeerSecret: tc.key}
+		err := a.Validate()
+		if (tc.want == "" && err != nil) || (tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want))) {
+			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.want)
+		}
 	}
 }
 

@@ -2,11 +2,18 @@ package caddymodule
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
 	"github.com/queengate/queengate/internal/apierror"
@@ -16,9 +23,48 @@ import (
 // leaderSettings configure the backend's elector; an empty group means a
 // gateway of its own, always the leader.
 type leaderSettings struct {
-	group string
-	name  string
-	ttl   time.Duration
+	group      string
+	name       string
+	ttl        time.Duration
+	members    int
+	peerListen string
+	peerURL    string
+	peerSecret string
+}
+
+// String keys the shared backend; the secret appears only as a digest.
+func (s leaderSettings) String() string {
+	digest := sha256.Sum256([]byte(s.peerSecret))
+	return fmt.Sprintf("group=%s name=%s ttl=%v members=%d peer_listen=%s peer_url=%s peer_secret=%s",
+		s.group, s.name, s.ttl, s.members, s.peerListen, s.peerURL, hex.EncodeToString(digest[:8]))
+}
+
+// validatePeer checks the peer options: all or none of listen and
+// secret, only in a group, and an address other members can dial.
+func (a *App) validatePeer() error {
+	if a.PeerListen == "" && a.PeerSecret == "" && a.PeerAddress == "" {
+		return nil
+	}
+	if a.LeaderGroup == "" {
+		return errors.New("queen: peer_listen, peer_address and peer_secret need leader_group")
+	}
+	if a.PeerListen == "" || a.PeerSecret == "" {
+		return errors.New("queen: peer_listen and peer_secret go together (every member of the group answers its peers, proven by the shared secret)")
+	}
+	if len(a.PeerSecret) < leader.MinPeerSecret {
+		return fmt.Errorf("queen: peer_secret must be at least %d bytes, got %d", leader.MinPeerSecret, len(a.PeerSecret))
+	}
+	if _, _, err := net.SplitHostPort(a.PeerListen); err != nil {
+		return fmt.Errorf("queen: peer_listen %q is not host:port: %w", a.PeerListen, err)
+	}
+	u, err := url.Parse(a.PeerAddress)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return fmt.Errorf("queen: peer_address %q is not an http(s) URL of a host", a.PeerAddress)
+	}
+	if ip := net.ParseIP(u.Hostname()); u.Hostname() == "" || (ip != nil && ip.IsUnspecified()) {
+		return fmt.Errorf("queen: peer_address %q names no host the other members can reach; set peer_address when peer_listen listens on every interface", a.PeerAddress)
+	}
+	return nil
 }
 
 // defaultGatewayName names a gateway that was given no name: unique per
@@ -32,17 +78,43 @@ func defaultGatewayName() string {
 }
 
 // newElector builds the backend's elector when the gateway is part of a
-// group.
-func (b *backend) newElector(s leaderSettings, log *zap.Logger) {
+// group, and its peer listener when it has one.
+func (b *backend) newElector(ctx context.Context, s leaderSettings, log *zap.Logger) error {
 	b.gatewayName = s.name
 	if s.group == "" {
-		return
+		return nil
 	}
-	b.elector = leader.New(leader.Config{
-		Group: s.group, Name: s.name, TTL: s.ttl,
+	cfg := leader.Config{
+		Group: s.group, Name: s.name, TTL: s.ttl, Members: s.members,
 		Store: leader.PgStore{Pool: b.pool},
 		Log:   log.Named("leader"),
-	})
+	}
+	if s.peerListen == "" {
+		log.Warn("leader group without peer_listen: a standby takes an expired lease without asking the leader; "+
+			"only the leader's own bound keeps two members from serving at once", zap.String("group", s.group))
+		b.elector = leader.New(cfg)
+		return nil
+	}
+	cfg.PeerURL = s.peerURL
+	cfg.Peer = leader.PeerClient{Group: s.group, Name: s.name, Secret: []byte(s.peerSecret)}
+	b.elector = leader.New(cfg)
+	na, err := caddy.ParseNetworkAddress(s.peerListen)
+	if err != nil {
+		return fmt.Errorf("peer_listen %q: %w", s.peerListen, err)
+	}
+	ln, err := na.Listen(ctx, 0, net.ListenConfig{})
+	if err != nil {
+		return fmt.Errorf("peer_listen %q: %w", s.peerListen, err)
+	}
+	b.peerServer = &http.Server{
+		Handler:           leader.PeerHandler(b.elector, []byte(s.peerSecret)),
+		ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
+		MaxHeaderBytes: 8 << 10, ErrorLog: zap.NewStdLog(log.Named("peer")),
+	}
+	go func() { _ = b.peerServer.Serve(ln.(net.Listener)) }()
+	log.Info("answering the group's members on the peer address",
+		zap.String("peer_listen", s.peerListen), zap.String("peer_address", s.peerURL))
+	return nil
 }
 
 // handOver gives up the group's lease for good, so that the standby
@@ -54,6 +126,14 @@ func (b *backend) handOver() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	b.elector.Stop(ctx)
+}
+
+// closePeer stops answering peers, after the hand-over: until then a
+// standby that asks learns that this gateway no longer leads.
+func (b *backend) closePeer() {
+	if b.peerServer != nil {
+		_ = b.peerServer.Close()
+	}
 }
 
 // standby reports whether this gateway is the standby of its group, which
@@ -74,11 +154,22 @@ func (b *backend) leaderReadiness(context.Context) (string, string, bool) {
 		return "role", "leader (no group)", true
 	}
 	if b.elector.Role() == leader.Leader {
-		return "role", "leader of group " + b.elector.Group() + " as " + b.gatewayName, true
+		detail := "leader of group " + b.elector.Group() + " as " + b.gatewayName
+		if b.elector.OnGrants() {
+			detail += "; the database does not answer: serving on the grants of the other members, which cannot reach it either"
+		}
+		return "role", detail, true
+	}
+	if b.elector.Lapsed() {
+		return "role", "not serving: the lease of group " + b.elector.Group() + " ran out without a renewal (the database does not answer) as " +
+			b.gatewayName + "; leading again once it renews, unless a standby took over", false
 	}
 	detail := "standby of group " + b.elector.Group() + " as " + b.gatewayName
 	if h := b.elector.Holder(); h != "" {
 		detail += "; leader: " + h
+	}
+	if w := b.elector.Withheld(); w != "" {
+		detail += "; " + w
 	}
 	return "role", detail, false
 }

@@ -90,6 +90,9 @@ var (
 	descTakeovers     = prometheus.NewDesc("queengate_leader_takeovers_total", "Times this gateway became its group's leader.", nil, nil)
 	descCellScoping   = prometheus.NewDesc("queengate_cell_tenant_scoping", "1 for each served cell's current isolation verdict (scoped, unscoped or unknown); a cell that is not scoped serves only its keeper (the cluster placed on it first).", []string{"cell", "verdict"}, nil)
 	descContradicted  = prometheus.NewDesc("queengate_cell_tenancy_contradicted", "1 while a cell stated scoped by the operator has been found unscoped by a probe: only its keeper is served. Alert on it.", []string{"cell"}, nil)
+	descWithheld      = prometheus.NewDesc("queengate_leader_takeovers_withheld_total", "Attempts at an expired lease that did not take it because its holder answered on its peer address that it still leads.", nil, nil)
+	descLeaseLapsed   = prometheus.NewDesc("queengate_leader_lease_lapsed", "1 while this gateway's lease has run out by its own clock without a renewal, so that it does not serve.", nil, nil)
+	descOnGrants      = prometheus.NewDesc("queengate_leader_serving_on_grants", "1 while this gateway leads only because every other member of its group, cut off from the database too, granted it time on the peer address.", nil, nil)
 )
 
 // collector exports the gateway's state for one configuration.
@@ -102,7 +105,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRequests, descRefusals, descClusterReqs, descParked, descParkedCap,
 		descFlushes, descFlushSeconds, descSpoolFiles, descSpoolBytes, descSpooledRows, descReplayedRows,
 		descQuarantined, descCircuit, descCache, descPoolConns, descPoolAcquires, descPoolWaits, descStorageActive, descCellScoping, descContradicted,
-		descGatewayRole, descLeaseRenewals, descTakeovers} {
+		descGatewayRole, descLeaseRenewals, descTakeovers, descWithheld, descLeaseLapsed, descOnGrants} {
 		ch <- d
 	}
 }
@@ -176,6 +179,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descLeaseRenewals, k.Renewals, "held")
 		counter(descLeaseRenewals, k.Failures, "failed")
 		counter(descTakeovers, k.Takeovers)
+		counter(descWithheld, k.Withheld)
+		gauge(descLeaseLapsed, boolGauge(e.Lapsed()))
+		gauge(descOnGrants, boolGauge(e.OnGrants()))
 	}
 	if b.isolation != nil {
 		for _, v := range b.isolation.Verdicts() {

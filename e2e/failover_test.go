@@ -29,8 +29,11 @@ type groupGateway struct {
 	done    chan struct{}
 }
 
+// groupPeerSecret is the peer secret of the test group.
+const groupPeerSecret = "e2e-peer-secret-of-group-cell-a-0123456789"
+
 // startGroupGateway runs the gateway binary as member name of group
-// "cell-a" against dbURL.
+// "cell-a" against dbURL, answering its peers on a port of its own.
 func startGroupGateway(t *testing.T, name string, port int, dbURL string) *groupGateway {
 	t.Helper()
 	return startGroupGatewayIn(t, name, port, dbURL, t.TempDir())
@@ -41,8 +44,10 @@ func startGroupGateway(t *testing.T, name string, port int, dbURL string) *group
 // one left.
 func startGroupGatewayIn(t *testing.T, name string, port int, dbURL, home string) *groupGateway {
 	t.Helper()
+	peerPort := freePort(t)
 	cfg := gatewayCaddyfile(port, dbURL,
-		"leader_group cell-a\n\t\tgateway_name "+name+"\n\t\tspool_dir "+filepath.Join(home, "spool")+"\n\t\tdatabase_timeout 1s", "")
+		"leader_group cell-a\n\t\tgateway_name "+name+"\n\t\tspool_dir "+filepath.Join(home, "spool")+"\n\t\tdatabase_timeout 1s"+
+			fmt.Sprintf("\n\t\tpeer_listen 127.0.0.1:%d\n\t\tpeer_secret %s", peerPort, groupPeerSecret), "")
 	cfgPath := filepath.Join(home, "Caddyfile")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -285,50 +290,320 @@ func TestStandbyTakesOverUnderLoad(t *testing.T) {
 	}
 }
 
-// TestLeaderCutOffFromTheDatabase: when only the leader loses the
-// database, the standby takes over once the lease expired, both serve for
-// as long as the old leader cannot reach the database, and it steps down
-// as soon as it can.
+// servedLog records, for requests sent at once to every member of a group,
+// which member served each (any answer but 503 gateway_standby: a 429 is a
+// leader's decision too), with when it was sent and answered.
+type servedLog struct {
+	mu      sync.Mutex
+	records []servedRecord
+	stop    chan struct{}
+	stopped chan struct{}
+}
+
+type servedRecord struct {
+	gateway    string
+	sent, recv time.Time
+}
+
+func probeServing(t *testing.T, members []*groupGateway, host, key string) *servedLog {
+	l := &servedLog{stop: make(chan struct{}), stopped: make(chan struct{})}
+	c := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{
+		DialContext: (&net.Dialer{Timeout: 300 * time.Millisecond}).DialContext}}
+	var wg sync.WaitGroup
+	for _, g := range members {
+		wg.Go(func() {
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-l.stop:
+					return
+				case <-tick.C:
+				}
+				req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/api/v1/resources/queues", g.port), nil)
+				req.Host = host
+				req.Header.Set("Authorization", "Bearer "+key)
+				sent := time.Now()
+				resp, err := c.Do(req)
+				if err != nil {
+					continue
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(string(b), "gateway_standby") {
+					continue
+				}
+				l.mu.Lock()
+				l.records = append(l.records, servedRecord{g.name, sent, time.Now()})
+				l.mu.Unlock()
+			}
+		})
+	}
+	go func() { wg.Wait(); close(l.stopped) }()
+	t.Cleanup(l.halt)
+	return l
+}
+
+func (l *servedLog) halt() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	<-l.stopped
+}
+
+// between returns the records sent in [from, to).
+func (l *servedLog) between(from, to time.Time) []servedRecord {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []servedRecord
+	for _, r := range l.records {
+		if !r.sent.Before(from) && r.sent.Before(to) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// handedOver checks that within records, leadership went from old to
+// new at most once and never back: no request served by old was sent
+// after one served by new had been answered (that would prove old
+// admitted a request after new did), and no member but those two served.
+// It returns the last request old served and the first new served.
+func handedOver(t *testing.T, records []servedRecord, old, new string) (lastOld, firstNew servedRecord) {
+	t.Helper()
+	for _, r := range records {
+		switch r.gateway {
+		case old:
+			if r.sent.After(lastOld.sent) {
+				lastOld = r
+			}
+		case new:
+			if firstNew.recv.IsZero() || r.recv.Before(firstNew.recv) {
+				firstNew = r
+			}
+		default:
+			t.Fatalf("%s served while leadership was to go from %s to %s", r.gateway, old, new)
+		}
+	}
+	if !lastOld.sent.IsZero() && !firstNew.recv.IsZero() && lastOld.sent.After(firstNew.recv) {
+		t.Fatalf("two members served at once: %s served a request sent %v after %s had served one",
+			old, lastOld.sent.Sub(firstNew.recv).Round(time.Millisecond), new)
+	}
+	return lastOld, firstNew
+}
+
+// TestLeaderCutOffFromTheDatabase: each member reaches PostgreSQL through
+// a TCP proxy of its own. When the leader's is cut while both stay up, the
+// leader stops serving once its lease ran out by its own clock, the
+// standby serves only after that, and never do both (a rate limit's burst
+// is served once across the group, not once per member); when the leader
+// reaches the database again it stays standby. When the new leader is
+// frozen (SIGSTOP: its peer address accepts connections and never
+// answers), the other takes over within the documented time, and the
+// frozen one, thawed, does not serve again.
 func TestLeaderCutOffFromTheDatabase(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
 	broker := startBroker(t, fakebroker.Options{Name: "cut-cell", RequireTenant: true})
 	cp := newControlPlane(t, dbURL)
-	cl := cp.cluster(cp.tenant("cut"), "cut", cp.cell("cut-cell", broker.URL(), ""))
+	cell := cp.cell("cut-cell", broker.URL(), "")
+	tn := cp.tenant("cut")
+	cl := cp.cluster(tn, "cut", cell)
 	_, key := cp.key(cl.id)
+	narrow := cp.cluster(tn, "cut-narrow", cell)
+	_, narrowKey := cp.key(narrow.id)
+	const burst = 10
+	cp.exec(`SELECT queen_proxy.set_limit_override($1::uuid, jsonb_build_object('max_req_per_sec', 1, 'req_burst', $2::int))`, narrow.id, burst)
 
-	proxy := startTCPProxy(t, dbURL)
-	a := startGroupGateway(t, "gw-a", freePort(t), proxy.databaseURL)
+	proxyA, proxyB := startTCPProxy(t, dbURL), startTCPProxy(t, dbURL)
+	a := startGroupGateway(t, "gw-a", freePort(t), proxyA.databaseURL)
 	a.awaitReady(http.StatusOK)
-	b := startGroupGateway(t, "gw-b", freePort(t), dbURL)
+	b := startGroupGateway(t, "gw-b", freePort(t), proxyB.databaseURL)
 	b.awaitReady(http.StatusServiceUnavailable)
-	read := func(g *groupGateway) int {
-		return do(t, client(g.port), "GET", fmt.Sprintf("http://cut.eu1.example.test:%d/api/v1/resources/queues", g.port), key, "").status
+	eventually(t, 5*time.Second, func() error {
+		if _, body := b.ready(); !containsAll(body, "leader: gw-a") {
+			return fmt.Errorf("standby /readyz: %s", body)
+		}
+		return nil
+	})
+	// The peer endpoint is not on the port tenants reach.
+	for _, host := range []string{"127.0.0.1", "cut.eu1.example.test"} {
+		r := do(t, client(a.port), "GET", fmt.Sprintf("http://%s:%d/queengate/peer/v1/lease?nonce=%s", host, a.port, strings.Repeat("ab", 16)), key, "")
+		if r.status == http.StatusOK || strings.Contains(string(r.body), "proof") {
+			t.Fatalf("the tenant port answered the peer endpoint on host %s: %d %s", host, r.status, r.body)
+		}
 	}
-	if s := read(a); s != http.StatusOK {
-		t.Fatalf("leader read %d", s)
+	readNarrow := func(g *groupGateway) int {
+		return do(t, client(g.port), "GET", fmt.Sprintf("http://cut-narrow.eu1.example.test:%d/api/v1/resources/queues", g.port), narrowKey, "").status
+	}
+	// The leader knows the narrow cluster and its key before it is cut off
+	// (it would refuse a cluster it never saw during an outage anyway).
+	if s := readNarrow(a); s != http.StatusOK {
+		t.Fatalf("leader read of the narrow cluster %d", s)
+	}
+	served := probeServing(t, []*groupGateway{a, b}, "cut.eu1.example.test", key)
+	time.Sleep(500 * time.Millisecond)
+
+	// The lease expires behind the live leader's back, over and over (as
+	// if the database's clock jumped): the standby asks the leader, which
+	// answers that it leads, and does not take over.
+	var withheld string
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		cp.exec(`UPDATE queen_proxy.gateway_leases SET expires_at = now() - interval '1 millisecond' WHERE group_name = 'cell-a'`)
+		if status, body := b.ready(); status != http.StatusServiceUnavailable {
+			t.Fatalf("the standby took over from a leader that answers: %d %s", status, body)
+		} else if strings.Contains(body, "not taking over") {
+			withheld = body
+		}
+	}
+	if withheld == "" || !containsAll(withheld, "gw-a answers on its peer address that it leads") {
+		t.Fatalf("the standby's /readyz never said it withheld a takeover (last: %s)", withheld)
+	}
+	if got := cp.scalar(`SELECT epoch::text || ' ' || holder FROM queen_proxy.gateway_leases WHERE group_name = 'cell-a'`); got != "1 gw-a" {
+		t.Fatalf("lease %q after the expiries, want 1 gw-a", got)
 	}
 
-	proxy.cut()
+	proxyA.cut()
 	cutAt := time.Now()
 	b.awaitReady(http.StatusOK)
 	t.Logf("standby took over %v after the leader lost the database", time.Since(cutAt).Round(time.Millisecond))
-	if s := read(a); s != http.StatusOK {
-		t.Fatalf("the cut-off leader stopped serving known clusters: %d", s)
-	}
-	if s := read(b); s != http.StatusOK {
-		t.Fatalf("the new leader does not serve: %d", s)
+	status, body := a.ready()
+	if status != http.StatusServiceUnavailable || !containsAll(body, "not serving", "ran out without a renewal") {
+		t.Fatalf("cut-off leader /readyz %d %s", status, body)
 	}
 
-	proxy.restore()
+	// The burst, over both members at once: served once.
+	var ok, limited, standby int
+	for i := range 4 * burst {
+		switch s := readNarrow([]*groupGateway{a, b}[i%2]); s {
+		case http.StatusOK:
+			ok++
+		case http.StatusTooManyRequests:
+			limited++
+		case http.StatusServiceUnavailable:
+			standby++
+		default:
+			t.Fatalf("narrow read %d", s)
+		}
+	}
+	t.Logf("burst of %d over both members: %d served, %d limited, %d refused as standby", burst, ok, limited, standby)
+	if ok < burst || ok > burst+2 || standby != 2*burst {
+		t.Fatalf("%d served and %d refused as standby of %d; want the burst of %d served once (by the leader, plus refill) and every request to the cut-off member refused",
+			ok, standby, 4*burst, burst)
+	}
+
+	proxyA.restore()
 	restored := time.Now()
-	a.awaitReady(http.StatusServiceUnavailable)
-	t.Logf("the old leader stepped down %v after it reached the database again", time.Since(restored).Round(time.Millisecond))
-	if s := read(a); s != http.StatusServiceUnavailable {
-		t.Fatalf("the old leader still serves: %d", s)
+	eventually(t, 10*time.Second, func() error {
+		if _, body := a.ready(); !containsAll(body, "standby of group cell-a as gw-a", "leader: gw-b") {
+			return fmt.Errorf("old leader /readyz: %s", body)
+		}
+		return nil
+	})
+	t.Logf("the old leader saw the new one %v after it reached the database again", time.Since(restored).Round(time.Millisecond))
+	time.Sleep(300 * time.Millisecond)
+	stoppedAt := time.Now()
+	lastA, firstB := handedOver(t, served.between(time.Time{}, stoppedAt), "gw-a", "gw-b")
+	if lastA.sent.IsZero() || firstB.recv.IsZero() {
+		t.Fatalf("served by gw-a until %v, by gw-b from %v: the probe saw no handover", lastA.sent, firstB.recv)
 	}
-	if _, body := a.ready(); !containsAll(body, "leader: gw-b") {
-		t.Fatalf("old leader /readyz: %s", body)
+	if bound := 2 * time.Second; lastA.sent.Sub(cutAt) > bound {
+		t.Fatalf("the cut-off leader served %v after the cut, past its lease of %v", lastA.sent.Sub(cutAt), bound)
 	}
+	t.Logf("gw-a served until %v after the cut, gw-b from %v", lastA.sent.Sub(cutAt).Round(time.Millisecond), firstB.recv.Sub(cutAt).Round(time.Millisecond))
+
+	// Freeze the new leader: its peer address takes connections and never
+	// answers, so a's ask times out and it takes over.
+	b.signal(syscall.SIGSTOP)
+	frozen := time.Now()
+	a.awaitReady(http.StatusOK)
+	took := time.Since(frozen)
+	t.Logf("takeover from a frozen leader after %v", took.Round(time.Millisecond))
+	// leader_lease_ttl + a poll + the bounded ask of the peer address.
+	if limit := 2*time.Second + 200*time.Millisecond + 400*time.Millisecond + 400*time.Millisecond; took > limit {
+		t.Fatalf("takeover from a frozen leader took %v, want at most %v", took, limit)
+	}
+	b.signal(syscall.SIGCONT)
+	thawed := time.Now()
+	time.Sleep(time.Second)
+	served.halt()
+	handedOver(t, served.between(stoppedAt, time.Now()), "gw-b", "gw-a")
+	for _, r := range served.between(thawed, time.Now()) {
+		if r.gateway == "gw-b" {
+			t.Fatalf("the thawed leader served a request %v after it was thawed", r.sent.Sub(thawed))
+		}
+	}
+	eventually(t, 5*time.Second, func() error {
+		if _, body := b.ready(); !containsAll(body, "standby of group cell-a as gw-b", "leader: gw-a") {
+			return fmt.Errorf("thawed leader /readyz: %s", body)
+		}
+		return nil
+	})
+
+	// The database is down for both members: b cannot take the lease, so
+	// it grants a more time at every heartbeat, and a serves on past its
+	// lease as a lone gateway would, while b stays standby.
+	served = probeServing(t, []*groupGateway{a, b}, "cut.eu1.example.test", key)
+	time.Sleep(300 * time.Millisecond)
+	proxyA.cut()
+	proxyB.cut()
+	bothCut := time.Now()
+	const outage = 6 * time.Second
+	for time.Since(bothCut) < outage {
+		if status, body := b.ready(); status != http.StatusServiceUnavailable {
+			t.Fatalf("the standby serves %v into the outage: %d %s", time.Since(bothCut), status, body)
+		}
+		if status, body := a.ready(); status != http.StatusOK {
+			t.Fatalf("the leader stopped %v into the outage: %d %s", time.Since(bothCut).Round(time.Millisecond), status, body)
+		} else if time.Since(bothCut) > 3*time.Second && !containsAll(body, "serving on the grants of the other members") {
+			t.Fatalf("the leader's /readyz %v into the outage: %s", time.Since(bothCut), body)
+		}
+		if r := do(t, client(a.port), "GET", fmt.Sprintf("http://cut.eu1.example.test:%d/api/v1/resources/queues", a.port), key, ""); r.status != http.StatusOK && r.status != http.StatusTooManyRequests {
+			t.Fatalf("the leader's read %v into the outage: %d %s", time.Since(bothCut).Round(time.Millisecond), r.status, r.body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	proxyA.restore()
+	proxyB.restore()
+	time.Sleep(time.Second)
+	served.halt()
+	records := served.between(time.Time{}, time.Now())
+	var lastA2 time.Time
+	for _, r := range records {
+		if r.gateway != "gw-a" {
+			t.Fatalf("%s served %v into the outage of the database for both", r.gateway, r.sent.Sub(bothCut))
+		}
+		if r.sent.After(lastA2) {
+			lastA2 = r.sent
+		}
+	}
+	if gap := servedGap(records, bothCut, bothCut.Add(outage)); gap > 500*time.Millisecond {
+		t.Fatalf("the leader stopped serving for %v during the outage of the database for both", gap)
+	}
+	t.Logf("both cut off: gw-a served %d requests, the last %v after the cut; gw-b none", len(records), lastA2.Sub(bothCut).Round(time.Millisecond))
+	if status, body := a.ready(); status != http.StatusOK || containsAll(body, "grants") {
+		t.Fatalf("the leader once the database is back: %d %s", status, body)
+	}
+	if got := cp.scalar(`SELECT epoch::text || ' ' || holder FROM queen_proxy.gateway_leases WHERE group_name = 'cell-a'`); got != "3 gw-a" {
+		t.Fatalf("lease %q after the outage, want 3 gw-a", got)
+	}
+}
+
+// servedGap is the longest time in [from, to) without a served request.
+func servedGap(records []servedRecord, from, to time.Time) time.Duration {
+	var longest time.Duration
+	last := from
+	for _, r := range records {
+		if r.sent.Before(from) || !r.sent.Before(to) {
+			continue
+		}
+		longest = max(longest, r.sent.Sub(last))
+		if r.sent.After(last) {
+			last = r.sent
+		}
+	}
+	return max(longest, to.Sub(last))
 }
 
 func containsAll(s string, parts ...string) bool {

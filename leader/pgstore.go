@@ -12,13 +12,25 @@ import (
 // control-plane SQL functions.
 type PgStore struct{ Pool *pgxpool.Pool }
 
-// Acquire calls queen_proxy.acquire_gateway_lease.
-func (s PgStore) Acquire(ctx context.Context, group, holder string, ttl time.Duration, mayTake bool) (Lease, error) {
+const leaseAttempt = `SELECT holder, epoch, holder_peer_url, expired, taken_over
+	FROM queen_proxy.gateway_lease_attempt($1, $2, $3, $4, $5)`
+
+// Renew calls queen_proxy.gateway_lease_attempt without an epoch to take.
+func (s PgStore) Renew(ctx context.Context, group, holder string, ttl time.Duration, peerURL string) (Lease, error) {
+	return s.attempt(ctx, group, holder, ttl, peerURL, nil)
+}
+
+// Take calls queen_proxy.gateway_lease_attempt with the epoch to take.
+func (s PgStore) Take(ctx context.Context, group, holder string, ttl time.Duration, peerURL string, epoch int64) (Lease, error) {
+	return s.attempt(ctx, group, holder, ttl, peerURL, &epoch)
+}
+
+func (s PgStore) attempt(ctx context.Context, group, holder string, ttl time.Duration, peerURL string, epoch *int64) (Lease, error) {
 	var l Lease
-	err := s.Pool.QueryRow(ctx, `SELECT holder, epoch, taken_over FROM queen_proxy.acquire_gateway_lease($1, $2, $3, $4)`,
-		group, holder, int32(ttl/time.Millisecond), mayTake).Scan(&l.Holder, &l.Epoch, &l.TakenOver)
+	err := s.Pool.QueryRow(ctx, leaseAttempt, group, holder, int32(ttl/time.Millisecond), peerURL, epoch).
+		Scan(&l.Holder, &l.Epoch, &l.PeerURL, &l.Expired, &l.TakenOver)
 	if err != nil {
-		return Lease{}, fmt.Errorf("acquire gateway lease %q: %w", group, err)
+		return Lease{}, fmt.Errorf("gateway lease attempt %q: %w", group, err)
 	}
 	return l, nil
 }

@@ -95,6 +95,7 @@ gateway_leases epoch bigint NN 1
 gateway_leases acquired_at timestamptz NN now()
 gateway_leases renewed_at timestamptz NN now()
 gateway_leases expires_at timestamptz NN -
+gateway_leases holder_peer_url text NN ''::text
 quota_announcements cluster_id uuid NN -
 quota_announcements month text NN -
 quota_announcements kind text NN -
