@@ -106,9 +106,8 @@ func (s *cellIsolationState) reset(stated string) {
 	}
 	s.failures = 0
 	s.nextProbe = time.Time{}
-	if stated == StatedUnscoped {
-		s.settle() // nextProbe stays due: the worker records the statement once
-	}
+	// A cell stated unscoped is settled by its worker, once it has read
+	// the keeper (requests wait for that) and recorded the statement.
 }
 
 // notProbed is the next probe of a cell stated unscoped: never.
@@ -467,12 +466,16 @@ func recordedVerdict(j cellJudgement) TenantScoping {
 // unscoped is not probed.
 func (ci *CellIsolation) recordStatedUnscoped(ctx context.Context, s *cellIsolationState, cell ProbeCell, generation uint64) {
 	s.mu.Lock()
-	if s.generation != generation || s.logged == ScopingUnscoped {
-		s.nextProbe = notProbed
+	if s.generation != generation {
 		s.mu.Unlock()
 		return
 	}
 	s.nextProbe = notProbed
+	s.settle()
+	if s.logged == ScopingUnscoped {
+		s.mu.Unlock()
+		return
+	}
 	s.logged = ScopingUnscoped
 	s.checkedAt = time.Now()
 	s.detail = "stated unscoped by the operator: not probed; only the keeper is served"
