@@ -57,12 +57,18 @@ func (cp *controlPlane) usageOf(clusterID, op string) (reqs, msgs int64) {
 // TestMeteringBooksWhatTheBrokerStored pushes (with duplicates the broker
 // refuses to store twice), pops and reads on two clusters, then stops the
 // gateway: usage_minutes holds exactly the billable messages per cluster.
+// meteringRuns numbers the runs of TestMeteringBooksWhatTheBrokerStored:
+// its per-cluster counter is process-wide, so a second run (-count=N) names
+// its clusters apart.
+var meteringRuns atomic.Int64
+
 func TestMeteringBooksWhatTheBrokerStored(t *testing.T) {
+	run := meteringRuns.Add(1)
 	broker := startBroker(t, fakebroker.Options{Name: "meter-cell", RequireTenant: true})
 	cp := newControlPlane(t, pgtest.URL(t))
 	cell := cp.cell("meter-cell", broker.URL(), "")
 	tn := cp.tenant("meter")
-	a, b := cp.cluster(tn, "meter-a", cell), cp.cluster(tn, "meter-b", cell)
+	a, b := cp.cluster(tn, fmt.Sprintf("meter-a%d", run), cell), cp.cluster(tn, fmt.Sprintf("meter-b%d", run), cell)
 	_, aKey := cp.key(a.id)
 	_, bKey := cp.key(b.id)
 
@@ -114,7 +120,7 @@ func TestMeteringBooksWhatTheBrokerStored(t *testing.T) {
 		`queengate_requests_total{class="produce",outcome="forwarded"}`,
 		`queengate_requests_total{class="consume",outcome="forwarded"}`,
 		`queengate_refusals_total{code="unauthorized"}`,
-		`queengate_cluster_requests_total{cluster="meter-a"} 11`,
+		fmt.Sprintf(`queengate_cluster_requests_total{cluster=%q} 11`, a.slug),
 		`queengate_cache_lookups_total{kind="api_key",result="hit"}`,
 		`queengate_meter_flushes_total{result="ok"}`,
 		`queengate_db_pool_connections{state="max"} 16`,
