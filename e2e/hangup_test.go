@@ -297,7 +297,14 @@ func TestHangUpIsBilledFromWhatTheBrokerStored(t *testing.T) {
 			if sc.path == "/api/v1/transaction" {
 				body = hangupTxnBody("orders", sc.items)
 			}
-			broker.SetAnswerFault(sc.fault)
+			// The fault applies to the scenario's route only: the cell's
+			// isolation probes (three in a row for each new cluster on it)
+			// must not wait on it.
+			fault := sc.fault
+			if fault != (fakebroker.AnswerFault{}) {
+				fault.Path = sc.path
+			}
+			broker.SetAnswerFault(fault)
 			defer broker.SetAnswerFault(fakebroker.AnswerFault{})
 			before := len(forwarded(broker))
 			reachedCell := func() {
