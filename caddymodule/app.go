@@ -115,8 +115,9 @@ type App struct {
 	// IsolationProbeInterval is how often each served cell's broker is
 	// probed again for whether it scopes by x-queen-tenant (it is also
 	// probed when first seen and after it was unreachable). A cell whose
-	// broker does not, or is not yet known to, serves only its oldest
-	// cluster. Default 15m; each probe is 4 requests to the cell.
+	// broker does not, or is not yet known to, serves only its keeper
+	// (the first cluster placed on it). Default 15m; each probe is 5
+	// requests to the cell, and going up to scoped takes 3 probes in a row.
 	IsolationProbeInterval caddy.Duration `json:"isolation_probe_interval,omitempty"`
 
 	// LeaderGroup makes this gateway one of a group that fronts one cell:

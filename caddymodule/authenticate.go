@@ -37,7 +37,7 @@ func (g *Gateway) authenticate(r *http.Request, st *requestState, t target) (*te
 		return nil, errKeyActAs
 	}
 	addr := clientAddr(r)
-	if ok, retry := g.failures.Allow(addr); !ok && !g.knownValid(cred, addr) {
+	if ok, retry := g.failures.Allow(addr); !ok && !g.passesBackoff(cred, addr) {
 		return nil, tooManyFailures(retry)
 	}
 	if cred.Kind == tenancy.CredentialAPIKey {
@@ -46,15 +46,17 @@ func (g *Gateway) authenticate(r *http.Request, st *requestState, t target) (*te
 	return g.authenticateSession(r.Context(), st, t, cred.Value, addr)
 }
 
-// knownValid reports whether a credential presented from an address in
+// passesBackoff reports whether a credential presented from an address in
 // backoff is known to be valid without a lookup, so that the failure guard
 // lets it through: an API key that authenticated before (the guard's
 // memory, harden/knownvalid.go), a generated key the key cache holds as
 // live, or a session token whose signature verifies (which no guess can
-// produce). Neither answer depends on the
-// database, so a client in backoff cannot make the gateway look anything
-// up.
-func (g *Gateway) knownValid(cred tenancy.Credential, addr netip.Addr) bool {
+// produce). None of these answers depends on the database. A generated key
+// the gateway does not know yet is looked up within a gateway-wide budget
+// (harden.FailureGuard.AllowUnguessableLookup), so a client in backoff can
+// add at most that budget's lookups to the database, shared with every
+// other address in backoff.
+func (g *Gateway) passesBackoff(cred tenancy.Credential, addr netip.Addr) bool {
 	if cred.Kind == tenancy.CredentialAPIKey {
 		if g.failures.Known(keyDigest(cred.Value, addr)) {
 			return true
@@ -64,8 +66,13 @@ func (g *Gateway) knownValid(cred tenancy.Credential, addr netip.Addr) bool {
 		if !tenancy.WellFormedAPIKey(cred.Value) {
 			return false
 		}
-		k := g.app.Cache().KnownAPIKey(cred.Value)
-		return k != nil && !k.Expired(time.Now())
+		if k := g.app.Cache().KnownAPIKey(cred.Value); k != nil && !k.Expired(time.Now()) {
+			return true
+		}
+		// Any other generated key cannot be a guess: it is looked up,
+		// within the gateway-wide budget that keeps addresses in backoff
+		// from loading the database (harden/lookupbudget.go).
+		return g.failures.AllowUnguessableLookup()
 	}
 	keys := g.app.sessionKeys
 	if keys == nil {

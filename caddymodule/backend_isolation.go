@@ -58,8 +58,8 @@ func (a *App) probeCredential(cell tenancy.ProbeCell) string {
 	return a.ownCellCredential(cell.Slug, cell.Secret, "queengate-isolation-probe", tenancy.BrokerRoleAdmin)
 }
 
-// errCellNotIsolated answers a cluster whose cell serves only its oldest
-// cluster.
+// errCellNotIsolated answers a cluster whose cell serves only its keeper
+// (the first cluster placed on it).
 var errCellNotIsolated = &apierror.Error{Status: http.StatusServiceUnavailable, Code: apierror.CellNotIsolated,
 	Message: "this cluster's cell cannot keep it apart from other clusters: its broker does not scope by tenant (or is not yet verified to); the operator must move the cluster to a dedicated cell or run a broker with tenancy"}
 
@@ -93,7 +93,7 @@ func (g *Gateway) noteCellFailure(c *tenancy.Cluster, err error) {
 
 // isolationReadiness shows each served cell's verdict on the readiness
 // endpoint. It never makes the gateway unready: a cell that does not scope
-// still serves its oldest cluster.
+// still serves its keeper.
 func (b *backend) isolationReadiness(context.Context) (string, string, bool) {
 	vs := b.isolation.Verdicts()
 	if len(vs) == 0 {

@@ -160,7 +160,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 
 	// 3g. Isolation: a cell whose broker does not keep clusters apart (or
-	// is not yet verified to) serves only its oldest cluster.
+	// is not yet verified to) serves only its keeper, the first cluster
+	// placed on it.
 	if e := g.admitOnCell(r, cluster); e != nil {
 		return g.refuse(w, r, st, e)
 	}

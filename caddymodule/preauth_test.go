@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/queengate/queengate/internal/harden"
 	"github.com/queengate/queengate/limits"
@@ -230,7 +231,12 @@ func TestUnreadableBodyIsBadRequest(t *testing.T) {
 func TestFailureGuardNeverRefusesAKnownCredential(t *testing.T) {
 	env := newTestEnv(t)
 	g := env.g
-	g.failures = harden.NewFailureGuard(harden.FailureGuardConfig{Rate: 0.001, Burst: 3})
+	// The clock stands still: no address earns a token back, and the
+	// budget for looking up generated keys from addresses in backoff holds
+	// its burst of 2 and no more.
+	frozen := time.Now()
+	g.failures = harden.NewFailureGuard(harden.FailureGuardConfig{Rate: 0.001, Burst: 3, UnguessableLookups: 1,
+		Now: func() time.Time { return frozen }})
 	const nat, other = "203.0.113.9:4000", "198.51.100.4:4000"
 	req := func(host, key, remote string) int {
 		w, _ := g.do(t, call{method: "GET", host: host + ".eu1.example.com", target: "/api/v1/resources/queues", auth: key, remote: remote}, nil)
@@ -263,10 +269,10 @@ func TestFailureGuardNeverRefusesAKnownCredential(t *testing.T) {
 	if got := req("pro", env.session(t, userViewer, ""), nat); got != 200 {
 		t.Fatalf("a valid session got %d from the spent address", got)
 	}
-	// What is not known valid is refused without a lookup: guesses, a
-	// forged token, and keys never seen to authenticate.
-	for _, key := range []string{"qk_live_guess10", "qk_live_acme" + strings.Repeat("Z", 39), "eyJhbGciOiJIUzI1NiJ9.e30.x",
-		strongProKey, "qk_live_admin"} {
+	// What could be a guess and is not known valid is refused without a
+	// lookup: guessable keys, a forged token, a hand-made key never seen
+	// to authenticate from here.
+	for _, key := range []string{"qk_live_guess10", "eyJhbGciOiJIUzI1NiJ9.e30.x", "qk_live_admin"} {
 		if got := req("pro", key, nat); got != 429 {
 			t.Fatalf("%s from the spent address: %d, want 429", key, got)
 		}
@@ -300,6 +306,28 @@ func TestFailureGuardNeverRefusesAKnownCredential(t *testing.T) {
 	}
 	if got := req("pro", "qk_live_admin", nat); got != 429 {
 		t.Fatalf("a hand-made key that never authenticated from the spent address got %d, want 429", got)
+	}
+	// A generated key the gateway has never seen cannot be a guess: it is
+	// looked up, within the gateway-wide budget: a valid one is served
+	// from the spent address, an invalid one is refused by its lookup, and
+	// once the budget is spent the next waits for the backoff.
+	fresh := "qk_live_proCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCC"
+	env.src.keys[tenancy.HashAPIKey(fresh)] = &tenancy.APIKey{ID: "k-fresh", Cluster: env.src.clusters["pro"], Scopes: tenancy.AllScopes}
+	lookups = env.src.keyLookups.Load()
+	if got := req("pro", fresh, nat); got != 200 {
+		t.Fatalf("a valid generated key never seen got %d from the spent address, want 200", got)
+	}
+	if got := req("acme", "qk_live_acme"+strings.Repeat("Z", 39), nat); got != 401 {
+		t.Fatalf("an unknown generated key within the budget got %d, want its lookup's 401", got)
+	}
+	if got := req("acme", "qk_live_acme"+strings.Repeat("Y", 39), nat); got != 429 {
+		t.Fatalf("an unknown generated key past the budget got %d, want 429", got)
+	}
+	if n := env.src.keyLookups.Load() - lookups; n != 2 {
+		t.Fatalf("the budget of 2 let %d lookups through", n)
+	}
+	if got := req("pro", fresh, other); got != 200 {
+		t.Fatalf("the generated key, now known, got %d from another spent address", got)
 	}
 	// A revoked key that was known goes through the guard to its lookup,
 	// and is refused there.

@@ -20,7 +20,7 @@ type CellIsolationConfig struct {
 	// as the probe reached it (its URL and secret).
 	Record func(ctx context.Context, cell ProbeCell, verdict TenantScoping, detail string) error
 	// Keeper returns the id of the cluster a cell that does not scope
-	// keeps serving (the oldest one on it).
+	// keeps serving (the first one placed on it).
 	Keeper func(ctx context.Context, cellID string) (string, error)
 	// Every is how often a cell is probed again while all goes well
 	// (default 15 minutes).
@@ -44,7 +44,7 @@ type CellIsolationConfig struct {
 // there. A cell whose broker is known to scope by x-queen-tenant serves
 // all its clusters. Any other cell, not scoping or not known to since the
 // gateway started or since it was last unreachable, serves only its
-// keeper: its oldest cluster, so that adding a cluster by mistake never
+// keeper: the first cluster placed on it, so that adding a cluster by mistake never
 // takes the first one down.
 type CellIsolation struct {
 	cfg   CellIsolationConfig
@@ -290,7 +290,7 @@ func (ci *CellIsolation) CellUnreachable(cellID string) {
 	s.reset(stated)
 	s.detail = "cell was unreachable; probing again"
 	s.mu.Unlock()
-	ci.log.Warn("cell unreachable; serving only its oldest cluster until its broker is probed again",
+	ci.log.Warn("cell unreachable; serving only its keeper (the first cluster placed on it) until its broker is probed again",
 		zap.String("cell", s.cell.Load().Slug))
 	ci.poke()
 }
@@ -310,7 +310,7 @@ func (ci *CellIsolation) NoteRefusal(cell ProbeCell, clusterSlug string, d Isola
 	if !first {
 		return
 	}
-	ci.log.Error("cluster refused: its cell's broker does not keep clusters apart, and the cell serves only its oldest cluster",
+	ci.log.Error("cluster refused: its cell's broker does not keep clusters apart, and the cell serves only its keeper (the first cluster placed on it)",
 		zap.String("cell", cell.Slug), zap.String("cluster", clusterSlug),
 		zap.String("tenant_scoping", string(d.Verdict)), zap.String("serving_cluster_id", d.Keeper),
 		zap.String("remedy", "move this cluster to a dedicated cell (caddy queen cluster move), or run a broker with tenancy on this cell"))

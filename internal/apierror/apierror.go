@@ -34,7 +34,7 @@ const (
 
 	// CellNotIsolated is queengate's own: the cluster's cell runs a broker
 	// that does not keep clusters apart (or is not yet known to), and the
-	// cell serves only its oldest cluster.
+	// cell serves only its keeper (the first cluster placed on it).
 	CellNotIsolated Code = "cell_not_isolated"
 	// GatewayStandby is queengate's own: the gateway is the standby of its
 	// group and serves nothing; the leader does.

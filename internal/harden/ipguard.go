@@ -31,6 +31,9 @@ type FailureGuard struct {
 	lastFail atomic.Int64
 	// valid remembers credentials that authenticated (knownvalid.go).
 	valid *knownValid
+	// lookups bounds the lookups of unguessable keys from addresses in
+	// backoff (lookupbudget.go).
+	lookups *lookupBudget
 }
 
 type guardShard struct {
@@ -45,11 +48,15 @@ type guardBucket struct {
 
 // FailureGuardConfig tunes a FailureGuard.
 type FailureGuardConfig struct {
-	Rate       float64          // failures per second an address earns back; default 1
-	Burst      int              // failures an address may make in a row; default 20
-	MaxTracked int              // addresses tracked at most, and credentials remembered; default 100,000
-	Remember   time.Duration    // how long a credential that authenticated is let through a backoff; default 24h
-	Now        func() time.Time // clock, for tests
+	Rate       float64       // failures per second an address earns back; default 1
+	Burst      int           // failures an address may make in a row; default 20
+	MaxTracked int           // addresses tracked at most, and credentials remembered; default 100,000
+	Remember   time.Duration // how long a credential that authenticated is let through a backoff; default 24h
+	// UnguessableLookups is how many unguessable keys presented from
+	// addresses in backoff the gateway still looks up per second, all
+	// addresses together (a burst of twice that); default 20.
+	UnguessableLookups float64
+	Now                func() time.Time // clock, for tests
 }
 
 // NewFailureGuard returns a guard.
@@ -69,9 +76,13 @@ func NewFailureGuard(cfg FailureGuardConfig) *FailureGuard {
 	if cfg.Remember <= 0 {
 		cfg.Remember = 24 * time.Hour
 	}
+	if cfg.UnguessableLookups <= 0 {
+		cfg.UnguessableLookups = 20
+	}
 	g := &FailureGuard{rate: cfg.Rate, burst: float64(cfg.Burst), now: cfg.Now,
 		max: max(1, cfg.MaxTracked/len(FailureGuard{}.shards)), seed: maphash.MakeSeed(),
-		valid: newKnownValid(cfg.Remember, cfg.MaxTracked)}
+		valid:   newKnownValid(cfg.Remember, cfg.MaxTracked),
+		lookups: newLookupBudget(cfg.UnguessableLookups, max(1, int(2*cfg.UnguessableLookups)), cfg.Now())}
 	for i := range g.shards {
 		g.shards[i].buckets = map[netip.Prefix]*guardBucket{}
 	}
