@@ -230,21 +230,7 @@ func schemaPoison(body []byte) string {
 		return "U+0000"
 	}
 	top, _ := v.(map[string]any)
-	var items []any
-	if arr, ok := top["items"].([]any); ok {
-		items = append(items, arr...)
-	}
-	if ops, ok := top["operations"].([]any); ok {
-		for _, op := range ops {
-			om, _ := op.(map[string]any)
-			if arr, ok := om["items"].([]any); ok {
-				items = append(items, arr...)
-			} else if om != nil {
-				items = append(items, om)
-			}
-		}
-	}
-	for _, it := range items {
+	for _, it := range decodedItems(top) {
 		im, _ := it.(map[string]any)
 		for _, key := range []string{"queue", "partition", "transactionId"} {
 			if s, ok := im[key].(string); ok && utf8.RuneCountInString(s) > 255 {
@@ -262,6 +248,27 @@ func schemaPoison(body []byte) string {
 		}
 	}
 	return ""
+}
+
+// decodedItems are the items of a decoded push or transaction body: a
+// push's items, and each operation's items, or the operation itself where
+// it has none (the broker reads such an operation as one item).
+func decodedItems(top map[string]any) []any {
+	var items []any
+	if arr, ok := top["items"].([]any); ok {
+		items = append(items, arr...)
+	}
+	if ops, ok := top["operations"].([]any); ok {
+		for _, op := range ops {
+			om, _ := op.(map[string]any)
+			if arr, ok := om["items"].([]any); ok {
+				items = append(items, arr...)
+			} else if om != nil {
+				items = append(items, om)
+			}
+		}
+	}
+	return items
 }
 
 // uuidInput is what PostgreSQL's uuid input reads: 32 hex digits, a

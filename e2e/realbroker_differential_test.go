@@ -290,21 +290,7 @@ func bodyItems(body []byte) (queues map[string]int, txns map[string]bool) {
 	if json.Unmarshal(bytes.TrimPrefix(body, []byte("\xef\xbb\xbf")), &top) != nil {
 		return queues, txns
 	}
-	var items []any
-	if arr, ok := top["items"].([]any); ok {
-		items = append(items, arr...)
-	}
-	if ops, ok := top["operations"].([]any); ok {
-		for _, op := range ops {
-			om, _ := op.(map[string]any)
-			if arr, ok := om["items"].([]any); ok {
-				items = append(items, arr...)
-			} else if om != nil {
-				items = append(items, om)
-			}
-		}
-	}
-	for _, it := range items {
+	for _, it := range decodedItems(top) {
 		im, _ := it.(map[string]any)
 		if q, ok := im["queue"].(string); ok {
 			queues[q]++
