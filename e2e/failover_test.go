@@ -114,12 +114,30 @@ type steadyLoad struct {
 	successes []time.Time
 	failures  int
 	served    map[string]int
-	stop      chan struct{}
-	stopped   chan struct{}
+	loadRun
+}
+
+// loadRun is the life of a test's request loop: stop asks it to end,
+// stopped is closed once it has.
+type loadRun struct {
+	stop    chan struct{}
+	stopped chan struct{}
+}
+
+func newLoadRun() loadRun { return loadRun{stop: make(chan struct{}), stopped: make(chan struct{})} }
+
+// halt ends the loop and waits for it; calling it again is a no-op.
+func (l *loadRun) halt() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	<-l.stopped
 }
 
 func runSteadyLoad(t *testing.T, urls map[string]string, host, key string) *steadyLoad {
-	l := &steadyLoad{served: map[string]int{}, stop: make(chan struct{}), stopped: make(chan struct{})}
+	l := &steadyLoad{served: map[string]int{}, loadRun: newLoadRun()}
 	names := make([]string, 0, len(urls))
 	for n := range urls {
 		names = append(names, n)
@@ -160,15 +178,6 @@ func runSteadyLoad(t *testing.T, urls map[string]string, host, key string) *stea
 	}()
 	t.Cleanup(l.halt)
 	return l
-}
-
-func (l *steadyLoad) halt() {
-	select {
-	case <-l.stop:
-	default:
-		close(l.stop)
-	}
-	<-l.stopped
 }
 
 // gapAfter is the longest time without a successful request from since
@@ -296,8 +305,7 @@ func TestStandbyTakesOverUnderLoad(t *testing.T) {
 type servedLog struct {
 	mu      sync.Mutex
 	records []servedRecord
-	stop    chan struct{}
-	stopped chan struct{}
+	loadRun
 }
 
 type servedRecord struct {
@@ -306,7 +314,7 @@ type servedRecord struct {
 }
 
 func probeServing(t *testing.T, members []*groupGateway, host, key string) *servedLog {
-	l := &servedLog{stop: make(chan struct{}), stopped: make(chan struct{})}
+	l := &servedLog{loadRun: newLoadRun()}
 	c := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{
 		DialContext: (&net.Dialer{Timeout: 300 * time.Millisecond}).DialContext}}
 	var wg sync.WaitGroup
@@ -342,15 +350,6 @@ func probeServing(t *testing.T, members []*groupGateway, host, key string) *serv
 	go func() { wg.Wait(); close(l.stopped) }()
 	t.Cleanup(l.halt)
 	return l
-}
-
-func (l *servedLog) halt() {
-	select {
-	case <-l.stop:
-	default:
-		close(l.stop)
-	}
-	<-l.stopped
 }
 
 // between returns the records sent in [from, to).
