@@ -47,14 +47,29 @@ func productionExample(t *testing.T, caLines, dnsLines string) string {
 // else, certificates in the state directory, and both sites served by
 // queen_gateway.
 func TestTLSProductionExampleAdapts(t *testing.T) {
-	for _, v := range []string{"QUEENGATE_BASE_DOMAIN", "QUEENGATE_ONDEMAND_DOMAIN", "QUEENGATE_ACME_EMAIL", "QUEENGATE_STATE_DIR"} {
-		if _, set := os.LookupEnv(v); set {
-			t.Setenv(v, "")
-			os.Unsetenv(v) // the file's defaults apply
-		}
+	for _, v := range []string{"QUEENGATE_BASE_DOMAIN", "QUEENGATE_ONDEMAND_DOMAIN", "QUEENGATE_ACME_EMAIL", "QUEENGATE_STATE_DIR",
+		"QUEENGATE_LEADER_GROUP", "QUEENGATE_PRIVATE_ADDRESS", "QUEENGATE_PROBE_PORT", "QUEENGATE_METRICS_PORT", "QUEENGATE_LOG_LEVEL"} {
+		unsetEnv(t, v) // the file's defaults apply
 	}
 	caddyfile := productionExample(t, "", "dns queen_testdns 127.0.0.1:1")
-	out, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), map[string]any{"filename": "Caddyfile.production.example"})
+	adapt := func() ([]byte, []caddyconfig.Warning, error) {
+		return caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), map[string]any{"filename": "Caddyfile.production.example"})
+	}
+	// The member's name and peer address have no default: two members
+	// left with one name would be one member to the lease.
+	for _, required := range []string{"QUEENGATE_GATEWAY_NAME", "QUEENGATE_PEER_LISTEN"} {
+		t.Run("without "+required, func(t *testing.T) {
+			t.Setenv("QUEENGATE_GATEWAY_NAME", "eu1-a-gw1")
+			t.Setenv("QUEENGATE_PEER_LISTEN", "192.0.2.11:7946")
+			unsetEnv(t, required)
+			if _, _, err := adapt(); err == nil {
+				t.Fatalf("the production example adapts without %s", required)
+			}
+		})
+	}
+	t.Setenv("QUEENGATE_GATEWAY_NAME", "eu1-a-gw1")
+	t.Setenv("QUEENGATE_PEER_LISTEN", "192.0.2.11:7946")
+	out, warnings, err := adapt()
 	if err != nil {
 		t.Fatalf("the production example does not adapt: %v\n%s", err, caddyfile)
 	}
@@ -120,13 +135,71 @@ func TestTLSProductionExampleAdapts(t *testing.T) {
 	if !wildcard || !onDemand {
 		t.Errorf("policies: DNS-01 wildcard for *.eu1.example.com %v, catch-all on-demand %v; want both from %s\n%s", wildcard, onDemand, letsEncrypt, out)
 	}
-	if n := strings.Count(string(out), `"handler":"queen_gateway"`); n != 2 {
-		t.Errorf("%d queen_gateway handlers, want one per site", n)
+	if n := strings.Count(string(out), `"handler":"queen_gateway"`); n != 3 {
+		t.Errorf("%d queen_gateway handlers, want one per public site and the probe listener's", n)
 	}
 	for _, want := range []string{`"base_domains":["eu1.example.com","eu2.example.com"]`, `"spool_dir":"/var/lib/queengate/spool"`,
-		`"ed25519_key_file":"/etc/queengate/session-ed25519.pem"`, `"identity":{`} {
+		`"ed25519_key_file":"/etc/queengate/session-ed25519.pem"`, `"identity":{`,
+		`"leader_group":"eu1-a"`, `"gateway_name":"eu1-a-gw1"`, `"leader_group_size":2`,
+		`"peer_listen":"192.0.2.11:7946"`, `"peer_secret":"{env.QUEENGATE_PEER_SECRET}"`} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the queen app lacks %s:\n%s", want, out)
 		}
+	}
+
+	// The probe and the metrics listener: plain HTTP on the private address
+	// (loopback by default), each serving its one purpose.
+	var servers struct {
+		Apps struct {
+			HTTP struct {
+				Servers map[string]struct {
+					Listen []string          `json:"listen"`
+					Routes []json.RawMessage `json:"routes"`
+				} `json:"servers"`
+			} `json:"http"`
+		} `json:"apps"`
+		Logging struct {
+			Logs map[string]struct {
+				Encoder struct {
+					Format string `json:"format"`
+				} `json:"encoder"`
+				Level string `json:"level"`
+			} `json:"logs"`
+		} `json:"logging"`
+	}
+	if err := json.Unmarshal(out, &servers); err != nil {
+		t.Fatal(err)
+	}
+	listeners := map[string]string{}
+	for _, srv := range servers.Apps.HTTP.Servers {
+		routes, _ := json.Marshal(srv.Routes)
+		for _, l := range srv.Listen {
+			listeners[l] = string(routes)
+		}
+	}
+	for listen, want := range map[string]string{"127.0.0.1:8081": `"probes":true`, "127.0.0.1:9180": `"handler":"metrics"`} {
+		routes, ok := listeners[listen]
+		if !ok {
+			t.Errorf("no server listens on %s: %v", listen, listeners)
+			continue
+		}
+		if !strings.Contains(routes, want) {
+			t.Errorf("the server on %s lacks %s: %s", listen, want, routes)
+		}
+	}
+	if def := servers.Logging.Logs["default"]; def.Encoder.Format != "json" || def.Level != "INFO" {
+		t.Errorf("default log %+v, want JSON at INFO", def)
+	}
+	if n := strings.Count(string(out), `"key":"queen_request_id","value":"{http.vars.queen.request_id}"`); n < 2 {
+		t.Errorf("%d public sites append the request id to their access log, want both:\n%s", n, out)
+	}
+}
+
+// unsetEnv unsets name for the rest of the test (t.Setenv restores it).
+func unsetEnv(t *testing.T, name string) {
+	t.Helper()
+	if _, set := os.LookupEnv(name); set {
+		t.Setenv(name, "")
+		os.Unsetenv(name)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"os"
@@ -26,8 +27,9 @@ import (
 // and checks what the file promises: a wildcard certificate through DNS-01
 // for the first base domain, certificates on demand for live clusters of
 // the second, no certificate for anything else, HTTP redirected to HTTPS,
-// certificates in the state directory, and password sign-in to the console
-// with EdDSA sessions from the key file.
+// certificates in the state directory, password sign-in to the console
+// with EdDSA sessions from the key file, the member leading its leader group,
+// and the probe and metrics listeners serving only their own paths.
 func TestProductionExampleWithPebble(t *testing.T) {
 	dnsSrv := startTestDNS(t, "example.test")
 	httpPort, httpsPort := freePort(t), freePort(t)
@@ -52,6 +54,7 @@ func TestProductionExampleWithPebble(t *testing.T) {
 	// certificate cache is process-wide, and other tests leave certificates
 	// for other names in it.
 	state := t.TempDir()
+	probePort, metricsPort := freePort(t), freePort(t)
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +78,14 @@ func TestProductionExampleWithPebble(t *testing.T) {
 		"QUEENGATE_HTTP_PORT":       fmt.Sprint(httpPort),
 		"QUEENGATE_HTTPS_PORT":      fmt.Sprint(httpsPort),
 		"QUEENGATE_ADMIN":           fmt.Sprintf("localhost:%d", freePort(t)),
+		"QUEENGATE_GATEWAY_NAME":    "prod-gw1",
+		"QUEENGATE_LEADER_GROUP":    "prod-cell-group",
+		"QUEENGATE_PEER_LISTEN":     fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		"QUEENGATE_PEER_SECRET":     "a production peer secret of at least 32 bytes",
+		"QUEENGATE_PRIVATE_ADDRESS": "127.0.0.1",
+		"QUEENGATE_PROBE_PORT":      fmt.Sprint(probePort),
+		"QUEENGATE_METRICS_PORT":    fmt.Sprint(metricsPort),
+		"QUEENGATE_LOG_LEVEL":       "ERROR",
 	} {
 		t.Setenv(name, value)
 	}
@@ -100,6 +111,42 @@ func TestProductionExampleWithPebble(t *testing.T) {
 		}
 		return r.leafNames()
 	}
+
+	t.Run("the probe listener answers with detail and nothing else", func(t *testing.T) {
+		// The only member of its group: it leads once it has waited out
+		// the start-up promise (leader_lease_ttl).
+		probe := fmt.Sprintf("http://127.0.0.1:%d", probePort)
+		eventually(t, 15*time.Second, func() error {
+			r, err := http.Get(probe + "/readyz")
+			if err != nil {
+				return err
+			}
+			defer r.Body.Close()
+			b, _ := io.ReadAll(r.Body)
+			if r.StatusCode != http.StatusOK || !strings.Contains(string(b), `"role":"leader of group prod-cell-group as prod-gw1"`) {
+				return fmt.Errorf("probe listener /readyz: %d %s", r.StatusCode, b)
+			}
+			return nil
+		})
+		if r := do(t, http.DefaultClient, "GET", probe+"/healthz", "", ""); r.status != http.StatusOK {
+			t.Fatalf("probe listener /healthz: %d %s", r.status, r.body)
+		}
+		if r := do(t, http.DefaultClient, "GET", probe+"/api/v1/resources/queues", "", ""); r.status != http.StatusNotFound {
+			t.Fatalf("probe listener serves %d for a data-plane path, want 404", r.status)
+		}
+	})
+
+	t.Run("the metrics listener serves the gateway's metrics", func(t *testing.T) {
+		metrics := fmt.Sprintf("http://127.0.0.1:%d", metricsPort)
+		r := do(t, http.DefaultClient, "GET", metrics+"/metrics", "", "")
+		want := `queengate_gateway_role{gateway="prod-gw1",group="prod-cell-group",role="leader"} 1`
+		if r.status != http.StatusOK || !strings.Contains(string(r.body), want) {
+			t.Fatalf("metrics listener: %d, want %s in:\n%s", r.status, want, r.body)
+		}
+		if r := do(t, http.DefaultClient, "GET", metrics+"/readyz", "", ""); r.status != http.StatusNotFound {
+			t.Fatalf("metrics listener serves %d for /readyz, want 404", r.status)
+		}
+	})
 
 	t.Run("a wildcard certificate through DNS-01 for the base domain", func(t *testing.T) {
 		var r tlsResponse
