@@ -44,10 +44,17 @@ func startGroupGateway(t *testing.T, name string, port int, dbURL string) *group
 // one left.
 func startGroupGatewayIn(t *testing.T, name string, port int, dbURL, home string) *groupGateway {
 	t.Helper()
+	return startGroupGatewayWith(t, name, port, dbURL, home, "", "")
+}
+
+// startGroupGatewayWith is startGroupGatewayIn with extra lines for the
+// queen app and extra sites: a member restarted with a new configuration.
+func startGroupGatewayWith(t *testing.T, name string, port int, dbURL, home, appOptions, sites string) *groupGateway {
+	t.Helper()
 	peerPort := freePort(t)
 	cfg := gatewayCaddyfile(port, dbURL,
 		"leader_group cell-a\n\t\tgateway_name "+name+"\n\t\tspool_dir "+filepath.Join(home, "spool")+"\n\t\tdatabase_timeout 1s"+
-			fmt.Sprintf("\n\t\tpeer_listen 127.0.0.1:%d\n\t\tpeer_secret %s", peerPort, groupPeerSecret), "")
+			fmt.Sprintf("\n\t\tpeer_listen 127.0.0.1:%d\n\t\tpeer_secret %s\n\t\t%s", peerPort, groupPeerSecret, appOptions), "") + sites
 	cfgPath := filepath.Join(home, "Caddyfile")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
