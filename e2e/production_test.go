@@ -95,7 +95,9 @@ func TestProductionLeaderGroupUpgrade(t *testing.T) {
 	a.awaitReady(http.StatusOK)
 	b := startGroupGatewayIn(t, "gw-b", freePort(t), dbURL, homeB)
 	b.awaitReady(http.StatusServiceUnavailable)
-	url := func(g *groupGateway) string { return fmt.Sprintf("http://127.0.0.1:%d/api/v1/resources/queues", g.port) }
+	url := func(g *groupGateway) string {
+		return fmt.Sprintf("http://127.0.0.1:%d/api/v1/resources/queues", g.port)
+	}
 	load := runSteadyLoad(t, map[string]string{"gw-a": url(a), "gw-b": url(b)}, "upgrade.eu1.example.test", key)
 	time.Sleep(500 * time.Millisecond)
 
