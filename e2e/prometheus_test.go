@@ -42,7 +42,7 @@ func TestPrometheusRulesAgainstLiveGateway(t *testing.T) {
 	_, key := cp.key(cl.id)
 	port, metricsPort := freePort(t), freePort(t)
 	startGateway(t, gatewayCaddyfile(port, dbURL, fmt.Sprintf(
-		"leader_group prom-group\n\t\tgateway_name prom-gw1\n\t\tleader_group_size 1\n\t\tmetrics_per_cluster\n\t\tspool_dir %s", t.TempDir()), "")+
+		"leader_group prom-group\n\t\tgateway_name prom-gw1\n\t\tleader_group_size 1\n\t\tleader_lease_ttl 500ms\n\t\tmetrics_per_cluster\n\t\tspool_dir %s", t.TempDir()), "")+
 		fmt.Sprintf("http://127.0.0.1:%d {\n\thandle /metrics {\n\t\tmetrics\n\t}\n}\n", metricsPort))
 
 	// Traffic that makes every labelled family appear: a forwarded request
@@ -64,6 +64,8 @@ func TestPrometheusRulesAgainstLiveGateway(t *testing.T) {
 		return nil
 	})
 
+	// Prometheus hands new targets to its scrapers at most every 5 s, so
+	// the first scrape comes about 5 s after its start.
 	prom := startPrometheus(t, bin, metricsPort)
 	var names []string
 	eventually(t, 20*time.Second, func() error {
@@ -182,8 +184,8 @@ func startPrometheus(t *testing.T, bin string, metricsPort int) *prometheus {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := fmt.Sprintf(`global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
+  scrape_interval: 250ms
+  evaluation_interval: 250ms
 scrape_configs:
   - job_name: queengate
     static_configs:
