@@ -26,7 +26,9 @@ import (
 // expression of docs/prometheus-rules.yml and every panel query of
 // docs/grafana-dashboard.json through Prometheus's HTTP API: each must
 // parse and evaluate, each metric it names must be in what Prometheus
-// scraped, and on this healthy gateway no alert may fire.
+// scraped, on this healthy gateway no alert may fire and every panel has
+// data; then the cell fails and the upstream error alert's expression
+// holds.
 func TestPrometheusRulesAgainstLiveGateway(t *testing.T) {
 	bin, err := exec.LookPath("prometheus")
 	if err != nil {
@@ -109,6 +111,30 @@ func TestPrometheusRulesAgainstLiveGateway(t *testing.T) {
 			}
 		})
 	}
+
+	// And an alert does fire when its condition holds: the cell resets
+	// every connection, the gateway answers 502, and the upstream error
+	// share crosses 5 % at the next scrapes.
+	t.Run("QueengateUpstreamErrors fires when the cell fails", func(t *testing.T) {
+		i := slices.IndexFunc(alerts, func(a alertRule) bool { return a.Alert == "QueengateUpstreamErrors" })
+		if i < 0 {
+			t.Fatal("no QueengateUpstreamErrors rule")
+		}
+		broker.SetAnswerFault(fakebroker.AnswerFault{Path: "/api/v1/resources/queues", Reset: true})
+		defer broker.SetAnswerFault(fakebroker.AnswerFault{})
+		for range 10 {
+			if r := do(t, c, "GET", host+"/api/v1/resources/queues", key, ""); r.status != http.StatusBadGateway {
+				t.Fatalf("a reset by the cell answered %d %s, want 502", r.status, r.body)
+			}
+		}
+		eventually(t, 5*time.Second, func() error {
+			firing, err := prom.query(alerts[i].Expr)
+			if err != nil || len(firing) != 1 {
+				return fmt.Errorf("%s: %s %v", alerts[i].Expr, firing, err)
+			}
+			return nil
+		})
+	})
 }
 
 type alertRule struct {
