@@ -174,3 +174,89 @@ func TestProductionLeaderGroupUpgrade(t *testing.T) {
 		t.Errorf("the old leader's spool directory: %v", err)
 	}
 }
+
+// TestProductionSpoolMovesToAnotherMember replaces a machine as
+// docs/production.md's usage spool section says: the leader is killed
+// before its usage reached the database and leaves journal files; the
+// standby takes over; the files are copied next to its spool_dir and moved
+// into it, and the running member replays them at its next flush; when the
+// old member comes back on its own copy of the same files, nothing is
+// added twice.
+func TestProductionSpoolMovesToAnotherMember(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	broker := startBroker(t, fakebroker.Options{Name: "spool-cell", RequireTenant: true})
+	cp := newControlPlane(t, dbURL)
+	cl := cp.cluster(cp.tenant("spool"), "spool", cp.cell("spool-cell", broker.URL(), ""))
+	_, key := cp.key(cl.id)
+	booked := func() string {
+		return cp.scalar(`SELECT coalesce(sum(msgs), 0)::text FROM queen_proxy.usage_minutes WHERE cluster_id = $1::uuid AND op_class = 'push'`, cl.id)
+	}
+
+	homeA, homeB := t.TempDir(), t.TempDir()
+	a := startGroupGatewayIn(t, "gw-a", freePort(t), dbURL, homeA)
+	a.awaitReady(http.StatusOK)
+	// The surviving member flushes (and so replays) every second instead
+	// of every 15 s, to keep the test short.
+	b := startGroupGatewayWith(t, "gw-b", freePort(t), dbURL, homeB, "meter_flush_interval 1s", "")
+	b.awaitReady(http.StatusServiceUnavailable)
+	const pushes = 12
+	for i := range pushes {
+		r := do(t, client(a.port), "POST", fmt.Sprintf("http://spool.eu1.example.test:%d/api/v1/push", a.port), key,
+			fmt.Sprintf(`{"items":[{"queue":"q","payload":%d}]}`, i))
+		if r.status != http.StatusOK {
+			t.Fatalf("push %d: %d %s", i, r.status, r.body)
+		}
+	}
+	// The journal is written every second; the flush to the database only
+	// every 15 s: after 1.5 s the pushes are on disk and nowhere else.
+	time.Sleep(1500 * time.Millisecond)
+	a.signal(syscall.SIGKILL)
+	<-a.done
+	if got := booked(); got != "0" {
+		t.Fatalf("%s messages booked before the kill, want 0 (the test needs them in the spool only)", got)
+	}
+	left, _ := filepath.Glob(filepath.Join(homeA, "spool", "meter-*"))
+	if len(left) == 0 {
+		t.Fatal("the killed member left no spool files")
+	}
+	b.awaitReady(http.StatusOK)
+
+	// The runbook's copy: the files into a directory beside the running
+	// member's spool_dir (the same file system), then moved into it, so
+	// that its replay never reads a file half copied.
+	incoming := filepath.Join(homeB, "incoming")
+	if err := os.MkdirAll(incoming, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range left {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(incoming, filepath.Base(f)), raw, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(incoming, filepath.Base(f)), filepath.Join(homeB, "spool", filepath.Base(f))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := fmt.Sprint(pushes)
+	eventually(t, 15*time.Second, func() error {
+		if got := booked(); got != want {
+			return fmt.Errorf("%s messages booked after the running member replayed the copy, want %s", got, want)
+		}
+		return nil
+	})
+
+	// The old member back on its own copy: replayed, recognised, not added.
+	startGroupGatewayIn(t, "gw-a", a.port, dbURL, homeA)
+	eventually(t, 20*time.Second, func() error {
+		if rest, _ := filepath.Glob(filepath.Join(homeA, "spool", "meter-*")); len(rest) != 0 {
+			return fmt.Errorf("the old member's spool still holds %v", rest)
+		}
+		return nil
+	})
+	if got := booked(); got != want {
+		t.Fatalf("%s messages booked after both replays, want %s (nothing twice)", got, want)
+	}
+}
