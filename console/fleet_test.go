@@ -201,7 +201,9 @@ func TestFleetActions(t *testing.T) {
 	op := e.operator()
 	admin := e.token(w.users["admin"])
 	base := "/api/operator/clusters/" + w.clusterID
-	status := func() string { return e.scalar(`SELECT status FROM queen_proxy.clusters WHERE id = $1::uuid`, w.clusterID) }
+	status := func() string {
+		return e.scalar(`SELECT status FROM queen_proxy.clusters WHERE id = $1::uuid`, w.clusterID)
+	}
 
 	r := e.write("POST", w.host, base+"/suspend", op, "").want(200, "").json()
 	if r["changed"] != true || r["status"] != "suspended" || status() != "suspended" {
