@@ -33,7 +33,9 @@ func TestRequestCountsPerKeyAndOutcome(t *testing.T) {
 	port := freePort(t)
 	startGateway(t, gatewayCaddyfile(port, db, "", ""))
 	c := client(port)
-	url := func(slug, path string) string { return fmt.Sprintf("http://%s.eu1.example.test:%d%s", slug, port, path) }
+	url := func(slug, path string) string {
+		return fmt.Sprintf("http://%s.eu1.example.test:%d%s", slug, port, path)
+	}
 
 	seen := map[string]int{} // cluster/key/outcome -> requests
 	count := func(cluster, key string, status int) {
