@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -74,6 +75,11 @@ type RequestTally struct {
 		m  map[requestKey]int64
 	}
 	flushMu sync.Mutex
+	// While Run runs with the real clock, a ticker keeps the current
+	// minute here, so that Record need not read the clock.
+	realClock    bool
+	coarseOn     atomic.Bool
+	coarseMinute atomic.Int64
 }
 
 // MaxPendingRows bounds what a tally keeps while the database refuses its
@@ -83,13 +89,14 @@ const MaxPendingRows = 200_000
 // NewRequestTally returns a tally writing to pool; now defaults to
 // time.Now, log to none.
 func NewRequestTally(pool *pgxpool.Pool, now func() time.Time, log *zap.Logger) *RequestTally {
-	if now == nil {
+	realClock := now == nil
+	if realClock {
 		now = time.Now
 	}
 	if log == nil {
 		log = zap.NewNop()
 	}
-	t := &RequestTally{pool: pool, now: now, log: log, seed: maphash.MakeSeed()}
+	t := &RequestTally{pool: pool, now: now, log: log, seed: maphash.MakeSeed(), realClock: realClock}
 	for i := range t.shards {
 		t.shards[i].m = make(map[requestKey]int64)
 	}
@@ -102,7 +109,13 @@ func (t *RequestTally) Record(clusterID, keyID string, status int) {
 	if t == nil || clusterID == "" {
 		return
 	}
-	k := requestKey{cluster: clusterID, key: keyID, minute: t.now().Unix() / 60, outcome: OutcomeOf(status)}
+	var minute int64
+	if t.coarseOn.Load() {
+		minute = t.coarseMinute.Load()
+	} else {
+		minute = t.now().Unix() / 60
+	}
+	k := requestKey{cluster: clusterID, key: keyID, minute: minute, outcome: OutcomeOf(status)}
 	sh := &t.shards[maphash.String(t.seed, clusterID)%requestShards]
 	sh.mu.Lock()
 	sh.m[k]++
@@ -203,6 +216,27 @@ func (t *RequestTally) Run(ctx context.Context, every time.Duration) {
 	}
 	tick := time.NewTicker(every)
 	defer tick.Stop()
+	if t.realClock {
+		// A minute's counts may land up to a second late in the next
+		// minute: a count for the console, not a bill.
+		t.coarseMinute.Store(time.Now().Unix() / 60)
+		t.coarseOn.Store(true)
+		defer t.coarseOn.Store(false)
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			second := time.NewTicker(time.Second)
+			defer second.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case now := <-second.C:
+					t.coarseMinute.Store(now.Unix() / 60)
+				}
+			}
+		}()
+	}
 	var pruned time.Time
 	for {
 		if time.Since(pruned) >= time.Hour {

@@ -1,6 +1,7 @@
 package meter
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -96,5 +97,37 @@ func TestRequestTallyKeepsCountsAFailedFlushCouldNotWrite(t *testing.T) {
 	if n := scalar[int64](t, pool, `SELECT coalesce(sum(reqs), 0)::bigint FROM queen_proxy.request_minutes
 		WHERE cluster_id = $1::uuid AND key_id = 'k1'`, cluster); n != 2 {
 		t.Fatalf("%d requests written, want 2", n)
+	}
+}
+
+// TestRequestTallyRunWritesAndDrains: Run writes on its interval and
+// once more when it stops, with the minute its ticker keeps.
+func TestRequestTallyRunWritesAndDrains(t *testing.T) {
+	pool := db(t)
+	cluster := newCluster(t, pool, "pro")
+	tally := NewRequestTally(pool, nil, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { tally.Run(ctx, 100*time.Millisecond); close(done) }()
+	sum := func() int64 {
+		return scalar[int64](t, pool, `SELECT coalesce(sum(reqs), 0)::bigint FROM queen_proxy.request_minutes WHERE cluster_id = $1::uuid`, cluster)
+	}
+	tally.Record(cluster, "k", 200)
+	deadline := time.Now().Add(10 * time.Second)
+	for sum() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("Run wrote %d requests in 10 s, want 1", sum())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tally.Record(cluster, "k", 503)
+	cancel()
+	<-done
+	if got := sum(); got != 2 {
+		t.Fatalf("after stopping, %d requests written, want 2", got)
+	}
+	minute := scalar[time.Time](t, pool, `SELECT max(minute) FROM queen_proxy.request_minutes WHERE cluster_id = $1::uuid`, cluster)
+	if d := time.Since(minute); d < 0 || d > 2*time.Minute {
+		t.Fatalf("counted at minute %s, %s from now", minute, d)
 	}
 }
