@@ -235,9 +235,15 @@ func TestFleetActions(t *testing.T) {
 	if r := e.write("POST", w.host, base+"/resume", op, "").want(200, "").json(); r["changed"] != false {
 		t.Fatalf("second resume %v", r)
 	}
+	// A push block (a billing hold) is lifted by resume too, as the CLI's
+	// cluster resume does.
 	e.exec(`SELECT queen_proxy.set_cluster_status($1::uuid, 'push_blocked')`, w.clusterID)
-	e.write("POST", w.host, base+"/resume", op, "").want(409, "conflict")
-	e.exec(`SELECT queen_proxy.set_cluster_status($1::uuid, 'active')`, w.clusterID)
+	if r := e.write("POST", w.host, base+"/resume", op, "").want(200, "").json(); r["changed"] != true || status() != "active" {
+		t.Fatalf("resume of a push-blocked cluster %v, stored %s", r, status())
+	}
+	if n := e.countOps(w.clusterID, "operator_cluster_resumed", "user"); n != 2 {
+		t.Fatalf("%d operator_cluster_resumed rows", n)
+	}
 
 	// Plans.
 	e.write("PUT", w.host, base+"/plan", op, `{"plan":"no-such-plan"}`).want(400, "invalid_request")

@@ -59,9 +59,10 @@ func (s *Surface) fleetActionFailed(w http.ResponseWriter, action string, err er
 }
 
 // fleetSetStatus suspends a cluster (from active or push_blocked) or
-// resumes it (from suspended) through set_cluster_status. A cluster
-// already in the wanted state is answered as it is, unchanged and
-// unaudited; a deleting cluster is neither.
+// resumes it (from suspended or push_blocked, as the CLI's cluster resume
+// does) through set_cluster_status. A cluster already in the wanted state
+// is answered as it is, unchanged and unaudited; a deleting cluster is
+// neither.
 func (s *Surface) fleetSetStatus(w http.ResponseWriter, r *http.Request, claims tenancy.SessionClaims, ref string, suspend bool) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
@@ -81,8 +82,6 @@ func (s *Surface) fleetSetStatus(w http.ResponseWriter, r *http.Request, claims 
 			return nil
 		case c.status == "deleting":
 			return memberError{conflict("this cluster is being deleted")}
-		case !suspend && c.status != "suspended":
-			return memberError{conflict("this cluster is not suspended (it is " + c.status + ")")}
 		}
 		if _, err := tx.Exec(ctx, `SELECT queen_proxy.set_cluster_status($1::uuid, $2)`, c.id, want); err != nil {
 			return err

@@ -90,6 +90,14 @@ export async function render(root, ctx) {
 		toggle.addEventListener('click', () => act(toggle,
 			() => post(`/api/operator/clusters/${c.id}/${suspended ? 'resume' : 'suspend'}`),
 			() => ctx.notify(`${c.slug} ${suspended ? 'resumed' : 'suspended'}.`)));
+		// A push block (a billing hold) is lifted by resume as well.
+		let lift = null;
+		if (c.cluster_status === 'push_blocked') {
+			lift = h('button', { type: 'button', class: 'button small secondary', 'data-testid': 'fleet-resume' }, 'Resume');
+			lift.addEventListener('click', () => act(lift,
+				() => post(`/api/operator/clusters/${c.id}/resume`),
+				() => ctx.notify(`${c.slug} resumed.`)));
+		}
 		const plan = h('select', { class: 'compact', 'data-testid': 'fleet-plan', 'aria-label': `Plan of ${c.slug}` },
 			plans.map((p) => h('option', { value: p.code, selected: p.code === c.plan }, p.code)));
 		plan.addEventListener('change', () => act(plan,
@@ -103,7 +111,7 @@ export async function render(root, ctx) {
 		requests.addEventListener('click', () => showRequests(c));
 		return [h('strong', {}, c.slug), badge(c.status), c.plan, c.cell_slug, fmtInt(c.usage.msgs), quotaText(c.quota),
 			c.push_block ? badge(c.push_block, 'warn') : h('span', { class: 'muted' }, '—'),
-			h('span', { class: 'actions' }, toggle, plan, issue, requests)];
+			h('span', { class: 'actions' }, toggle, lift, plan, issue, requests)];
 	}
 
 	function showKey(c, k) {
