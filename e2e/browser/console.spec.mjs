@@ -279,6 +279,14 @@ async function run(context) {
 		const drawn = bars.reduce((a, b) => a + b, 0);
 		check(bars.length > 0 && drawn === pushed, `the chart draws ${drawn} pushed messages in ${bars.length} bars, want ${pushed}`);
 		log(`     usage: ${pushed} pushed messages shown as text and in ${bars.length} bar(s)`);
+		// Beside usage, the refusals of the same window: the read-only
+		// key's pushes, refused with 403.
+		await page.waitForSelector(`svg${byTestId('usage-refusals-chart')}[data-window="1h"]`);
+		const refusedText = Number(await page.getAttribute(byTestId('usage-refused'), 'data-value'));
+		const refusedBars = await page.$$eval(`${byTestId('usage-refusals-chart')} rect[data-series="403"]`,
+			(rects) => rects.map((r) => Number(r.dataset.value)));
+		check(refusedText === forbidden && refusedBars.reduce((a, b) => a + b, 0) === forbidden,
+			`beside usage the console shows ${refusedText} refusals and draws ${refusedBars.reduce((a, b) => a + b, 0)} (403), want ${forbidden}`);
 	});
 
 	await step('requests-show-refusals', async () => {
