@@ -384,6 +384,8 @@ func TestConsoleRequests(t *testing.T) {
 	}
 	// Refused as the other console reads are.
 	e.get(w.host, "/api/console/requests", "").want(401, "unauthorized")
+	_, plaintext := e.apiKey(w.clusterID)
+	e.get(w.host, "/api/console/requests", plaintext).want(403, "forbidden")
 	e.get(w.host, "/api/console/requests", e.token(w.users["nonmember"])).want(403, "forbidden")
 	e.write("POST", w.host, "/api/console/requests", viewer, "").want(405, "invalid_request")
 	other := e.world()
