@@ -50,6 +50,7 @@ type backend struct {
 
 	store      *tenancy.Store
 	meter      *meter.Meter
+	requests   *meter.RequestTally // per key and outcome, for the console
 	quota      *meter.Quota
 	admission  *limits.Admission
 	storage    *limits.Storage

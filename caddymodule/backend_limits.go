@@ -23,6 +23,7 @@ func (b *backend) newLimitsAndMeter(s backendSettings, log *zap.Logger) error {
 		return fmt.Errorf("meter: %w", err)
 	}
 	b.meter = m
+	b.requests = meter.NewRequestTally(b.pool, nil, log.Named("requests"))
 	b.quota = meter.NewQuota(b.pool, nil, log.Named("quota"))
 	b.admission = limits.NewAdmission(&limits.PgAdmissionStore{Pool: b.pool})
 	b.storage = limits.NewStorage(nil)
@@ -38,11 +39,17 @@ func (b *backend) newLimitsAndMeter(s backendSettings, log *zap.Logger) error {
 	return nil
 }
 
+// requestFlushEvery is how often the per-key request counts are written:
+// often enough that the console's refusal chart is minutes-fresh even
+// without the live counts of another gateway.
+const requestFlushEvery = 5 * time.Second
+
 // runLimitsAndMeter starts the background work: the meter's flushes and
 // spool replay, the hourly quota chain (also at start), the registry's
 // coalescing writer, and the inventory reconciler.
 func (b *backend) runLimitsAndMeter(ctx context.Context, workers *sync.WaitGroup, log *zap.Logger) {
 	workers.Go(func() { b.meter.Run(ctx) })
+	workers.Go(func() { b.requests.Run(ctx, requestFlushEvery) })
 	workers.Go(func() { b.quota.Run(ctx, time.Hour) })
 	workers.Go(func() { b.admission.Run(ctx, time.Second) })
 	workers.Go(func() { b.reconciler.Run(ctx) })

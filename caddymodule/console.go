@@ -160,3 +160,7 @@ func (s gatewayState) CellServes(ctx context.Context, c *tenancy.Cluster) bool {
 func (s gatewayState) Unflushed(clusterID string) []meter.Unflushed {
 	return s.g.app.backend.meter.Unflushed(clusterID)
 }
+
+func (s gatewayState) UnflushedRequests(clusterID string) []meter.RequestCount {
+	return s.g.app.backend.requests.Unflushed(clusterID)
+}

@@ -21,6 +21,7 @@ type requestState struct {
 	body       []byte // the request body, once a step had to read it
 	buffered   bool
 	principal  tenancy.Principal
+	cluster    *tenancy.Cluster // once known: the Host's, then the credential's
 
 	longPoll    bool  // a pop that waits upstream (wait, read as the broker reads it)
 	popAutoAck  bool  // a pop that acknowledges what it delivers (autoAck, read so too)
@@ -103,6 +104,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if e != nil {
 		return g.refuse(w, r, st, e)
 	}
+	st.cluster = t.cluster
 	gatesFirst := t.cluster != nil && !g.shielded()
 
 	// 2. Status gate: suspended and deleting clusters are not served.
@@ -132,6 +134,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if e != nil {
 		return g.refuse(w, r, st, e)
 	}
+	st.cluster = cluster
 	caddyhttp.SetVar(r.Context(), varClusterSlug, (*clusterSlugVar)(cluster))
 	g.app.backend.noteCell(cluster)
 	if !gatesFirst && !cluster.Status.Serves() {
@@ -210,6 +213,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			// The cell's answer broke off: what it committed is unknown.
 			counters.request(st, 2)
 			g.recordUsage(r, st, cluster, rw, exchangeUnanswered)
+			g.tallyRequest(st, http.StatusBadGateway)
 			panic(http.ErrAbortHandler)
 		}
 	} else {
@@ -222,6 +226,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if err == nil || rw.started {
 		counters.request(st, 0)
 		g.recordUsage(r, st, cluster, rw, exchangeAnswered)
+		g.tallyRequest(st, rw.status)
 		return err
 	}
 	counters.request(st, 2)
@@ -261,11 +266,25 @@ func (g *Gateway) prepareForward(r *http.Request, st *requestState, c *tenancy.C
 func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, st *requestState, e *apierror.Error) error {
 	counters.request(st, 1)
 	counters.refused(e.Code)
+	g.tallyRequest(st, e.Status)
 	g.logger.Debug("request refused",
 		zap.String("request_id", st.rid), zap.String("code", string(e.Code)),
 		zap.Int("status", e.Status), zap.String("host", r.Host), zap.String("path", r.URL.Path))
 	apierror.Write(w, e, st.rid)
 	return nil
+}
+
+// tallyRequest counts the request for the console's per-key usage and
+// refusal charts, when it can be put down to a cluster.
+func (g *Gateway) tallyRequest(st *requestState, status int) {
+	if st.cluster == nil {
+		return
+	}
+	key := ""
+	if st.principal.Kind == tenancy.PrincipalAPIKey {
+		key = st.principal.KeyID
+	}
+	g.app.backend.requests.Record(st.cluster.ID, key, status)
 }
 
 // upstreamFailure answers a request the cell did not: 413 when the client
@@ -285,6 +304,7 @@ func (g *Gateway) upstreamFailure(w http.ResponseWriter, r *http.Request, st *re
 		(errors.As(err, &he) && he.StatusCode == http.StatusGatewayTimeout) {
 		e = errUpstreamTimeout
 	}
+	g.tallyRequest(st, e.Status)
 	g.logger.Error("upstream request failed",
 		zap.String("request_id", st.rid), zap.String("code", string(e.Code)),
 		zap.String("host", r.Host), zap.String("path", r.URL.Path), zap.Error(err))

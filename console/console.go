@@ -61,6 +61,13 @@ type ClusterState interface {
 	Unflushed(clusterID string) []meter.Unflushed
 }
 
+// RequestState is the part of the live state that holds the request
+// counts (per key and outcome) not yet written to request_minutes; a
+// ClusterState that has it makes the refusal charts current.
+type RequestState interface {
+	UnflushedRequests(clusterID string) []meter.RequestCount
+}
+
 // Options are the surface's dependencies and settings.
 type Options struct {
 	// Pool is the control-plane database. Required.

@@ -55,6 +55,7 @@ func TestConsoleRoleMatrix(t *testing.T) {
 			{"GET overview", false, func(tok string) resp { return e.get(w.host, "/api/console/overview", tok) }, 200},
 			{"GET usage", false, func(tok string) resp { return e.get(w.host, "/api/console/usage?hours=2", tok) }, 200},
 			{"GET queues", false, func(tok string) resp { return e.get(w.host, "/api/console/queues", tok) }, 200},
+			{"GET requests", false, func(tok string) resp { return e.get(w.host, "/api/console/requests?hours=2", tok) }, 200},
 			{"GET keys", true, func(tok string) resp { return e.get(w.host, "/api/console/keys", tok) }, 200},
 			{"POST keys", true, func(tok string) resp {
 				return e.write("POST", w.host, "/api/console/keys", tok, `{"name":"k","scopes":["read"]}`)

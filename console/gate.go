@@ -151,6 +151,10 @@ func (s *Surface) serveConsole(w http.ResponseWriter, r *http.Request) {
 		if c, ok := s.consoleCaller(w, r, false); ok {
 			s.usage(w, r, c)
 		}
+	case p == "requests" && get:
+		if c, ok := s.consoleCaller(w, r, false); ok {
+			s.requests(w, r, c)
+		}
 	case p == "queues" && get:
 		if c, ok := s.consoleCaller(w, r, false); ok {
 			s.queues(w, r, c)
@@ -182,7 +186,7 @@ func (s *Surface) serveConsole(w http.ResponseWriter, r *http.Request) {
 		default:
 			s.listMembers(w, r, c)
 		}
-	case p == "overview" || p == "usage" || p == "queues" || p == "keys" || p == "members" || strings.HasPrefix(p, "keys/"):
+	case p == "overview" || p == "usage" || p == "requests" || p == "queues" || p == "keys" || p == "members" || strings.HasPrefix(p, "keys/"):
 		writeError(w, errMethod)
 	default:
 		writeError(w, errNotFoundRoute)

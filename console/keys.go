@@ -92,34 +92,10 @@ var validScopes = map[string]bool{"produce": true, "consume": true, "admin": tru
 // createKey issues a key through issue_api_key and shows its plaintext
 // once.
 func (s *Surface) createKey(w http.ResponseWriter, r *http.Request, c *caller) {
-	var req struct {
-		Name   string   `json:"name"`
-		Scopes []string `json:"scopes"`
-	}
-	if e := readJSON(r, &req); e != nil {
+	name, scopes, e := readKeyRequest(r)
+	if e != nil {
 		writeError(w, e)
 		return
-	}
-	name := strings.TrimSpace(req.Name)
-	if name == "" || utf8.RuneCountInString(name) > 200 {
-		writeError(w, invalid("name must be 1 to 200 characters"))
-		return
-	}
-	if len(req.Scopes) == 0 {
-		writeError(w, invalid("scopes must name at least one of produce, consume, admin, read"))
-		return
-	}
-	seen := map[string]bool{}
-	scopes := make([]string, 0, len(req.Scopes))
-	for _, sc := range req.Scopes {
-		if !validScopes[sc] {
-			writeError(w, invalid("unknown scope "+strings.ToValidUTF8(sc, "?")+": use produce, consume, admin, read"))
-			return
-		}
-		if !seen[sc] {
-			seen[sc] = true
-			scopes = append(scopes, sc)
-		}
 	}
 	plaintext, hash, err := tenancy.NewAPIKey("live")
 	if err != nil {
@@ -149,6 +125,38 @@ func (s *Surface) createKey(w http.ResponseWriter, r *http.Request, c *caller) {
 	writeJSON(w, http.StatusCreated, map[string]any{
 		"id": id, "key": plaintext, "name": name, "scopes": scopes, "created_at": created.UTC().Format(time.RFC3339),
 	})
+}
+
+// readKeyRequest reads {"name", "scopes"} of a key to issue: the name
+// trimmed, 1..200 characters; the scopes a non-empty set of known ones,
+// duplicates dropped.
+func readKeyRequest(r *http.Request) (string, []string, *apierror.Error) {
+	var req struct {
+		Name   string   `json:"name"`
+		Scopes []string `json:"scopes"`
+	}
+	if e := readJSON(r, &req); e != nil {
+		return "", nil, e
+	}
+	name := strings.TrimSpace(req.Name)
+	if name == "" || utf8.RuneCountInString(name) > 200 {
+		return "", nil, invalid("name must be 1 to 200 characters")
+	}
+	if len(req.Scopes) == 0 {
+		return "", nil, invalid("scopes must name at least one of produce, consume, admin, read")
+	}
+	seen := map[string]bool{}
+	scopes := make([]string, 0, len(req.Scopes))
+	for _, sc := range req.Scopes {
+		if !validScopes[sc] {
+			return "", nil, invalid("unknown scope " + strings.ToValidUTF8(sc, "?") + ": use produce, consume, admin, read")
+		}
+		if !seen[sc] {
+			seen[sc] = true
+			scopes = append(scopes, sc)
+		}
+	}
+	return name, scopes, nil
 }
 
 var errNoSuchKey = notFound("no such active api key on this cluster")

@@ -59,11 +59,16 @@ func (s *Surface) requestIsLiveOperator(r *http.Request) bool {
 
 // serveOperator dispatches /api/operator/*.
 func (s *Surface) serveOperator(w http.ResponseWriter, r *http.Request) {
+	p := strings.Split(strings.TrimPrefix(r.URL.Path, "/api/operator/"), "/")
+	switch p[0] {
+	case "cells", "tenants", "plans", "clusters":
+		s.serveFleet(w, r, p)
+		return
+	}
 	c, ok := s.operatorCaller(w, r)
 	if !ok {
 		return
 	}
-	p := strings.Split(strings.TrimPrefix(r.URL.Path, "/api/operator/"), "/")
 	switch {
 	case len(p) == 1 && p[0] == "users" && r.Method == http.MethodGet:
 		s.operatorUsers(w, r, c)
@@ -74,6 +79,44 @@ func (s *Surface) serveOperator(w http.ResponseWriter, r *http.Request) {
 	case len(p) == 4 && p[0] == "users" && p[2] == "roles" && (r.Method == http.MethodPut || r.Method == http.MethodDelete):
 		s.operatorRole(w, r, c, strings.ToLower(p[1]), strings.ToLower(p[3]))
 	case len(p) >= 1 && p[0] == "users":
+		writeError(w, errMethod)
+	default:
+		writeError(w, errNotFoundRoute)
+	}
+}
+
+// serveFleet dispatches the fleet routes, which span every cell.
+func (s *Surface) serveFleet(w http.ResponseWriter, r *http.Request, p []string) {
+	claims, ok := s.fleetCaller(w, r)
+	if !ok {
+		return
+	}
+	m := r.Method
+	get := m == http.MethodGet || m == http.MethodHead
+	switch {
+	case len(p) == 1 && p[0] == "cells" && get:
+		s.fleetCells(w, r)
+	case len(p) == 1 && p[0] == "tenants" && get:
+		s.fleetTenants(w, r)
+	case len(p) == 1 && p[0] == "plans" && get:
+		s.fleetPlans(w, r)
+	case len(p) == 3 && p[0] == "clusters" && p[2] == "suspend" && m == http.MethodPost:
+		s.fleetSetStatus(w, r, claims, p[1], true)
+	case len(p) == 3 && p[0] == "clusters" && p[2] == "resume" && m == http.MethodPost:
+		s.fleetSetStatus(w, r, claims, p[1], false)
+	case len(p) == 3 && p[0] == "clusters" && p[2] == "plan" && m == http.MethodPut:
+		s.fleetSetPlan(w, r, claims, p[1])
+	case len(p) == 3 && p[0] == "clusters" && p[2] == "keys" && m == http.MethodPost:
+		s.fleetIssueKey(w, r, claims, p[1])
+	case len(p) == 3 && p[0] == "clusters" && p[2] == "requests" && get:
+		cl, err := s.o.Clusters.ClusterByReference(r.Context(), p[1])
+		if err != nil {
+			writeError(w, errNoSuchFleetCluster)
+			return
+		}
+		s.requests(w, r, &caller{claims: claims, cluster: cl, role: tenancy.RoleAdmin, operator: true})
+	case len(p) == 1 || (len(p) == 3 && p[0] == "clusters" &&
+		(p[2] == "suspend" || p[2] == "resume" || p[2] == "plan" || p[2] == "keys" || p[2] == "requests")):
 		writeError(w, errMethod)
 	default:
 		writeError(w, errNotFoundRoute)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/queengate/queengate/internal/fakebroker"
 	"github.com/queengate/queengate/internal/pgtest"
+	"github.com/queengate/queengate/tenancy"
 )
 
 // The browser test's prerequisites, and the commands that install them
@@ -59,7 +60,12 @@ func browserPrerequisites(t *testing.T) (node, chromium, dir string) {
 // e2e/browser/console.spec.mjs in Node, which drives headless Chromium:
 // sign in, see the pushes in the usage chart, create a key, push with it,
 // revoke it and see the next push refused with 401 within a second, log
-// out, and see the old cookie refused. Data goes to Node in QG_*
+// out, and see the old cookie refused; see a read-only key's refused
+// pushes (403) counted against it in the requests view, and the operator
+// routes refused to the admin, who is no operator. Then a live operator
+// signs in: the fleet view shows the cell and the cluster, and the
+// operator suspends the cluster (a push is refused), resumes it, moves it
+// to plan dev and issues a key that pushes. Data goes to Node in QG_*
 // environment variables and comes back in "RESULT name=value" lines,
 // which the test checks against the database and the broker.
 func TestBrowserConsole(t *testing.T) {
@@ -75,16 +81,33 @@ func TestBrowserConsole(t *testing.T) {
 	cp.exec(`SELECT queen_proxy.create_user($1::uuid, $2, public.crypt($3, public.gen_salt('bf', 10)), 'local')`,
 		tenant, email, password)
 	cp.exec(`SELECT queen_proxy.grant_cluster_role($1::uuid, $2, 'admin')`, cl.id, email)
+	// A live operator of a tenant of its own, with no role on any cluster:
+	// the fleet view and its actions are the operator bit's alone.
+	const opEmail, opPassword = "ops@browser.test", "operator horse battery staple"
+	opTenant := cp.tenant("browser-ops")
+	opID := cp.scalar(`SELECT queen_proxy.create_user($1::uuid, $2, public.crypt($3, public.gen_salt('bf', 10)), 'local')::text`,
+		opTenant, opEmail, opPassword)
+	cp.exec(`SELECT queen_proxy.set_operator($1, true)`, opEmail)
+	cp.exec(`UPDATE queen_proxy.cells SET capacity_slots = 10 WHERE id = $1::uuid`, cell)
+	// A read-only key: its pushes are refused (403), which the requests
+	// view must show against it.
+	readRaw := make([]byte, 24)
+	_, _ = rand.Read(readRaw)
+	readKey := "qk_test_" + hex.EncodeToString(readRaw)
+	readKeyID := cp.scalar(`SELECT queen_proxy.issue_api_key($1::uuid, 'read-only', $2, ARRAY['read'])::text`,
+		cl.id, tenancy.HashAPIKey(readKey))
 
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret)
 	port := freePort(t)
 	app := fmt.Sprintf(`meter_flush_interval 1s
 		spool_dir %s
+		operator_enabled
 		session {
 			hs256_secret %s
 		}
 		identity {
+			operator_api
 		}`, t.TempDir(), hex.EncodeToString(secret))
 	startGateway(t, gatewayCaddyfile(port, pgtest.URL(t), app, ""))
 
@@ -104,6 +127,13 @@ func TestBrowserConsole(t *testing.T) {
 		}
 		pushedMsgs += n
 	}
+	const forbiddenPushes = 2
+	for i := 0; i < forbiddenPushes; i++ {
+		if r := do(t, c, "POST", origin+"/api/v1/push", readKey, `{"items":[{"queue":"orders","payload":{}}]}`); r.status != 403 {
+			t.Fatalf("push with a read-only key: %d %s, want 403", r.status, r.body)
+		}
+	}
+	cellUsed := cp.scalar(`SELECT used_slots::text FROM queen_proxy.cells WHERE id = $1::uuid`, cell)
 
 	out := filepath.Join(dir, "test-output")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -119,6 +149,14 @@ func TestBrowserConsole(t *testing.T) {
 		"QG_PUSHED_QUEUE=orders",
 		"QG_QUEUE=browser-e2e",
 		"QG_OUTPUT_DIR="+out,
+		"QG_OPERATOR_EMAIL="+opEmail,
+		"QG_OPERATOR_PASSWORD="+opPassword,
+		"QG_CLUSTER_KEY="+key,
+		"QG_READ_KEY_ID="+readKeyID,
+		"QG_FORBIDDEN="+strconv.Itoa(forbiddenPushes),
+		"QG_CELL=browser-cell",
+		"QG_CELL_USED="+cellUsed,
+		"QG_CELL_CAPACITY=10",
 		"QG_CHROMIUM="+chromium,
 		"NO_COLOR=1",
 	)
@@ -142,7 +180,8 @@ func TestBrowserConsole(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []string{"key_id", "pushed_with_key", "refused_after_ms", "accepted_after_revoke", "old_cookie_status"} {
+	for _, k := range []string{"key_id", "pushed_with_key", "refused_after_ms", "accepted_after_revoke", "old_cookie_status",
+		"requests_forbidden", "fleet_key_id", "suspended_push_status"} {
 		if results[k] == "" {
 			t.Fatalf("console.spec.mjs printed no RESULT %s; its output:\n%s", k, output)
 		}
@@ -158,6 +197,37 @@ func TestBrowserConsole(t *testing.T) {
 	if got := cp.scalar(`SELECT string_agg(action, ',' ORDER BY action) FROM queen_proxy.operations
 		WHERE actor = 'user' AND target = $1 AND action LIKE 'console_%'`, keyID); got != "console_api_key_issued,console_api_key_revoked" {
 		t.Fatalf("audit rows of the console's key by the user: %q", got)
+	}
+
+	// The operator's actions, each through its SQL function and audited
+	// with the operator's id; the cluster back to active, on plan dev.
+	if got := cp.scalar(`SELECT string_agg(action, ',' ORDER BY action) FROM queen_proxy.operations
+		WHERE actor = 'user' AND actor_id = $1::uuid AND cluster_id = $2::uuid`, opID, cl.id); got != "operator_api_key_issued,operator_cluster_resumed,operator_cluster_suspended,operator_plan_changed" {
+		t.Fatalf("audit rows of the operator's actions: %q", got)
+	}
+	if got := cp.scalar(`SELECT c.status || ' ' || p.code FROM queen_proxy.clusters c JOIN queen_proxy.plans p ON p.id = c.plan_id
+		WHERE c.id = $1::uuid`, cl.id); got != "active dev" {
+		t.Fatalf("cluster after the operator's actions: %q, want active dev", got)
+	}
+	if got := cp.scalar(`SELECT cluster_id::text FROM queen_proxy.api_keys WHERE id = $1::uuid AND revoked_at IS NULL`, results["fleet_key_id"]); got != cl.id {
+		t.Fatalf("the operator's key belongs to cluster %q, want %q", got, cl.id)
+	}
+	if results["requests_forbidden"] != strconv.Itoa(forbiddenPushes) || results["suspended_push_status"] != "403" {
+		t.Fatalf("the requests view showed %s refusals of the read-only key (want %d); a push to the suspended cluster got %s",
+			results["requests_forbidden"], forbiddenPushes, results["suspended_push_status"])
+	}
+	// The gateway writes the per-key counts it showed live.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		got := cp.scalar(`SELECT coalesce(sum(reqs), 0)::text FROM queen_proxy.request_minutes
+			WHERE cluster_id = $1::uuid AND key_id = $2 AND outcome = '403'`, cl.id, readKeyID)
+		if got == strconv.Itoa(forbiddenPushes) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("request_minutes holds %s refusals of the read-only key, want %d", got, forbiddenPushes)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 
 	// What reached the cell with that key: the push the script made

@@ -103,3 +103,61 @@ func BenchmarkBillPush(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRequestTallyRecord is the per-request cost of the console's
+// request counts, next to BenchmarkRecord (the usage meter) in one run.
+func BenchmarkRequestTallyRecord(b *testing.B) {
+	_, ids := benchMeter(b)
+	pool, err := pgxpool.New(b.Context(), "postgres://bench@127.0.0.1:1/bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	tally := NewRequestTally(pool, nil, nil)
+	runningTally(b, tally)
+	keys := []string{"", "1c2d0000-0000-4000-8000-000000000001", "1c2d0000-0000-4000-8000-000000000002"}
+	for _, id := range ids {
+		for _, k := range keys {
+			tally.Record(id, k, 200)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		tally.Record(ids[i%len(ids)], keys[i%len(keys)], 200)
+	}
+}
+
+// BenchmarkRequestTallyRecordParallel records from every P at once.
+func BenchmarkRequestTallyRecordParallel(b *testing.B) {
+	_, ids := benchMeter(b)
+	pool, err := pgxpool.New(b.Context(), "postgres://bench@127.0.0.1:1/bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	tally := NewRequestTally(pool, nil, nil)
+	runningTally(b, tally)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			tally.Record(ids[i%len(ids)], "", 200)
+			i++
+		}
+	})
+}
+
+// runningTally runs the tally (its writes fail: the pool reaches no
+// database) so that Record takes the minute from its ticker, as in a
+// gateway.
+func runningTally(b *testing.B, tally *RequestTally) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { tally.Run(ctx, time.Hour); close(done) }()
+	b.Cleanup(func() { cancel(); <-done })
+	for !tally.coarseOn.Load() {
+		time.Sleep(time.Millisecond)
+	}
+}

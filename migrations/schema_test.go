@@ -122,6 +122,11 @@ usage_days reqs bigint NN 0
 usage_days bytes_in bigint NN 0
 usage_days bytes_out bigint NN 0
 usage_days unanswered_msgs bigint NN 0
+request_minutes cluster_id uuid NN -
+request_minutes minute timestamptz NN -
+request_minutes key_id text NN ''::text
+request_minutes outcome text NN -
+request_minutes reqs bigint NN 0
 operations id uuid NN public.gen_random_uuid()
 operations tenant_id uuid NN -
 operations cluster_id uuid NULL -
@@ -217,6 +222,7 @@ func TestSchemaForeignKeys(t *testing.T) {
 		"queues.cluster_id clusters c":              true,
 		"usage_minutes.cluster_id clusters c":       true,
 		"usage_days.cluster_id clusters c":          true,
+		"request_minutes.cluster_id clusters c":     true,
 		"operations.tenant_id tenants a":            true,
 		"operations.cluster_id clusters n":          true,
 	}
@@ -254,6 +260,7 @@ func TestSchemaIndexes(t *testing.T) {
 		{"uq_queues_cluster_name_live", "UNIQUE INDEX uq_queues_cluster_name_live ON queen_proxy.queues USING btree (cluster_id, name) WHERE (deleted_at IS NULL)"},
 		{"idx_usage_minutes_minute", "(minute)"},
 		{"idx_usage_days_day", "(day)"},
+		{"idx_request_minutes_minute", "(minute)"},
 		{"idx_operations_tenant_at", "(tenant_id, at DESC)"},
 		{"idx_operations_cluster_at", "(cluster_id, at DESC) WHERE (cluster_id IS NOT NULL)"},
 		{"idx_revoked_tokens_expires_at", "(expires_at)"},
@@ -283,6 +290,7 @@ func TestSchemaIndexes(t *testing.T) {
 	for table, cols := range map[string]string{
 		"cluster_roles": "(user_id, cluster_id)", "usage_minutes": "(cluster_id, minute, op_class)",
 		"usage_days": "(cluster_id, day, op_class)", "revoked_tokens": "(jti)", "schema_migrations": "(name)",
+		"request_minutes": "(cluster_id, minute, key_id, outcome)",
 	} {
 		def := scalar[string](t, pool, `SELECT pg_get_constraintdef(oid) FROM pg_constraint
 			WHERE contype = 'p' AND conrelid = ('queen_proxy.' || $1)::regclass`, table)
@@ -322,6 +330,9 @@ func TestSchemaChecks(t *testing.T) {
 		{"usage op class", "INSERT INTO queen_proxy.usage_minutes (cluster_id, minute, op_class) VALUES ('" + cluster + "', now(), 'pop')"},
 		{"usage negative msgs", "INSERT INTO queen_proxy.usage_minutes (cluster_id, minute, op_class, msgs) VALUES ('" + cluster + "', now(), 'push', -1)"},
 		{"usage_days negative bytes", "INSERT INTO queen_proxy.usage_days (cluster_id, day, op_class, bytes_out) VALUES ('" + cluster + "', current_date, 'push', -1)"},
+		{"request outcome", "INSERT INTO queen_proxy.request_minutes (cluster_id, minute, outcome) VALUES ('" + cluster + "', date_trunc('minute', now()), '401')"},
+		{"request minute not whole", "INSERT INTO queen_proxy.request_minutes (cluster_id, minute, outcome) VALUES ('" + cluster + "', date_trunc('minute', now()) + interval '1 second', 'ok')"},
+		{"request negative reqs", "INSERT INTO queen_proxy.request_minutes (cluster_id, minute, outcome, reqs) VALUES ('" + cluster + "', date_trunc('minute', now()), 'ok', -1)"},
 		{"operation actor", "INSERT INTO queen_proxy.operations (tenant_id, actor, action) VALUES ('" + tenant + "', 'robot', 'x')"},
 		{"operation blank action", "INSERT INTO queen_proxy.operations (tenant_id, actor, action) VALUES ('" + tenant + "', 'system', '')"},
 		{"outbox blank kind", "INSERT INTO queen_proxy.outbox (kind, payload) VALUES (' ', '{}')"},

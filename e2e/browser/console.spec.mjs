@@ -19,6 +19,13 @@
 //   QG_CHROMIUM      browser executable (default /usr/bin/chromium)
 //   QG_USAGE_WAIT_MS how long usage may take to show the pushes (default 100000;
 //                    the console counts the open minute too, so this is a ceiling)
+//   QG_READ_KEY_ID, QG_FORBIDDEN  a key whose QG_FORBIDDEN pushes were refused
+//                    (403): the requests view must count them against it
+//   QG_OPERATOR_EMAIL, QG_OPERATOR_PASSWORD  a live operator with no role on
+//                    the cluster, who signs in after the admin for the fleet view
+//   QG_CLUSTER_KEY   a produce key of the cluster (pushes while suspended)
+//   QG_CELL, QG_CELL_USED, QG_CELL_CAPACITY  the cluster's cell as the fleet
+//                    view must show it
 
 import http from 'node:http';
 import fs from 'node:fs';
@@ -48,6 +55,14 @@ const pushedQueue = env('QG_PUSHED_QUEUE', 'orders');
 const outDir = path.resolve(env('QG_OUTPUT_DIR', path.join(here, 'test-output')));
 const chromiumPath = env('QG_CHROMIUM', '/usr/bin/chromium');
 const usageWait = Number(env('QG_USAGE_WAIT_MS', '100000'));
+const readKeyId = env('QG_READ_KEY_ID');
+const forbidden = Number(env('QG_FORBIDDEN'));
+const operatorEmail = env('QG_OPERATOR_EMAIL');
+const operatorPassword = env('QG_OPERATOR_PASSWORD');
+const clusterKey = env('QG_CLUSTER_KEY');
+const cellSlug = env('QG_CELL');
+const cellUsed = env('QG_CELL_USED');
+const cellCapacity = env('QG_CELL_CAPACITY');
 
 const started = Date.now();
 const timings = {};
@@ -122,11 +137,39 @@ function gateway(method, pathname, { headers = {}, body } = {}) {
 	});
 }
 
-function pushWith(key, n) {
+function pushWith(key, n, to = queue) {
 	return gateway('POST', '/api/v1/push', {
 		headers: { authorization: `Bearer ${key}` },
-		body: { items: [{ queue, payload: { from: 'console.spec.mjs', n } }] },
+		body: { items: [{ queue: to, payload: { from: 'console.spec.mjs', n } }] },
 	});
+}
+
+// signIn fills the sign-in page the browser is on and waits for the app.
+async function signIn(who, secret) {
+	const field = (id, name) => page.locator(`${byTestId(id)}, form input[name="${name}"]`).first();
+	await field('login-email', 'email').fill(who);
+	await field('login-password', 'password').fill(secret);
+	await Promise.all([
+		page.waitForURL((u) => u.pathname.startsWith('/console'), { timeout: 15_000 }),
+		page.locator(`${byTestId('login-submit')}, form button[type="submit"]`).first().click(),
+	]);
+	check(new URL(page.url()).pathname.startsWith('/console'), `signing in led to ${page.url()}, not back to the console`);
+	try {
+		await page.waitForSelector(`body[data-ready="true"], ${byTestId('boot-error')}`);
+	} catch {
+		fail(currentStep, `${page.url()} is not the console app (page title ${JSON.stringify(await page.title())}): it did not start within 15 s`);
+	}
+	if (await page.$(byTestId('boot-error'))) {
+		fail(currentStep, `the console could not open: ${(await page.textContent(byTestId('boot-error'))).trim()}`);
+	}
+}
+
+// inPage fetches from the page, with its cookie, as the app would.
+function inPage(method, pathname) {
+	return page.evaluate(async ([m, p]) => {
+		const r = await fetch(p, { method: m, credentials: 'same-origin', headers: { 'X-Requested-With': 'queengate', Accept: 'application/json' } });
+		return { status: r.status, text: await r.text() };
+	}, [method, pathname]);
 }
 
 const byTestId = (id) => `[data-testid="${id}"]`;
@@ -236,6 +279,39 @@ async function run(context) {
 		const drawn = bars.reduce((a, b) => a + b, 0);
 		check(bars.length > 0 && drawn === pushed, `the chart draws ${drawn} pushed messages in ${bars.length} bars, want ${pushed}`);
 		log(`     usage: ${pushed} pushed messages shown as text and in ${bars.length} bar(s)`);
+		// Beside usage, the refusals of the same window: the read-only
+		// key's pushes, refused with 403.
+		await page.waitForSelector(`svg${byTestId('usage-refusals-chart')}[data-window="1h"]`);
+		const refusedText = Number(await page.getAttribute(byTestId('usage-refused'), 'data-value'));
+		const refusedBars = await page.$$eval(`${byTestId('usage-refusals-chart')} rect[data-series="403"]`,
+			(rects) => rects.map((r) => Number(r.dataset.value)));
+		check(refusedText === forbidden && refusedBars.reduce((a, b) => a + b, 0) === forbidden,
+			`beside usage the console shows ${refusedText} refusals and draws ${refusedBars.reduce((a, b) => a + b, 0)} (403), want ${forbidden}`);
+	});
+
+	await step('requests-show-refusals', async () => {
+		check(!(await page.isVisible(byTestId('nav-fleet'))), 'an admin who is not an operator should not see the Fleet tab');
+		for (const [m, p] of [['GET', '/api/operator/cells'], ['GET', '/api/operator/tenants'], ['POST', '/api/operator/clusters/' + consoleURL.hostname.split('.')[0] + '/suspend']]) {
+			const r = await inPage(m, p);
+			check(r.status === 404 && JSON.parse(r.text).code === 'route_blocked', `${m} ${p} as a non-operator: ${r.status} ${r.text}, want 404 route_blocked`);
+		}
+		await page.click(byTestId('nav-requests'));
+		const row = `${byTestId('requests-key-row')}[data-key-id="${readKeyId}"]`;
+		await page.waitForSelector(row);
+		const seen = Number(await page.getAttribute(row, 'data-forbidden'));
+		check(seen === forbidden, `the requests view counts ${seen} refusals (403) of the read-only key, want ${forbidden}`);
+		check(Number(await page.getAttribute(row, 'data-ok')) === 0, 'the read-only key has no served requests');
+		const refused = Number(await page.getAttribute(byTestId('requests-total-403'), 'data-value'));
+		check(refused >= forbidden, `the 403 total reads ${refused}, want at least ${forbidden}`);
+		const bars = await page.$$eval(`${byTestId('requests-chart')} rect[data-series="403"]`, (rects) => rects.map((r) => Number(r.dataset.value)));
+		check(bars.reduce((a, b) => a + b, 0) === refused, `the chart draws ${bars.reduce((a, b) => a + b, 0)} refusals (403), the total says ${refused}`);
+		// One key's chart.
+		await page.selectOption(byTestId('requests-key'), readKeyId);
+		await page.waitForSelector(`svg${byTestId('requests-chart')}[data-key="${readKeyId}"]`);
+		const own = await page.$$eval(`${byTestId('requests-chart')} rect`, (rects) => rects.map((r) => [r.dataset.series, Number(r.dataset.value)]));
+		check(own.every(([series]) => series === '403') && own.reduce((a, [, v]) => a + v, 0) === forbidden,
+			`the read-only key's chart draws ${JSON.stringify(own)}, want ${forbidden} refusals (403) only`);
+		log(`RESULT requests_forbidden=${seen}`);
 	});
 
 	await step('queues-listed', async () => {
@@ -357,6 +433,66 @@ async function run(context) {
 		await page.goto(`${origin}/console/keys`);
 		check(new URL(page.url()).pathname === '/auth/login', `with the old cookie /console/keys led to ${page.url()}, want /auth/login`);
 		log('RESULT old_cookie_status=401');
+	});
+
+	const slug = consoleURL.hostname.split('.')[0];
+	const clusterRow = `${byTestId('fleet-cluster-row')}[data-cluster="${slug}"]`;
+	await step('operator-fleet', async () => {
+		await page.goto(`${origin}/console/`);
+		check(new URL(page.url()).pathname === '/auth/login', `signed out, /console/ led to ${page.url()}`);
+		await signIn(operatorEmail, operatorPassword);
+		await page.waitForSelector(`${byTestId('nav-fleet')}:not([hidden])`);
+		await page.click(byTestId('nav-fleet'));
+		const cell = `${byTestId('fleet-cell-row')}[data-cell="${cellSlug}"]`;
+		await page.waitForSelector(cell);
+		check(await page.getAttribute(cell, 'data-used') === cellUsed && await page.getAttribute(cell, 'data-capacity') === cellCapacity,
+			`the fleet shows cell ${cellSlug} at ${await page.getAttribute(cell, 'data-used')}/${await page.getAttribute(cell, 'data-capacity')}, want ${cellUsed}/${cellCapacity}`);
+		check(['scoped', 'unscoped', 'unknown'].includes(await page.getAttribute(cell, 'data-probed')), 'the cell shows no probed tenancy');
+		await page.waitForSelector(clusterRow);
+		check(await page.getAttribute(clusterRow, 'data-plan') === 'pro', 'the cluster is not shown on plan pro');
+		check(Number(await page.getAttribute(clusterRow, 'data-msgs')) >= pushed, 'the cluster\'s month usage is below what was pushed');
+		check(await page.isVisible(`${byTestId('fleet-plan-row')}[data-plan="dev"]`), 'the plans table does not list dev');
+	});
+
+	await step('operator-suspends-and-resumes', async () => {
+		await page.click(`${clusterRow} ${byTestId('fleet-suspend')}`);
+		await page.waitForSelector(`${clusterRow}[data-status="suspended"]`);
+		const refused = await pushWith(clusterKey, 1, 'fleet-e2e');
+		check(refused.status === 403 && JSON.parse(refused.text).code === 'cluster_suspended', `a push to the suspended cluster: ${refused.status} ${refused.text}`);
+		log(`RESULT suspended_push_status=${refused.status}`);
+		await page.click(`${clusterRow} ${byTestId('fleet-resume')}`);
+		await page.waitForSelector(`${clusterRow}[data-status="active"]`);
+		const deadline = Date.now() + 2000;
+		let r;
+		for (;;) {
+			r = await pushWith(clusterKey, 2, 'fleet-e2e');
+			if (r.status === 200 || r.status === 201 || Date.now() > deadline) break;
+			await new Promise((res) => setTimeout(res, 50));
+		}
+		check(r.status === 200 || r.status === 201, `a push after resuming: ${r.status} ${r.text}`);
+	});
+
+	await step('operator-changes-plan', async () => {
+		await page.selectOption(`${clusterRow} ${byTestId('fleet-plan')}`, 'dev');
+		await page.waitForSelector(`${clusterRow}[data-plan="dev"]`);
+	});
+
+	await step('operator-issues-key', async () => {
+		await page.click(`${clusterRow} ${byTestId('fleet-issue-key')}`);
+		await page.waitForSelector(byTestId('fleet-new-key'));
+		const issued = await page.inputValue(byTestId('fleet-new-key'));
+		const id = await page.getAttribute(byTestId('fleet-key-reveal'), 'data-key-id');
+		check(/^qk_/.test(issued) && id, `the fleet revealed ${JSON.stringify(issued)} (id ${id})`);
+		const r = await pushWith(issued, 3, 'fleet-e2e');
+		check(r.status === 200 || r.status === 201, `a push with the operator's key: ${r.status} ${r.text}`);
+		log(`RESULT fleet_key_id=${id}`);
+	});
+
+	await step('operator-reads-requests', async () => {
+		await page.click(`${clusterRow} ${byTestId('fleet-requests')}`);
+		const row = `${byTestId('fleet-requests-panel')} ${byTestId('requests-key-row')}[data-key-id="${readKeyId}"]`;
+		await page.waitForSelector(row);
+		check(Number(await page.getAttribute(row, 'data-forbidden')) === forbidden, 'the operator\'s requests view does not count the read-only key\'s refusals');
 	});
 }
 

@@ -9,9 +9,14 @@ import * as usage from './views/usage.js';
 import * as queues from './views/queues.js';
 import * as keys from './views/keys.js';
 import * as members from './views/members.js';
+import * as requests from './views/requests.js';
+import * as fleet from './views/fleet.js';
 
-const views = { overview, usage, queues, keys, members };
+const views = { overview, usage, requests, queues, keys, members, fleet };
 const adminViews = new Set(['keys', 'members']);
+// The fleet view is for live operators; the server refuses its routes to
+// everyone else whatever the app shows.
+const operatorViews = new Set(['fleet']);
 
 const main = document.getElementById('main');
 const notice = document.querySelector('[data-testid="notice"]');
@@ -23,6 +28,7 @@ const ctx = {
 	overview: null,
 	me: null,
 	get isAdmin() { return this.overview && this.overview.role === 'admin'; },
+	get isOperator() { return Boolean(this.overview && this.overview.operator); },
 	// notify shows a short message in the live region (read by screen readers).
 	notify(message, { error = false } = {}) {
 		clearTimeout(noticeTimer);
@@ -53,6 +59,7 @@ function showIdentity() {
 	badge.hidden = false;
 	document.title = `${o.slug} · Queen console`;
 	for (const a of document.querySelectorAll('.tabs a[data-admin]')) a.hidden = !ctx.isAdmin;
+	for (const a of document.querySelectorAll('.tabs a[data-operator]')) a.hidden = !ctx.isOperator;
 	const email = ctx.me && (ctx.me.email || (ctx.me.user && ctx.me.user.email));
 	document.querySelector('[data-testid="user-email"]').textContent = email ? `${email} · ${o.role}` : (o.role || '');
 }
@@ -64,7 +71,7 @@ function viewFromPath(pathname) {
 
 async function route() {
 	let name = viewFromPath(location.pathname);
-	if (!views[name] || (adminViews.has(name) && !ctx.isAdmin)) {
+	if (!views[name] || (adminViews.has(name) && !ctx.isAdmin) || (operatorViews.has(name) && !ctx.isOperator)) {
 		name = 'overview';
 		history.replaceState(null, '', '/console/overview');
 	}

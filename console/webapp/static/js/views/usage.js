@@ -4,6 +4,12 @@
 import { get } from '../api.js';
 import { h, add, clear, fmtInt, fmtBytes, table } from '../dom.js';
 import { stackedBars } from '../chart.js';
+import { bucketize as requestBuckets } from './requests.js';
+
+// The refusals drawn next to usage (the requests view has them all, and
+// what was served).
+const REFUSALS = ['403', '429', '4xx', '5xx'];
+const REFUSAL_LABELS = { 403: '403 forbidden', 429: '429 rate limited', '4xx': 'Other 4xx', '5xx': '5xx' };
 
 export const OPS = ['push', 'delivery', 'txn', 'configure', 'read'];
 const OP_LABELS = { push: 'Push', delivery: 'Delivery', txn: 'Transaction', configure: 'Configure', read: 'Read' };
@@ -81,7 +87,11 @@ function sum(rows, field, op) {
 // `days` (the other resolution is asked for at its smallest).
 async function load(win) {
 	const q = win.res === 'minute' ? `hours=${win.span}&days=1` : `hours=1&days=${win.span}`;
-	const data = await get(`/api/console/usage?${q}`);
+	const [data, requests] = await Promise.all([
+		get(`/api/console/usage?${q}`),
+		// Requests are counted per minute for a week at most.
+		win.res === 'minute' ? get(`/api/console/requests?hours=${win.span}`) : Promise.resolve(null),
+	]);
 	const rows = win.res === 'minute' ? data.minutes : data.daily;
 	// The server's clock ends the window: `to` is the end of the minutes
 	// (exclusive), and the days run through today.
@@ -90,11 +100,37 @@ async function load(win) {
 	const out = normalize(Array.isArray(rows) ? rows : [], win.res);
 	// Never leave a row the server sent off the chart.
 	for (const r of out) end = Math.max(end, r.t);
-	return { rows: out, end };
+	return { rows: out, end, requests };
+}
+
+// refusalsPanel charts the window's refusals per minute, beside usage.
+function refusalsPanel(requests, win, width) {
+	if (!requests) {
+		return h('section', { class: 'panel', 'data-testid': 'usage-refusals' },
+			h('h2', {}, 'Refusals'),
+			h('p', { class: 'muted' }, 'Refusals are counted per minute for the last 7 days: pick a window of hours to see them, or open Requests.'));
+	}
+	const minutes = requests.minutes.filter((m) => REFUSALS.includes(m.outcome));
+	const buckets = requestBuckets(minutes, requests.hours, Date.parse(requests.to) - MINUTE);
+	const refused = REFUSALS.reduce((n, o) => n + requests.totals[o], 0);
+	const chart = stackedBars({
+		buckets, series: REFUSALS, unit: 'requests', testid: 'usage-refusals-chart', width,
+		title: `Refused requests per minute, last ${win.label}`,
+		description: REFUSALS.map((o) => `${REFUSAL_LABELS[o]} ${fmtInt(requests.totals[o])}`).join(', ') + '.',
+	});
+	chart.dataset.window = win.id;
+	return h('section', { class: 'panel', 'data-testid': 'usage-refusals', 'aria-labelledby': 'usage-refusals-h' },
+		h('h2', { id: 'usage-refusals-h' }, 'Refusals per minute'),
+		h('p', {}, h('span', { 'data-testid': 'usage-refused', 'data-value': refused }, fmtInt(refused)),
+			` of ${fmtInt(refused + requests.totals.ok)} requests refused in the window. `,
+			h('a', { href: '/console/requests', 'data-view': 'requests' }, 'Per key, in Requests')),
+		chart,
+		h('ul', { class: 'legend', 'aria-label': 'Refusals' }, REFUSALS.map((o) =>
+			h('li', {}, h('span', { class: `swatch series-${o}`, 'aria-hidden': 'true' }), REFUSAL_LABELS[o]))));
 }
 
 export async function render(root, ctx) {
-	const state = { win: WINDOWS[0], metric: METRICS[0], rows: [], end: Date.now(), loadedAt: null };
+	const state = { win: WINDOWS[0], metric: METRICS[0], rows: [], end: Date.now(), loadedAt: null, requests: null };
 	const body = h('div', { 'data-testid': 'usage-body' }, h('p', { class: 'loading' }, 'Loading usage…'));
 	const stamp = h('span', { class: 'muted', 'data-testid': 'usage-updated' });
 	const refresh = h('button', { type: 'button', class: 'button secondary small', 'data-testid': 'usage-refresh', onClick: () => reload() }, 'Refresh');
@@ -166,7 +202,12 @@ export async function render(root, ctx) {
 						rows: nonEmpty.map((b) => [b.title, ...series.map((op) => fmtInt(b.values[op] || 0)),
 							fmtInt(series.reduce((n, op) => n + (b.values[op] || 0), 0))]),
 						empty: `No ${metric.unit} in this window.`,
-					}))));
+					}))),
+			refusalsPanel(state.requests, win, chartWidth()));
+		const link = body.querySelector('a[data-view="requests"]');
+		if (link && ctx.navigate) {
+			link.addEventListener('click', (e) => { e.preventDefault(); ctx.navigate('/console/requests'); });
+		}
 	}
 
 	let timer = null;
@@ -175,10 +216,11 @@ export async function render(root, ctx) {
 		const mine = ++seq;
 		refresh.disabled = true;
 		try {
-			const { rows, end } = await load(state.win);
+			const { rows, end, requests } = await load(state.win);
 			if (mine !== seq) return;
 			state.rows = rows;
 			state.end = end;
+			state.requests = requests;
 			state.loadedAt = new Date();
 			stamp.textContent = `Updated ${state.loadedAt.toISOString().slice(11, 19)} UTC`;
 			draw();

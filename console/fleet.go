@@ -1,0 +1,337 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	"github.com/queengate/queengate/meter"
+	"github.com/queengate/queengate/tenancy"
+)
+
+// fleetCaller is the gate of the fleet routes: the operator API on, and a
+// live operator's session, on any host; no acting cluster is needed, since
+// the fleet is every cell. Everyone else, signed in or not, sees the route
+// as absent, like the rest of the operator API.
+func (s *Surface) fleetCaller(w http.ResponseWriter, r *http.Request) (tenancy.SessionClaims, bool) {
+	if !s.o.OperatorAPI || !s.o.OperatorEnabled || s.o.Sessions == nil {
+		writeError(w, errOperatorBlocked)
+		return tenancy.SessionClaims{}, false
+	}
+	if len(r.Header.Values("Authorization")) > 1 {
+		writeError(w, errOperatorBlocked)
+		return tenancy.SessionClaims{}, false
+	}
+	cred, err := tenancy.ExtractCredential(r.Header, s.o.Cookies, s.o.IsHTTPS(r))
+	if err != nil || cred.Kind != tenancy.CredentialSession {
+		writeError(w, errOperatorBlocked)
+		return tenancy.SessionClaims{}, false
+	}
+	claims, e := s.verifySession(r.Context(), cred.Value)
+	if e != nil || !s.o.Identities.IsOperator(r.Context(), claims.UserID) {
+		writeError(w, errOperatorBlocked)
+		return tenancy.SessionClaims{}, false
+	}
+	return claims, true
+}
+
+type leaseJSON struct {
+	Group      string `json:"group"`
+	Holder     string `json:"holder"`
+	Serving    bool   `json:"serving"`
+	Epoch      int64  `json:"epoch"`
+	PeerURL    string `json:"peer_url"`
+	AcquiredAt string `json:"acquired_at"`
+	RenewedAt  string `json:"renewed_at"`
+	ExpiresAt  string `json:"expires_at"`
+}
+
+type cellTenancyJSON struct {
+	Stated       string  `json:"stated"`
+	Probed       string  `json:"probed"`
+	CheckedAt    *string `json:"checked_at"`
+	Detail       string  `json:"detail"`
+	KeeperOnly   bool    `json:"keeper_only"`
+	Contradicted bool    `json:"contradicted"`
+	Keeper       *string `json:"keeper_cluster"`
+}
+
+type cellJSON struct {
+	ID            string          `json:"id"`
+	Slug          string          `json:"slug"`
+	Region        string          `json:"region"`
+	URL           string          `json:"url"`
+	Class         string          `json:"class"`
+	Status        string          `json:"status"`
+	CapacitySlots int             `json:"capacity_slots"`
+	UsedSlots     int             `json:"used_slots"`
+	Clusters      int             `json:"clusters"`
+	Tenancy       cellTenancyJSON `json:"tenancy"`
+	Gateway       *leaseJSON      `json:"gateway"`
+}
+
+// fleetCells lists every cell with its use, its tenancy verdict and the
+// gateway group named after it, and every gateway group's lease.
+func (s *Surface) fleetCells(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	rows, err := s.o.Pool.Query(ctx, `SELECT group_name, holder, epoch, holder_peer_url, acquired_at, renewed_at, expires_at,
+			expires_at > now()
+		FROM queen_proxy.gateway_leases ORDER BY group_name`)
+	if err != nil {
+		s.fleetFailed(w, "gateway leases", err)
+		return
+	}
+	leases, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (leaseJSON, error) {
+		var l leaseJSON
+		var acquired, renewed, expires time.Time
+		err := row.Scan(&l.Group, &l.Holder, &l.Epoch, &l.PeerURL, &acquired, &renewed, &expires, &l.Serving)
+		l.AcquiredAt, l.RenewedAt, l.ExpiresAt = utcText(acquired), utcText(renewed), utcText(expires)
+		return l, err
+	})
+	if err != nil {
+		s.fleetFailed(w, "gateway leases", err)
+		return
+	}
+	byGroup := map[string]*leaseJSON{}
+	for i := range leases {
+		byGroup[leases[i].Group] = &leases[i]
+	}
+	rows, err = s.o.Pool.Query(ctx, `SELECT ce.id::text, ce.slug, ce.region, ce.base_url, ce.class, ce.status,
+			ce.capacity_slots, ce.used_slots,
+			(SELECT count(*) FROM queen_proxy.clusters c WHERE c.cell_id = ce.id)::int,
+			ce.tenancy_stated, ce.tenant_scoping, ce.tenant_scoping_checked_at, coalesce(ce.tenant_scoping_detail, ''),
+			queen_proxy.tenancy_keeper_only(ce.tenancy_stated, ce.tenant_scoping),
+			k.slug
+		FROM queen_proxy.cells ce
+		LEFT JOIN queen_proxy.clusters k ON k.id = queen_proxy.cell_keeper_cluster(ce.id)
+		ORDER BY ce.slug`)
+	if err != nil {
+		s.fleetFailed(w, "cells", err)
+		return
+	}
+	cells, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (cellJSON, error) {
+		var c cellJSON
+		var checked *time.Time
+		t := &c.Tenancy
+		err := row.Scan(&c.ID, &c.Slug, &c.Region, &c.URL, &c.Class, &c.Status, &c.CapacitySlots, &c.UsedSlots, &c.Clusters,
+			&t.Stated, &t.Probed, &checked, &t.Detail, &t.KeeperOnly, &t.Keeper)
+		t.CheckedAt = timeJSON(checked)
+		t.Contradicted = t.Stated == "scoped" && t.Probed == "unscoped"
+		c.Gateway = byGroup[c.Slug]
+		return c, err
+	})
+	if err != nil {
+		s.fleetFailed(w, "cells", err)
+		return
+	}
+	var self map[string]string
+	if s.o.State != nil {
+		name, group, role := s.o.State.ServingGateway()
+		self = map[string]string{"name": name, "group": group, "role": role}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"cells": nonNil(cells), "gateway_groups": nonNil(leases), "this_gateway": self,
+	})
+}
+
+type fleetClusterJSON struct {
+	ID            string     `json:"id"`
+	Slug          string     `json:"slug"`
+	Status        string     `json:"status"`
+	ClusterStatus string     `json:"cluster_status"`
+	Plan          string     `json:"plan"`
+	CellSlug      string     `json:"cell_slug"`
+	CreatedAt     string     `json:"created_at"`
+	Usage         fleetUsage `json:"usage"`
+	Quota         quotaJSON  `json:"quota"`
+	PushBlock     *string    `json:"push_block"`
+	Keys          int        `json:"active_keys"`
+	tenantID      string
+}
+
+type fleetUsage struct {
+	Month string `json:"month"`
+	Msgs  int64  `json:"msgs"`
+	Reqs  int64  `json:"reqs"`
+}
+
+type quotaJSON struct {
+	MonthlyMsgsQuota *int64 `json:"monthly_msgs_quota"`
+	Percent          *int64 `json:"percent"`
+	State            string `json:"state"`
+}
+
+// quotaState is the monthly quota's state: unlimited, ok, warning (at the
+// quota chain's warning level) or exhausted.
+func quotaState(msgs int64, quota *int64) quotaJSON {
+	q := quotaJSON{MonthlyMsgsQuota: quota, State: "unlimited"}
+	if quota == nil || *quota <= 0 {
+		return q
+	}
+	pct := msgs * 100 / *quota
+	q.Percent = &pct
+	switch {
+	case msgs >= *quota:
+		q.State = "exhausted"
+	case pct >= 80:
+		q.State = "warning"
+	default:
+		q.State = "ok"
+	}
+	return q
+}
+
+// fleetTenants lists every tenant with its clusters: status, plan, cell,
+// this month's usage and the quota's state.
+func (s *Surface) fleetTenants(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
+	defer cancel()
+	now := s.o.Now().UTC()
+	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	type tenantJSON struct {
+		ID        string             `json:"id"`
+		Slug      string             `json:"slug"`
+		Name      string             `json:"name"`
+		Status    string             `json:"status"`
+		CreatedAt string             `json:"created_at"`
+		Clusters  []fleetClusterJSON `json:"clusters"`
+	}
+	rows, err := s.o.Pool.Query(ctx, `SELECT id::text, slug, name, status, coalesce(created_at, now())
+		FROM queen_proxy.tenants ORDER BY slug`)
+	if err != nil {
+		s.fleetFailed(w, "tenants", err)
+		return
+	}
+	tenants, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (tenantJSON, error) {
+		var t tenantJSON
+		var created time.Time
+		err := row.Scan(&t.ID, &t.Slug, &t.Name, &t.Status, &created)
+		t.CreatedAt, t.Clusters = utcText(created), []fleetClusterJSON{}
+		return t, err
+	})
+	if err != nil {
+		s.fleetFailed(w, "tenants", err)
+		return
+	}
+	byTenant := map[string]int{}
+	for i, t := range tenants {
+		byTenant[t.ID] = i
+	}
+	rows, err = s.o.Pool.Query(ctx, `SELECT c.id::text, c.slug, c.tenant_id::text, t.status, c.status, p.code, ce.slug,
+			coalesce(c.created_at, now()), p.monthly_msgs_quota, c.limit_overrides -> 'monthly_msgs_quota',
+			queen_proxy.cluster_month_billable_msgs(c.id, $1::date),
+			(SELECT coalesce(sum(m.reqs), 0) FROM queen_proxy.usage_minutes m
+			  WHERE m.cluster_id = c.id AND m.minute >= ($1::date::timestamp AT TIME ZONE 'UTC'))::bigint,
+			(SELECT count(*) FROM queen_proxy.api_keys k WHERE k.cluster_id = c.id AND k.revoked_at IS NULL)::int
+		FROM queen_proxy.clusters c
+		JOIN queen_proxy.tenants t ON t.id = c.tenant_id
+		JOIN queen_proxy.plans p ON p.id = c.plan_id
+		JOIN queen_proxy.cells ce ON ce.id = c.cell_id
+		ORDER BY c.slug`, month)
+	if err != nil {
+		s.fleetFailed(w, "clusters", err)
+		return
+	}
+	var planQuota *int64
+	var override []byte
+	var tenantStatus string
+	var created time.Time
+	var cl fleetClusterJSON
+	_, err = pgx.ForEachRow(rows, []any{&cl.ID, &cl.Slug, &cl.tenantID, &tenantStatus, &cl.ClusterStatus, &cl.Plan, &cl.CellSlug,
+		&created, &planQuota, &override, &cl.Usage.Msgs, &cl.Usage.Reqs, &cl.Keys}, func() error {
+		item := cl
+		item.CreatedAt = utcText(created)
+		item.Status = tenancy.MergeStatus(tenantStatus, cl.ClusterStatus).String()
+		item.Usage.Month = month.Format("2006-01")
+		if s.o.State != nil {
+			// What the meter holds but has not written counts too.
+			for _, u := range s.o.State.Unflushed(cl.ID) {
+				if !u.Minute.Before(month) {
+					item.Usage.Reqs += u.Reqs
+					if u.Op == meter.OpPush || u.Op == meter.OpTxn {
+						item.Usage.Msgs += u.Msgs
+					}
+				}
+			}
+		}
+		item.Quota = quotaState(item.Usage.Msgs, monthlyQuota(planQuota, override))
+		if i, ok := byTenant[cl.tenantID]; ok {
+			tenants[i].Clusters = append(tenants[i].Clusters, item)
+		}
+		return nil
+	})
+	if err != nil {
+		s.fleetFailed(w, "clusters", err)
+		return
+	}
+	if s.o.State != nil {
+		for ti := range tenants {
+			for ci := range tenants[ti].Clusters {
+				item := &tenants[ti].Clusters[ci]
+				if c, err := s.o.Clusters.ClusterByReference(ctx, item.ID); err == nil {
+					if b := s.o.State.PushBlock(c); b != "" {
+						item.PushBlock = &b
+					}
+				}
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"month": month.Format("2006-01"), "tenants": nonNil(tenants)})
+}
+
+// fleetPlans lists every plan with its limits, features and how many
+// clusters use it.
+func (s *Surface) fleetPlans(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	rows, err := s.o.Pool.Query(ctx, `SELECT p.code, p.cell_class, p.max_req_per_sec, p.req_burst, p.max_msgs_per_sec,
+			p.msgs_burst, p.max_queues, p.max_partitions_per_queue, p.max_parked_pops, p.max_payload_bytes,
+			p.max_batch_items, p.max_retained_bytes, p.max_retention_seconds, p.monthly_msgs_quota, p.features,
+			(SELECT count(*) FROM queen_proxy.clusters c WHERE c.plan_id = p.id)::int
+		FROM queen_proxy.plans p ORDER BY p.code`)
+	if err != nil {
+		s.fleetFailed(w, "plans", err)
+		return
+	}
+	type planJSON struct {
+		Code      string            `json:"code"`
+		CellClass string            `json:"cell_class"`
+		Limits    map[string]*int64 `json:"limits"`
+		Quota     *int64            `json:"monthly_msgs_quota"`
+		Features  map[string]any    `json:"features"`
+		Clusters  int               `json:"clusters"`
+	}
+	plans, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (planJSON, error) {
+		var p planJSON
+		var rps, burst, mps, mburst, queues, parts, parked, payload, batch, retention *int64
+		var retained *int64
+		err := row.Scan(&p.Code, &p.CellClass, &rps, &burst, &mps, &mburst, &queues, &parts, &parked, &payload,
+			&batch, &retained, &retention, &p.Quota, &p.Features, &p.Clusters)
+		p.Limits = map[string]*int64{
+			"max_req_per_sec": rps, "req_burst": burst, "max_msgs_per_sec": mps, "msgs_burst": mburst,
+			"max_queues": queues, "max_partitions_per_queue": parts, "max_parked_pops": parked,
+			"max_payload_bytes": payload, "max_batch_items": batch, "max_retained_bytes": retained,
+			"max_retention_seconds": retention,
+		}
+		if p.Features == nil {
+			p.Features = map[string]any{}
+		}
+		return p, err
+	})
+	if err != nil {
+		s.fleetFailed(w, "plans", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"plans": nonNil(plans)})
+}
+
+func (s *Surface) fleetFailed(w http.ResponseWriter, what string, err error) {
+	s.o.Log.Warn("fleet query failed", zap.String("reading", what), zap.Error(err))
+	writeError(w, errDatabase)
+}
+
+func utcText(t time.Time) string { return t.UTC().Format(time.RFC3339) }
