@@ -128,37 +128,53 @@ UPDATE queen_proxy.cells ce SET used_slots = n.clusters
 -- open (cell_placement above), least loaded first (cell_load, then fewer
 -- clusters, then slug). The chosen cell row stays locked until the caller's
 -- transaction ends, so the cluster the caller inserts next takes the slot it
--- was chosen for; a concurrent placement waits, and then re-judges the cell
--- on its new count or passes on to the next. No room is SQLSTATE 55000 with
--- what to add; an unknown plan P0002.
+-- was chosen for. A concurrent placement on the same cell waits for that
+-- lock, then judges the cell again on its new count; when it is no longer
+-- open the lock is given back (the subtransaction is rolled back) and the
+-- choice is made again from the committed counts. Holding no lock while
+-- waiting for another, two placements cannot deadlock. No room is SQLSTATE
+-- 55000 with what to add; an unknown plan P0002.
 CREATE OR REPLACE FUNCTION queen_proxy.place_cluster(p_plan_code text)
 RETURNS uuid
 LANGUAGE plpgsql AS $$
 DECLARE
+    v_plan    text := lower(btrim(p_plan_code));
     v_class   text;
     v_cell    uuid;
+    v_state   text;
     v_summary text;
 BEGIN
-    SELECT cell_class INTO v_class FROM queen_proxy.plans WHERE code = lower(btrim(p_plan_code));
+    SELECT cell_class INTO v_class FROM queen_proxy.plans WHERE code = v_plan;
     IF v_class IS NULL THEN
         RAISE EXCEPTION 'place_cluster: unknown plan %', coalesce(p_plan_code, 'NULL') USING ERRCODE = 'P0002';
     END IF;
-    SELECT id INTO v_cell FROM queen_proxy.cells
-     WHERE class = v_class
-       AND queen_proxy.cell_placement(status, class, capacity_slots, used_slots,
-                                      tenancy_stated, tenant_scoping, keeper_residue) = 'open'
-     ORDER BY queen_proxy.cell_load(capacity_slots, used_slots), used_slots, slug
-     LIMIT 1
-       FOR UPDATE;
-    IF v_cell IS NOT NULL THEN
-        RETURN v_cell;
-    END IF;
+    LOOP
+        -- Each statement reads what is committed now (READ COMMITTED).
+        SELECT id INTO v_cell FROM queen_proxy.cells
+         WHERE class = v_class
+           AND queen_proxy.cell_placement(status, class, capacity_slots, used_slots,
+                                          tenancy_stated, tenant_scoping, keeper_residue) = 'open'
+         ORDER BY queen_proxy.cell_load(capacity_slots, used_slots), used_slots, slug
+         LIMIT 1;
+        EXIT WHEN v_cell IS NULL;
+        BEGIN
+            SELECT queen_proxy.cell_placement(status, class, capacity_slots, used_slots,
+                                              tenancy_stated, tenant_scoping, keeper_residue)
+              INTO v_state FROM queen_proxy.cells WHERE id = v_cell FOR UPDATE;
+            IF v_state = 'open' THEN
+                RETURN v_cell;
+            END IF;
+            RAISE EXCEPTION USING ERRCODE = 'QG019'; -- gives the lock back
+        EXCEPTION WHEN SQLSTATE 'QG019' THEN
+            NULL; -- filled (or closed) while this one waited: choose again
+        END;
+    END LOOP;
     SELECT string_agg(format('%s %s', n, state), ', ' ORDER BY state) INTO v_summary
       FROM (SELECT queen_proxy.cell_placement(status, class, capacity_slots, used_slots,
                                               tenancy_stated, tenant_scoping, keeper_residue) AS state, count(*) AS n
               FROM queen_proxy.cells WHERE class = v_class GROUP BY 1) s;
     RAISE EXCEPTION 'place_cluster: no active % cell has room for a cluster of plan % (% cells: %): add one (caddy queen cell add <slug> --region <region> --url <broker URL> --class % --capacity N) or raise a cell''s capacity (caddy queen cell update <cell> --capacity N)',
-        v_class, lower(btrim(p_plan_code)), v_class, coalesce(v_summary, 'none'), v_class
+        v_class, v_plan, v_class, coalesce(v_summary, 'none'), v_class
         USING ERRCODE = '55000';
 END;
 $$;
