@@ -20,12 +20,12 @@ const (
 // Cell is one row of queen_proxy.cells with the number of clusters placed on
 // it. The cell secret is never returned, only whether there is one.
 type Cell struct {
-	ID            string    `json:"id"`
-	Slug          string    `json:"slug"`
-	Region        string    `json:"region"`
-	BaseURL       string    `json:"base_url"`
-	Class         string    `json:"class"`
-	Status        string    `json:"status"`
+	ID      string `json:"id"`
+	Slug    string `json:"slug"`
+	Region  string `json:"region"`
+	BaseURL string `json:"base_url"`
+	Class   string `json:"class"`
+	Status  string `json:"status"`
 	// CapacitySlots is how many clusters the cell takes, enforced on every
 	// placement; 0 is no cap. UsedSlots is how many it holds, kept exact by
 	// the database (migrations/019).
@@ -37,7 +37,7 @@ type Cell struct {
 	// full, keeper-only (its broker is not known to scope and it holds its
 	// keeper), residue (empty, but a keeper's queues are on its broker) or
 	// occupied (a dedicated cell with its one cluster).
-	Placement string `json:"placement"`
+	Placement     string    `json:"placement"`
 	BrokerVersion string    `json:"broker_version,omitempty"`
 	HasSecret     bool      `json:"has_secret"`
 	CreatedAt     time.Time `json:"created_at"`
