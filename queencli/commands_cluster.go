@@ -63,7 +63,7 @@ active (not draining) and have room.
 				if err != nil {
 					return err
 				}
-				r.printf("placed on cell %q: the least loaded active %s cell with room (%s now)", cell.Slug, cell.Class, slotsText(cell))
+				r.printf("placed on cell %q: the least loaded active %s cell with room; now %s", cell.Slug, cell.Class, slotsText(cell))
 			}
 			return nil
 		})
