@@ -103,7 +103,7 @@ func FromBuildInfo(bi *debug.BuildInfo) Info {
 	if c, ok := pseudoCommit(v); ok {
 		info.Commit = c
 	} else if mod.Replace != nil && mod.Replace.Version == "" {
-		info.Note = "built from a local directory (replace " + mod.Replace.Path + "): the version and commit are not recorded"
+		info.Note = "built from a local directory: its commit is not recorded"
 	}
 	return info
 }

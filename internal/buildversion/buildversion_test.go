@@ -28,7 +28,7 @@ func TestFromBuildInfo(t *testing.T) {
 			"github.com/queengate/queengate v0.0.0-20261201120000-abcdef012345 (commit abcdef012345)"},
 		{"dependency from a local checkout", debug.BuildInfo{Main: debug.Module{Path: "caddy"},
 			Deps: []*debug.Module{{Path: ModulePath, Version: "v0.0.0", Replace: &debug.Module{Path: "/src/queengate"}}}},
-			"github.com/queengate/queengate v0.0.0 (replaced by /src/queengate, built from a local directory (replace /src/queengate): the version and commit are not recorded)"},
+			"github.com/queengate/queengate v0.0.0 (replaced by /src/queengate, built from a local directory: its commit is not recorded)"},
 		{"absent", debug.BuildInfo{Main: debug.Module{Path: "other"}},
 			"github.com/queengate/queengate unknown (queengate is not a module of this binary)"},
 	}
