@@ -145,8 +145,9 @@ type BootstrapConfig struct {
 	Password string `json:"password,omitempty"`
 	// Plan is a new cluster's plan code. Default "dev".
 	Plan string `json:"plan,omitempty"`
-	// Cell is the slug of a new cluster's cell. Default: the only active
-	// cell.
+	// Cell is the slug of a new cluster's cell. Default: the database
+	// places it (the least loaded active cell of the plan's class with
+	// room, as "caddy queen cluster create" without --cell).
 	Cell string `json:"cell,omitempty"`
 	// APIKey is a known API key (placeholders are expanded) issued with
 	// every scope on the cluster unless it exists.

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/queengate/queengate/internal/buildversion"
 )
 
 // The health endpoints answer on every host, before cluster resolution, so
@@ -47,6 +49,7 @@ func (g *Gateway) serveHealth(w http.ResponseWriter, r *http.Request) bool {
 		defer cancel()
 		if g.Probes || fromLoopback(r) {
 			ok, detail := g.app.readiness.check(ctx, g.app.readinessChecks())
+			detail["version"] = queengateVersion()
 			writeHealth(w, readinessStatus(ok), detail)
 			return true
 		}
@@ -56,6 +59,11 @@ func (g *Gateway) serveHealth(w http.ResponseWriter, r *http.Request) bool {
 	}
 	return false
 }
+
+// queengateVersion is the module version and commit the binary carries, as
+// "caddy queen version" prints it; shown with the readiness detail only, so
+// anonymous callers do not learn which build to target.
+var queengateVersion = sync.OnceValue(func() string { return buildversion.Read().String() })
 
 func readinessStatus(ok bool) int {
 	if ok {

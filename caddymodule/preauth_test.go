@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/queengate/queengate/internal/buildversion"
 	"github.com/queengate/queengate/internal/harden"
 	"github.com/queengate/queengate/limits"
 	"github.com/queengate/queengate/tenancy"
@@ -373,7 +374,8 @@ func TestReadinessDetailOnlyForProbesAndLoopback(t *testing.T) {
 	// Loopback: the detail, checked every time.
 	for _, remote := range []string{"127.0.0.1:5000", "[::1]:5000"} {
 		status, body := get(g, remote)
-		if status != 503 || body["database"] != "not configured" || body["cell_isolation"] == "" || body["status"] != "not ready" {
+		if status != 503 || body["database"] != "not configured" || body["cell_isolation"] == "" || body["status"] != "not ready" ||
+			body["version"] != buildversion.Read().String() || !strings.HasPrefix(body["version"], "github.com/queengate/queengate ") {
 			t.Fatalf("loopback /readyz: %d %v", status, body)
 		}
 	}

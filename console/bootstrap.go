@@ -30,7 +30,7 @@ type BootstrapConfig struct {
 	// Plan is the plan code of a new cluster (default "dev").
 	Plan string
 	// Cell is the slug of the cell a new cluster goes on (default: the
-	// only active cell, if there is exactly one).
+	// database places it, as cluster create without --cell does).
 	Cell string
 	// APIKey, when set, is a known key issued (with every scope, named
 	// "bootstrap (env)") on the cluster unless it exists there already.
@@ -95,7 +95,7 @@ func Bootstrap(ctx context.Context, pool *pgxpool.Pool, cfg BootstrapConfig) (Bo
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(bootstrapLock)); err != nil {
 			return err
 		}
-		cell, err := bootstrapCell(ctx, tx, cfg.Cell)
+		cell, err := bootstrapCell(ctx, tx, cfg.Cell, cluster, plan)
 		if err != nil {
 			return err
 		}
@@ -131,8 +131,11 @@ func Bootstrap(ctx context.Context, pool *pgxpool.Pool, cfg BootstrapConfig) (Bo
 	return res, nil
 }
 
-// bootstrapCell finds the cell by slug, or the only active one.
-func bootstrapCell(ctx context.Context, tx pgx.Tx, slug string) (string, error) {
+// bootstrapCell finds the cell by slug. Without one, a cluster that exists
+// keeps its cell, and a new one is placed by the database (place_cluster,
+// as "caddy queen cluster create" without --cell), which locks the chosen
+// cell until this transaction ends.
+func bootstrapCell(ctx context.Context, tx pgx.Tx, slug, cluster, plan string) (string, error) {
 	var id string
 	if slug != "" {
 		err := tx.QueryRow(ctx, `SELECT id::text FROM queen_proxy.cells WHERE slug = $1`, slug).Scan(&id)
@@ -141,18 +144,12 @@ func bootstrapCell(ctx context.Context, tx pgx.Tx, slug string) (string, error) 
 		}
 		return id, err
 	}
-	rows, err := tx.Query(ctx, `SELECT id::text FROM queen_proxy.cells WHERE status = 'active' LIMIT 2`)
-	if err != nil {
-		return "", err
+	err := tx.QueryRow(ctx, `SELECT cell_id::text FROM queen_proxy.clusters WHERE slug = $1`, cluster).Scan(&id)
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return id, err
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return "", err
-	}
-	if len(ids) != 1 {
-		return "", fmt.Errorf("name the cell (there are %d active cells, not exactly one)", len(ids))
-	}
-	return ids[0], nil
+	err = tx.QueryRow(ctx, `SELECT queen_proxy.place_cluster($1)::text`, plan).Scan(&id)
+	return id, err
 }
 
 // bootstrapKnownKey issues a configured plaintext key on the cluster

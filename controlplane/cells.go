@@ -20,15 +20,24 @@ const (
 // Cell is one row of queen_proxy.cells with the number of clusters placed on
 // it. The cell secret is never returned, only whether there is one.
 type Cell struct {
-	ID            string    `json:"id"`
-	Slug          string    `json:"slug"`
-	Region        string    `json:"region"`
-	BaseURL       string    `json:"base_url"`
-	Class         string    `json:"class"`
-	Status        string    `json:"status"`
-	CapacitySlots int       `json:"capacity_slots"`
-	UsedSlots     int       `json:"used_slots"`
-	Clusters      int       `json:"clusters"`
+	ID      string `json:"id"`
+	Slug    string `json:"slug"`
+	Region  string `json:"region"`
+	BaseURL string `json:"base_url"`
+	Class   string `json:"class"`
+	Status  string `json:"status"`
+	// CapacitySlots is how many clusters the cell takes, enforced on every
+	// placement; 0 is no cap. UsedSlots is how many it holds, kept exact by
+	// the database (migrations/019).
+	CapacitySlots int `json:"capacity_slots"`
+	UsedSlots     int `json:"used_slots"`
+	Clusters      int `json:"clusters"`
+	// Placement is whether "cluster create" without --cell may choose the
+	// cell (queen_proxy.cell_placement): open, or why not: draining, dead,
+	// full, keeper-only (its broker is not known to scope and it holds its
+	// keeper), residue (empty, but a keeper's queues are on its broker) or
+	// occupied (a dedicated cell with its one cluster).
+	Placement     string    `json:"placement"`
 	BrokerVersion string    `json:"broker_version,omitempty"`
 	HasSecret     bool      `json:"has_secret"`
 	CreatedAt     time.Time `json:"created_at"`
@@ -77,7 +86,7 @@ type NewCell struct {
 	Region        string
 	BaseURL       string // the broker's plain-HTTP URL, e.g. http://10.0.0.7:6632
 	Class         string // shared or dedicated
-	CapacitySlots int
+	CapacitySlots int    // clusters it takes; 0 is no cap
 	Secret        string // bearer token presented to the broker; empty for none
 	BrokerVersion string
 	Tenancy       string // stated tenancy: probe (default), scoped or unscoped
@@ -89,7 +98,9 @@ const cellSelect = `SELECT ce.id::text, ce.slug, ce.region, ce.base_url, ce.clas
 	coalesce(ce.broker_version, ''), ce.cell_secret IS NOT NULL, coalesce(ce.created_at, now()),
 	ce.tenant_scoping, ce.tenant_scoping_checked_at, coalesce(ce.tenant_scoping_detail, ''),
 	ce.tenancy_stated, queen_proxy.tenancy_keeper_only(ce.tenancy_stated, ce.tenant_scoping),
-	coalesce(k.slug, ''), coalesce(k.id::text, '')
+	coalesce(k.slug, ''), coalesce(k.id::text, ''),
+	queen_proxy.cell_placement(ce.status, ce.class, ce.capacity_slots, ce.used_slots,
+		ce.tenancy_stated, ce.tenant_scoping, ce.keeper_residue)
 	FROM queen_proxy.cells ce
 	LEFT JOIN queen_proxy.clusters k ON k.id = queen_proxy.cell_keeper_cluster(ce.id)`
 
@@ -98,7 +109,7 @@ func scanCell(row pgx.Row) (Cell, error) {
 	err := row.Scan(&c.ID, &c.Slug, &c.Region, &c.BaseURL, &c.Class, &c.Status, &c.CapacitySlots, &c.UsedSlots,
 		&c.Clusters, &c.BrokerVersion, &c.HasSecret, &c.CreatedAt,
 		&c.TenantScoping, &c.TenantScopingCheckedAt, &c.TenantScopingDetail,
-		&c.TenancyStated, &c.KeeperOnly, &c.KeeperSlug, &c.KeeperID)
+		&c.TenancyStated, &c.KeeperOnly, &c.KeeperSlug, &c.KeeperID, &c.Placement)
 	c.Contradicted = c.TenancyStated == TenancyScoped && c.TenantScoping == "unscoped"
 	return c, err
 }
@@ -145,7 +156,7 @@ func AddCell(ctx context.Context, db DB, c NewCell) (Cell, error) {
 		return Cell{}, err
 	}
 	if c.CapacitySlots < 0 {
-		return Cell{}, errorf(Invalid, "invalid cell capacity %d: must be 0 or more", c.CapacitySlots)
+		return Cell{}, errorf(Invalid, "invalid cell capacity %d: use 0 (no cap) or more", c.CapacitySlots)
 	}
 	tenancy, err := checkTenancy(c.Tenancy)
 	if err != nil {
@@ -181,20 +192,25 @@ type CellChange struct {
 	ClearSecret bool    // remove the secret
 	Tenancy     *string // probe, scoped or unscoped
 	Region      *string
+	Capacity    *int // clusters the cell takes, 0 for no cap; not below what it holds
 }
 
 // UpdateCell changes a cell through queen_proxy.update_cell, so that the
 // CLI, the console and plain SQL behave alike: a new URL or secret resets
 // the probe's verdict to unknown (the cell serves its keeper only until the
 // next probe decides), and every change of URL, secret or stated tenancy
-// reaches every gateway within a second.
+// reaches every gateway within a second. A capacity below the clusters the
+// cell holds is refused (WrongState), by the database under the cell's lock.
 func UpdateCell(ctx context.Context, db DB, cell string, ch CellChange) (Cell, error) {
 	c, err := lookupCell(ctx, db, cell)
 	if err != nil {
 		return Cell{}, err
 	}
-	if ch.BaseURL == nil && ch.Secret == nil && !ch.ClearSecret && ch.Tenancy == nil && ch.Region == nil {
-		return Cell{}, errorf(Invalid, "nothing to change: give --url, --secret, --clear-secret, --tenancy or --region")
+	if ch.BaseURL == nil && ch.Secret == nil && !ch.ClearSecret && ch.Tenancy == nil && ch.Region == nil && ch.Capacity == nil {
+		return Cell{}, errorf(Invalid, "nothing to change: give --url, --secret, --clear-secret, --tenancy, --region or --capacity")
+	}
+	if ch.Capacity != nil && *ch.Capacity < 0 {
+		return Cell{}, errorf(Invalid, "invalid cell capacity %d: use 0 (no cap) or more", *ch.Capacity)
 	}
 	if ch.Secret != nil && ch.ClearSecret {
 		return Cell{}, errorf(Invalid, "give a new secret or clear it, not both")
@@ -227,8 +243,8 @@ func UpdateCell(ctx context.Context, db DB, cell string, ch CellChange) (Cell, e
 		}
 		region = &r
 	}
-	if _, err := db.Exec(ctx, `SELECT queen_proxy.update_cell($1::uuid, $2, $3, $4, $5, $6)`,
-		c.ID, base, ch.Secret, ch.ClearSecret, tenancy, region); err != nil {
+	if _, err := db.Exec(ctx, `SELECT queen_proxy.update_cell($1::uuid, $2, $3, $4, $5, $6, $7::integer)`,
+		c.ID, base, ch.Secret, ch.ClearSecret, tenancy, region, ch.Capacity); err != nil {
 		return Cell{}, dbError("update cell", err)
 	}
 	return getCell(ctx, db, c.ID)
@@ -257,8 +273,9 @@ func ListCells(ctx context.Context, db DB) ([]Cell, error) {
 }
 
 // SetCellStatus sets a cell's status: draining stops placing new clusters on
-// it (CreateCluster and MoveCluster refuse it) while the gateway keeps
-// serving the clusters already there; active undoes that. A trigger tells
+// it (placement passes it over, CreateCluster and MoveCluster naming it
+// refuse it) while the gateway keeps serving the clusters already there;
+// active undoes that. A trigger tells
 // every gateway (migrations/016), as for every change of a cell.
 func SetCellStatus(ctx context.Context, db DB, cell, status string) (Cell, error) {
 	switch status {

@@ -24,6 +24,8 @@ type Cluster struct {
 	BrokerTenantUUID string          `json:"broker_tenant_uuid"`
 	Overrides        json.RawMessage `json:"overrides"`
 	CreatedAt        time.Time       `json:"created_at"`
+	// Placed is set by CreateCluster when the database chose the cell.
+	Placed bool `json:"placed,omitempty"`
 }
 
 const clusterSelect = `SELECT c.id::text, c.slug, t.id::text, t.slug, t.status, c.status, p.code,
@@ -55,16 +57,19 @@ type NewCluster struct {
 	Tenant string // slug or id
 	Slug   string
 	Plan   string // plan code
-	Cell   string // slug or id; empty picks the only active cell
+	Cell   string // slug or id; empty lets the database place it (place_cluster)
 	// Release checks, when the cell is empty but holds the queues a keeper
 	// left there (see Keeper.Residue), that they are gone; nil leaves the
 	// database to refuse such a placement.
 	Release Releaser
 }
 
-// CreateCluster creates a cluster through create_cluster. The cell must be
-// active; when none is named and exactly one active cell exists, that one is
-// used.
+// CreateCluster creates a cluster through create_cluster. A named cell must
+// be active and have room (a cap is enforced by the database). With no cell
+// named, create_cluster places it (place_cluster, migrations/019): the least
+// loaded active cell of the plan's class with room, and of cells not known
+// to scope by tenant only an empty one; no room is a WrongState error that
+// says what to add.
 func CreateCluster(ctx context.Context, db DB, n NewCluster) (Cluster, error) {
 	slug, err := checkSlug("cluster", n.Slug)
 	if err != nil {
@@ -78,51 +83,35 @@ func CreateCluster(ctx context.Context, db DB, n NewCluster) (Cluster, error) {
 	if err != nil {
 		return Cluster{}, err
 	}
-	var cell ref
-	if normalize(n.Cell) == "" {
-		if cell, err = onlyActiveCell(ctx, db); err != nil {
+	var cellID *string
+	if normalize(n.Cell) != "" {
+		cell, err := lookupCell(ctx, db, n.Cell)
+		if err != nil {
 			return Cluster{}, err
 		}
-	} else if cell, err = lookupCell(ctx, db, n.Cell); err != nil {
-		return Cluster{}, err
-	}
-	if err := placeable(cell); err != nil {
-		return Cluster{}, err
+		if err := placeable(cell); err != nil {
+			return Cluster{}, err
+		}
+		cellID = &cell.ID
 	}
 	var id string
 	err = inTx(ctx, db, "create cluster", func(tx pgx.Tx) error {
-		if err := releaseCellResidue(ctx, tx, cell.ID, "", n.Release); err != nil {
-			return err
+		// Placement passes over cells with a keeper's residue, so only a
+		// named cell may need it released.
+		if cellID != nil {
+			if err := releaseCellResidue(ctx, tx, *cellID, "", n.Release); err != nil {
+				return err
+			}
 		}
 		return tx.QueryRow(ctx, `SELECT queen_proxy.create_cluster($1::uuid, $2, $3, $4::uuid)::text`,
-			t.ID, slug, p.Name, cell.ID).Scan(&id)
+			t.ID, slug, p.Name, cellID).Scan(&id)
 	})
 	if err != nil {
 		return Cluster{}, err
 	}
-	return getCluster(ctx, db, id)
-}
-
-func onlyActiveCell(ctx context.Context, db DB) (ref, error) {
-	rows, err := db.Query(ctx, `SELECT id::text, slug, status, '' FROM queen_proxy.cells WHERE status = 'active' ORDER BY slug LIMIT 2`)
-	if err != nil {
-		return ref{}, dbError("list cells", err)
-	}
-	cells, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ref, error) {
-		var c ref
-		err := r.Scan(&c.ID, &c.Name, &c.Status, &c.Tenant)
-		return c, err
-	})
-	if err != nil {
-		return ref{}, dbError("list cells", err)
-	}
-	switch len(cells) {
-	case 0:
-		return ref{}, errorf(NotFound, "no active cell to place the cluster on; add one first")
-	case 1:
-		return cells[0], nil
-	}
-	return ref{}, errorf(Invalid, "several active cells: name the cell to place the cluster on")
+	c, err := getCluster(ctx, db, id)
+	c.Placed = cellID == nil
+	return c, err
 }
 
 // ClusterFilter narrows ListClusters; empty fields match everything.

@@ -34,7 +34,7 @@ func TestCells(t *testing.T) {
 		{NewCell{Slug: "c", Region: "eu1", BaseURL: "", Class: "shared"}, Invalid, "cell broker URL is required"},
 		{NewCell{Slug: "c", Region: "eu1", BaseURL: "inprocess://self", Class: "shared"}, Invalid, `invalid cell broker URL "inprocess://self": want http://host:port`},
 		{NewCell{Slug: "c", Region: "eu1", BaseURL: "http://x:1", Class: "big"}, Invalid, `invalid cell class "big": use shared or dedicated`},
-		{NewCell{Slug: "c", Region: "eu1", BaseURL: "http://x:1", Class: "shared", CapacitySlots: -1}, Invalid, "invalid cell capacity -1: must be 0 or more"},
+		{NewCell{Slug: "c", Region: "eu1", BaseURL: "http://x:1", Class: "shared", CapacitySlots: -1}, Invalid, "invalid cell capacity -1: use 0 (no cap) or more"},
 	}
 	for _, b := range bad {
 		_, err := AddCell(ctx, pool, b.cell)
@@ -74,12 +74,14 @@ func TestCreateCluster(t *testing.T) {
 	wantErr(t, err, NotFound, `unknown tenant "acme"`)
 	must[Tenant](t)(CreateTenant(ctx, pool, "acme", ""))
 	_, err = CreateCluster(ctx, pool, NewCluster{Tenant: "acme", Slug: "x", Plan: "pro"})
-	wantErr(t, err, NotFound, "no active cell to place the cluster on; add one first")
+	wantErr(t, err, WrongState, "no active shared cell has room for a cluster of plan pro (shared cells: none): "+
+		"add one (caddy queen cell add <slug> --region <region> --url <broker URL> --class shared --capacity N) "+
+		"or raise a cell's capacity (caddy queen cell update <cell> --capacity N)")
 
 	cell := must[Cell](t)(AddCell(ctx, pool, NewCell{Slug: "eu1-a", Region: "eu1", BaseURL: "http://a:1", Class: "shared"}))
 	c := must[Cluster](t)(CreateCluster(ctx, pool, NewCluster{Tenant: "acme", Slug: "Acme-Prod", Plan: "pro"}))
 	if c.Slug != "acme-prod" || c.TenantSlug != "acme" || c.PlanCode != "pro" || c.CellID != cell.ID || c.Status != "active" ||
-		c.BrokerTenantUUID == "" || string(c.Overrides) != "{}" {
+		c.BrokerTenantUUID == "" || string(c.Overrides) != "{}" || !c.Placed {
 		t.Fatalf("created %+v", c)
 	}
 	if n := scalar[int](t, pool, `SELECT count(*)::int FROM queen_proxy.operations WHERE action = 'cluster_created'`); n != 1 {
@@ -87,8 +89,12 @@ func TestCreateCluster(t *testing.T) {
 	}
 
 	must[Cell](t)(AddCell(ctx, pool, NewCell{Slug: "eu1-b", Region: "eu1", BaseURL: "http://b:1", Class: "shared"}))
+	must[Cell](t)(SetCellStatus(ctx, pool, "eu1-b", CellDraining))
 	_, err = CreateCluster(ctx, pool, NewCluster{Tenant: "acme", Slug: "y", Plan: "pro"})
-	wantErr(t, err, Invalid, "several active cells: name the cell to place the cluster on")
+	wantErr(t, err, WrongState, "no active shared cell has room for a cluster of plan pro (shared cells: 1 draining, 1 keeper-only): "+
+		"add one (caddy queen cell add <slug> --region <region> --url <broker URL> --class shared --capacity N) "+
+		"or raise a cell's capacity (caddy queen cell update <cell> --capacity N)")
+	must[Cell](t)(SetCellStatus(ctx, pool, "eu1-b", CellActive))
 	_, err = CreateCluster(ctx, pool, NewCluster{Tenant: "acme", Slug: "acme-prod", Plan: "pro", Cell: "eu1-b"})
 	wantErr(t, err, Taken, `cluster slug "acme-prod" is already taken`)
 	_, err = CreateCluster(ctx, pool, NewCluster{Tenant: "acme", Slug: "y", Plan: "gold", Cell: "eu1-b"})

@@ -93,9 +93,11 @@ func TenantsTable(ts []Tenant) Table {
 	return t
 }
 
-// CellsTable lists cells.
+// CellsTable lists cells. USED/CAPACITY is used_slots over capacity_slots
+// ("no cap" for 0); PLACEMENT is whether placement may choose the cell
+// (open) or why not.
 func CellsTable(cs []Cell) Table {
-	t := Table{Header: []string{"SLUG", "REGION", "CLASS", "STATUS", "CLUSTERS", "CAPACITY", "BROKER URL", "SECRET",
+	t := Table{Header: []string{"SLUG", "REGION", "CLASS", "STATUS", "USED/CAPACITY", "PLACEMENT", "BROKER URL", "SECRET",
 		"TENANCY", "TENANT SCOPING", "SERVES", "KEEPER", "ID"}}
 	for _, c := range cs {
 		secret := "no"
@@ -120,8 +122,16 @@ func CellsTable(cs []Cell) Table {
 		if keeper == "" {
 			keeper = "-"
 		}
-		t.Rows = append(t.Rows, []string{c.Slug, c.Region, c.Class, c.Status, strconv.Itoa(c.Clusters),
-			strconv.Itoa(c.CapacitySlots), c.BaseURL, secret, c.TenancyStated, scoping, serves, keeper, c.ID})
+		capacity := strconv.Itoa(c.CapacitySlots)
+		if c.CapacitySlots == 0 {
+			capacity = "no cap"
+		}
+		placement := c.Placement
+		if placement == "" {
+			placement = "-"
+		}
+		t.Rows = append(t.Rows, []string{c.Slug, c.Region, c.Class, c.Status, strconv.Itoa(c.UsedSlots) + "/" + capacity,
+			placement, c.BaseURL, secret, c.TenancyStated, scoping, serves, keeper, c.ID})
 	}
 	return t
 }

@@ -73,16 +73,16 @@ func TestResultTables(t *testing.T) {
 	}{
 		{TenantsTable([]Tenant{{ID: "t1", Slug: "acme", Name: "Acme", Status: "active", Clusters: 2, Users: 1, CreatedAt: at}}),
 			"acme,Acme,active,2,1,2026-01-02T03:04:05Z,t1"},
-		{CellsTable([]Cell{{ID: "c1", Slug: "eu1-a", Region: "eu1", Class: "shared", Status: "draining", Clusters: 3,
-			CapacitySlots: 10, BaseURL: "http://a:1", HasSecret: true, TenantScoping: "unscoped", TenantScopingCheckedAt: &at,
+		{CellsTable([]Cell{{ID: "c1", Slug: "eu1-a", Region: "eu1", Class: "shared", Status: "draining", Clusters: 3, UsedSlots: 3,
+			CapacitySlots: 10, Placement: "draining", BaseURL: "http://a:1", HasSecret: true, TenantScoping: "unscoped", TenantScopingCheckedAt: &at,
 			TenancyStated: "probe", KeeperOnly: true, KeeperSlug: "p"},
 			{ID: "c2", Slug: "eu1-b", Region: "eu1", Class: "shared", Status: "active", BaseURL: "http://b:1",
 				TenantScoping: "unknown", TenancyStated: "scoped"},
-			{ID: "c3", Slug: "eu1-c", Region: "eu1", Class: "shared", Status: "active", BaseURL: "http://c:1", Clusters: 2,
+			{ID: "c3", Slug: "eu1-c", Region: "eu1", Class: "shared", Status: "active", BaseURL: "http://c:1", Clusters: 2, UsedSlots: 2, Placement: "keeper-only",
 				TenantScoping: "unscoped", TenancyStated: "scoped", KeeperOnly: true, Contradicted: true, KeeperSlug: "q"}}),
-			"eu1-a,eu1,shared,draining,3,10,http://a:1,yes,probe,unscoped (2026-01-02T03:04:05Z),keeper,p,c1|" +
-				"eu1-b,eu1,shared,active,0,0,http://b:1,no,scoped,unknown,all,-,c2|" +
-				"eu1-c,eu1,shared,active,2,0,http://c:1,no,scoped,unscoped,keeper (CONTRADICTED: stated scoped, probe found unscoped),q,c3"},
+			"eu1-a,eu1,shared,draining,3/10,draining,http://a:1,yes,probe,unscoped (2026-01-02T03:04:05Z),keeper,p,c1|" +
+				"eu1-b,eu1,shared,active,0/no cap,-,http://b:1,no,scoped,unknown,all,-,c2|" +
+				"eu1-c,eu1,shared,active,2/no cap,keeper-only,http://c:1,no,scoped,unscoped,keeper (CONTRADICTED: stated scoped, probe found unscoped),q,c3"},
 		{ClustersTable([]Cluster{{ID: "k1", Slug: "p", TenantSlug: "acme", Status: "active", TenantStatus: "grace", PlanCode: "pro",
 			CellSlug: "eu1-a", Overrides: json.RawMessage("{}"), BrokerTenantUUID: "b1"}}),
 			"p,acme,active,grace,pro,eu1-a,-,b1,k1"},

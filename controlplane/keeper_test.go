@@ -171,7 +171,8 @@ func TestUpdateCell(t *testing.T) {
 		ch   CellChange
 		want string
 	}{
-		{CellChange{}, "nothing to change: give --url, --secret, --clear-secret, --tenancy or --region"},
+		{CellChange{}, "nothing to change: give --url, --secret, --clear-secret, --tenancy, --region or --capacity"},
+		{CellChange{Capacity: ptrTo(-2)}, "invalid cell capacity -2: use 0 (no cap) or more"},
 		{CellChange{Secret: ptrTo("s"), ClearSecret: true}, "give a new secret or clear it, not both"},
 		{CellChange{Secret: ptrTo("")}, "the new secret is empty; clear it instead"},
 		{CellChange{BaseURL: ptrTo("10.0.0.1:80")}, `invalid cell broker URL "10.0.0.1:80": want http://host:port`},

@@ -124,7 +124,7 @@ func TestCLI(t *testing.T) {
 
 	t.Run("help lists every command", func(t *testing.T) {
 		out := newCLI("").ok(t, "--help")
-		for _, c := range []string{"migrate", "cell", "tenant", "cluster", "key", "user", "plan", "usage", "QUEENGATE_DATABASE_URL", "Exit codes"} {
+		for _, c := range []string{"migrate", "cell", "tenant", "cluster", "key", "user", "plan", "usage", "version", "QUEENGATE_DATABASE_URL", "Exit codes"} {
 			if !strings.Contains(out, c) {
 				t.Errorf("caddy queen --help does not mention %q:\n%s", c, out)
 			}
@@ -187,7 +187,9 @@ func TestCLI(t *testing.T) {
 		q.fails(t, 1, "queen cluster create: unknown tenant \"nope\"\n", "cluster", "create", "nope-prod", "--tenant", "nope")
 		q.fails(t, 1, "queen tenant delete: unknown tenant \"nope\"\n", "tenant", "delete", "nope")
 		q.fails(t, 1, "queen usage: unknown tenant \"nope\"\n", "usage", "--tenant", "nope")
-		q.fails(t, 1, "queen cluster create: no active cell to place the cluster on; add one first\n",
+		q.fails(t, 1, "queen cluster create: no active shared cell has room for a cluster of plan free (shared cells: none): "+
+			"add one (caddy queen cell add <slug> --region <region> --url <broker URL> --class shared --capacity N) "+
+			"or raise a cell's capacity (caddy queen cell update <cell> --capacity N)\n",
 			"cluster", "create", "acme-prod", "--tenant", "acme")
 		q.fails(t, 1, "queen key revoke: invalid key id \"abc\": want the id that key list shows\n", "key", "revoke", "abc")
 		q.fails(t, 1, "queen key create: invalid scope \"write\": use produce, consume, read or admin\n",
@@ -233,9 +235,9 @@ func TestCLI(t *testing.T) {
 		q.fails(t, 1, "queen cell add: invalid tenancy \"maybe\": use probe, scoped or unscoped\n",
 			"cell", "add", "eu1-c", "--region", "eu1", "--url", "http://x:1", "--tenancy", "maybe")
 		cells := lines(q.ok(t, "cell", "list"))
-		if len(cells) != 3 || strings.Join(cells[0][:12], "|") != "SLUG|REGION|CLASS|STATUS|CLUSTERS|CAPACITY|BROKER URL|SECRET|TENANCY|TENANT SCOPING|SERVES|KEEPER" ||
-			strings.Join(cells[1][:12], "|") != "eu1-a|eu1|shared|active|0|0|http://10.0.0.7:6632|no|scoped|unknown|all|-" ||
-			strings.Join(cells[2][:12], "|") != "eu1-b|eu1|dedicated|active|0|1|http://10.0.0.8:6632|yes|probe|unknown|keeper|-" {
+		if len(cells) != 3 || strings.Join(cells[0][:12], "|") != "SLUG|REGION|CLASS|STATUS|USED/CAPACITY|PLACEMENT|BROKER URL|SECRET|TENANCY|TENANT SCOPING|SERVES|KEEPER" ||
+			strings.Join(cells[1][:12], "|") != "eu1-a|eu1|shared|active|0/no cap|open|http://10.0.0.7:6632|no|scoped|unknown|all|-" ||
+			strings.Join(cells[2][:12], "|") != "eu1-b|eu1|dedicated|active|0/1|open|http://10.0.0.8:6632|yes|probe|unknown|keeper|-" {
 			t.Fatalf("cell list: %q", cells)
 		}
 
@@ -243,11 +245,11 @@ func TestCLI(t *testing.T) {
 		cp0 := newControlPlane(t, url)
 		cp0.exec(`UPDATE queen_proxy.cells SET tenant_scoping = 'scoped', tenant_scoping_checked_at = now() WHERE slug = 'eu1-b'`)
 		if out := q.ok(t, "cell", "update", "eu1-b", "--tenancy", "unscoped", "--region", "eu2"); out !=
-			"updated cell \"eu1-b\" (broker http://10.0.0.8:6632, tenancy unscoped); gateways reload its 0 cluster(s)\n" {
+			"updated cell \"eu1-b\" (broker http://10.0.0.8:6632, tenancy unscoped, 0 of 1 slots used); gateways reload its 0 cluster(s)\n" {
 			t.Fatalf("cell update --tenancy: %q", out)
 		}
 		if out := q.ok(t, "cell", "update", "eu1-b", "--url", "http://10.0.0.9:6632"); out !=
-			"updated cell \"eu1-b\" (broker http://10.0.0.9:6632, tenancy unscoped); gateways reload its 0 cluster(s)\n"+
+			"updated cell \"eu1-b\" (broker http://10.0.0.9:6632, tenancy unscoped, 0 of 1 slots used); gateways reload its 0 cluster(s)\n"+
 				"note: the broker URL or secret changed: the probe's verdict (was scoped) is unknown until the gateway probes the cell again\n" {
 			t.Fatalf("cell update --url: %q", out)
 		}
@@ -266,7 +268,7 @@ func TestCLI(t *testing.T) {
 		if r.code != 0 || r.stderr != "" {
 			t.Fatalf("cell update --secret-env: %d %s", r.code, r.stderr)
 		}
-		q.fails(t, 1, "queen cell update: nothing to change: give --url, --secret, --clear-secret, --tenancy or --region\n", "cell", "update", "eu1-b")
+		q.fails(t, 1, "queen cell update: nothing to change: give --url, --secret, --clear-secret, --tenancy, --region or --capacity\n", "cell", "update", "eu1-b")
 		q.fails(t, 1, "queen cell update: give a new secret or clear it, not both\n", "cell", "update", "eu1-b", "--secret", "x", "--clear-secret")
 		q.fails(t, 1, "queen cell update: invalid tenancy \"all\": use probe, scoped or unscoped\n", "cell", "update", "eu1-b", "--tenancy", "all")
 		q.fails(t, 1, "queen cell update: unknown cell \"eu9\"\n", "cell", "update", "eu9", "--tenancy", "scoped")
@@ -296,7 +298,8 @@ func TestCLI(t *testing.T) {
 		q.fails(t, 1, "queen cluster create: cell \"eu1-b\" is draining and takes no new clusters\n",
 			"cluster", "create", "acme-prod", "--tenant", "acme", "--cell", "eu1-b")
 		if out := q.ok(t, "cluster", "create", "acme-prod", "--tenant", "acme", "--plan", "pro"); !strings.HasPrefix(out,
-			`created cluster "acme-prod" for tenant "acme" on cell "eu1-a", plan pro, broker tenant `) {
+			`created cluster "acme-prod" for tenant "acme" on cell "eu1-a", plan pro, broker tenant `) || !strings.HasSuffix(out,
+			"\nplaced on cell \"eu1-a\": the least loaded active shared cell with room; now 1 cluster(s), no cap\n") {
 			t.Fatalf("cluster create: %q", out)
 		}
 		q.ok(t, "cluster", "create", "beta-1", "--tenant", beta.ID, "--cell", "eu1-a")

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/queengate/queengate/internal/buildversion"
 	"github.com/queengate/queengate/internal/fakebroker"
 	"github.com/queengate/queengate/internal/pgtest"
 )
@@ -321,15 +322,17 @@ http://:%d {
 			b, _ := io.ReadAll(resp.Body)
 			return resp.StatusCode, response{body: b}.json(t)
 		}
-		if status, body := readyz(port, ""); status != 200 || body["database"] != "ok" || body["status"] != "ready" {
-			t.Fatalf("loopback /readyz: %d %v", status, body)
+		if status, body := readyz(port, ""); status != 200 || body["database"] != "ok" || body["status"] != "ready" ||
+			body["version"] != buildversion.Read().String() {
+			t.Fatalf("loopback /readyz: %d %v (want version %q)", status, body, buildversion.Read())
 		}
 		for range 5 {
 			if status, body := readyz(port, "203.0.113.5"); status != 200 || len(body) != 1 || body["status"] != "ready" {
 				t.Fatalf("remote /readyz on a cluster host: %d %v, want the verdict alone", status, body)
 			}
 		}
-		if status, body := readyz(probePort, "203.0.113.5"); status != 200 || body["database"] != "ok" || body["cell_isolation"] == nil {
+		if status, body := readyz(probePort, "203.0.113.5"); status != 200 || body["database"] != "ok" || body["cell_isolation"] == nil ||
+			body["version"] != buildversion.Read().String() {
 			t.Fatalf("remote /readyz on the probe listener: %d %v", status, body)
 		}
 		if got := cellGot(broker); len(got) != 0 {

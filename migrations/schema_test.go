@@ -318,7 +318,8 @@ func TestSchemaChecks(t *testing.T) {
 		{"plan retained bytes negative", "INSERT INTO queen_proxy.plans (code, cell_class, max_retained_bytes) VALUES ('pn', 'shared', -1)"},
 		{"cell blank region", "INSERT INTO queen_proxy.cells (slug, region, base_url, class) VALUES ('cx', ' ', 'http://x', 'shared')"},
 		{"cell class", "INSERT INTO queen_proxy.cells (slug, region, base_url, class) VALUES ('cy', 'r', 'http://x', 'big')"},
-		{"cell negative slots", "INSERT INTO queen_proxy.cells (slug, region, base_url, class, used_slots) VALUES ('cz', 'r', 'http://x', 'shared', -1)"},
+		// used_slots is the trigger's (019): a written value is replaced, so the CHECK is seen on capacity_slots.
+		{"cell negative slots", "INSERT INTO queen_proxy.cells (slug, region, base_url, class, capacity_slots) VALUES ('cz', 'r', 'http://x', 'shared', -1)"},
 		{"cell status", "INSERT INTO queen_proxy.cells (slug, region, base_url, class, status) VALUES ('cw', 'r', 'http://x', 'shared', 'up')"},
 		{"cluster status", "UPDATE queen_proxy.clusters SET status = 'grace' WHERE id = '" + cluster + "'"},
 		{"cluster slug", "UPDATE queen_proxy.clusters SET slug = 'a_b' WHERE id = '" + cluster + "'"},

@@ -89,6 +89,7 @@ func buildQueenCommand(cmd *cobra.Command) {
 		userCommand(),
 		planCommand(),
 		usageCommand(),
+		versionCommand(),
 	)
 	silence(cmd)
 }
@@ -303,7 +304,7 @@ before provisioning with the other commands. Prints what it applied.`,
 func cellCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cell",
-		Short: "Adds, updates, lists and drains cells (one broker stack each, fronted by one gateway)",
+		Short: "Adds, updates, lists, drains and removes cells (one broker stack each, fronted by one gateway)",
 	}
 	groupCommand(cmd)
 
@@ -317,12 +318,12 @@ broker requires a token, give it with --secret-env (the name of an environment
 variable that holds it, which keeps it out of the process list) or --secret;
 the gateway presents it upstream as "Authorization: Bearer <secret>".
 Cells are plain rows: no SQL function creates them.
-` + tenancyNote,
+` + capacityNote + tenancyNote,
 	}
 	add.Flags().String("region", "", "region label, e.g. eu1 (required)")
 	add.Flags().String("url", "", "broker base URL, e.g. http://10.0.0.7:6632 (required)")
 	add.Flags().String("class", "shared", "shared (many clusters) or dedicated (one)")
-	add.Flags().Int("capacity", 0, "capacity in cluster slots (informational)")
+	add.Flags().Int("capacity", 0, "clusters the cell takes, enforced on every placement (0: no cap)")
 	add.Flags().String("secret", "", "bearer token for the broker (visible in the process list; prefer --secret-env)")
 	add.Flags().String("secret-env", "", "name of an environment variable holding the bearer token for the broker")
 	add.Flags().String("broker-version", "", "broker version (informational)")
@@ -361,7 +362,7 @@ Cells are plain rows: no SQL function creates them.
 		})
 	})
 
-	list := &cobra.Command{Use: "list", Short: "Lists cells"}
+	list := &cobra.Command{Use: "list", Short: "Lists cells with their use, placement state and tenancy verdict", Long: cellListLong}
 	list.RunE = action(exactly(0), func(r *run, _ []string) error {
 		pool, err := r.db()
 		if err != nil {
@@ -379,9 +380,12 @@ Cells are plain rows: no SQL function creates them.
 		Short: "Stops placing new clusters on a cell",
 		Long: `
 Marks a cell as draining (cells.status = 'draining'). A draining cell keeps
-serving the clusters it has, but "cluster create" and "cluster move" refuse to
-place clusters on it. Move its clusters away with "cluster move" to empty it.
---undo makes it active again.`,
+serving the clusters it has: their traffic, keys and limits are untouched,
+and every gateway goes on routing to it. It takes no new ones: placement
+("cluster create" without --cell) passes it over, and "cluster create --cell"
+and "cluster move --to" naming it are refused. To retire the cell, move its
+clusters away with "cluster move" (their broker data does not move), then
+"cell remove" it. --undo makes it active again.`,
 	}
 	drain.Flags().Bool("undo", false, "make the cell active again")
 	drain.RunE = action(exactly(1), func(r *run, args []string) error {
@@ -406,7 +410,7 @@ place clusters on it. Move its clusters away with "cluster move" to empty it.
 			return nil
 		})
 	})
-	cmd.AddCommand(add, cellUpdateCommand(), list, drain)
+	cmd.AddCommand(add, cellUpdateCommand(), list, drain, cellRemoveCommand())
 	return cmd
 }
 

@@ -1,6 +1,7 @@
 package queencli
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -21,10 +22,35 @@ const tenancyNote = `
   unscoped  the broker does not (the public Queen broker): only the keeper is
             served and the cell takes no second cluster, whatever a probe finds`
 
+// capacityNote is the help cell add and cell update give on --capacity.
+const capacityNote = `
+--capacity is how many clusters the cell takes (cells.capacity_slots), held on
+every placement, chosen or named, by the database; 0 (the default) is no cap.
+"cluster create" without --cell places a cluster on the least loaded active
+cell of its plan's class with room (see "cell list --help").
+`
+
+const cellListLong = `
+Lists every cell. USED/CAPACITY is the clusters placed on it over its cap
+("no cap" for 0), kept exact by the database. PLACEMENT says whether
+"cluster create" without --cell may choose it:
+  open         yes
+  draining     no: drained ("cell drain"); it keeps serving its clusters
+  dead         no: marked dead
+  full         no: USED has reached CAPACITY
+  keeper-only  no: its broker is not known to keep tenants apart and it
+               holds its keeper (its first cluster), the only one served
+  residue      no: empty, but a keeper's queues are still on its broker
+  occupied     no: a dedicated cell with its one cluster
+Of the open cells of the plan's class, the least loaded wins: the lowest
+USED/CAPACITY (0 for a cell without a cap), then the fewest clusters, then
+the slug. TENANCY is the operator's statement, TENANT SCOPING the probe's
+verdict (and when it was taken), SERVES what the gateway serves on it.`
+
 func cellUpdateCommand() *cobra.Command {
 	update := &cobra.Command{
-		Use:   "update <cell> [--url <broker URL>] [--secret-env <VAR> | --secret <token> | --clear-secret] [--tenancy probe|scoped|unscoped] [--region <region>]",
-		Short: "Changes a cell's broker URL, secret, stated tenancy or region",
+		Use:   "update <cell> [--url <broker URL>] [--secret-env <VAR> | --secret <token> | --clear-secret] [--tenancy probe|scoped|unscoped] [--region <region>] [--capacity <n>]",
+		Short: "Changes a cell's broker URL, secret, stated tenancy, region or capacity",
 		Long: `
 Changes a cell through update_cell, as the console and plain SQL do. Every
 gateway reloads the cell's clusters within a second.
@@ -33,6 +59,7 @@ A new URL or secret points the cell at a broker no probe has seen: the
 probe's verdict is reset to unknown in the same statement, so until the
 gateway has probed it again only the cell's keeper is served (unless the
 cell is stated scoped).
+` + capacityNote + `A capacity below the clusters the cell holds is refused.
 ` + tenancyNote,
 	}
 	f := update.Flags()
@@ -42,6 +69,7 @@ cell is stated scoped).
 	f.Bool("clear-secret", false, "send no bearer token to the broker any more")
 	f.String("tenancy", "", "probe, scoped or unscoped")
 	f.String("region", "", "new region label")
+	f.Int("capacity", 0, "clusters the cell takes (0: no cap); not below the clusters it holds")
 	update.RunE = action(exactly(1), func(r *run, args []string) error {
 		var ch controlplane.CellChange
 		str := func(name string) *string {
@@ -64,6 +92,10 @@ cell is stated scoped).
 			ch.Secret = &v
 		}
 		ch.ClearSecret, _ = f.GetBool("clear-secret")
+		if f.Changed("capacity") {
+			n, _ := f.GetInt("capacity")
+			ch.Capacity = &n
+		}
 		pool, err := r.db()
 		if err != nil {
 			return err
@@ -77,8 +109,8 @@ cell is stated scoped).
 			return err
 		}
 		return r.emit(cell, func() error {
-			r.printf("updated cell %q (broker %s, tenancy %s); gateways reload its %d cluster(s)",
-				cell.Slug, cell.BaseURL, cell.TenancyStated, cell.Clusters)
+			r.printf("updated cell %q (broker %s, tenancy %s, %s); gateways reload its %d cluster(s)",
+				cell.Slug, cell.BaseURL, cell.TenancyStated, slotsText(cell), cell.Clusters)
 			if cell.TenantScoping == "unknown" && before.TenantScopingDetail != cell.TenantScopingDetail {
 				r.printf("note: the broker URL or secret changed: the probe's verdict (was %s) is unknown until the gateway probes the cell again",
 					before.TenantScoping)
@@ -87,4 +119,53 @@ cell is stated scoped).
 		})
 	})
 	return update
+}
+
+// slotsText is a cell's use for messages: "2 of 10 slots used" or "2
+// clusters, no cap".
+func slotsText(c controlplane.Cell) string {
+	if c.CapacitySlots == 0 {
+		return fmt.Sprintf("%d cluster(s), no cap", c.UsedSlots)
+	}
+	return fmt.Sprintf("%d of %d slots used", c.UsedSlots, c.CapacitySlots)
+}
+
+func cellRemoveCommand() *cobra.Command {
+	remove := &cobra.Command{
+		Use:   "remove <cell> [--forget-residue]",
+		Short: "Removes a cell that holds no cluster",
+		Long: `
+Removes a cell (remove_cell). It is refused while any cluster is placed on
+the cell, with their number: drain the cell ("cell drain") so nothing new is
+placed there, move each cluster with "cluster move <cluster> --to <cell>"
+("cluster list --cell <cell>" lists them), then remove it.
+
+It is also refused while the cell records queues its keeper left on a broker
+not known to keep tenants apart (a re-added cell for that broker would not
+know of them): delete them there first, or give --forget-residue when the
+broker is retired with its data.
+
+The removal is recorded in the outbox (kind cell_removed). A cell without
+clusters has nothing cached on any gateway, so no gateway needs telling.`,
+	}
+	remove.Flags().Bool("forget-residue", false, "remove the cell although a keeper's queues are still on its broker (the broker is retired)")
+	remove.RunE = action(exactly(1), func(r *run, args []string) error {
+		forget, _ := r.cmd.Flags().GetBool("forget-residue")
+		pool, err := r.db()
+		if err != nil {
+			return err
+		}
+		removed, err := controlplane.RemoveCell(r.ctx, pool, args[0], forget)
+		if err != nil {
+			return err
+		}
+		return r.emit(removed, func() error {
+			r.printf("removed cell %q (%s, region %s, broker %s)", removed.Slug, removed.Class, removed.Region, removed.BaseURL)
+			if removed.ResidueForgotten != nil {
+				r.printf("note: the queues its keeper left on that broker were not deleted: %s", removed.ResidueForgotten)
+			}
+			return nil
+		})
+	})
+	return remove
 }

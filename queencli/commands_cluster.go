@@ -21,16 +21,23 @@ func clusterCommand() *cobra.Command {
 		Short: "Creates a cluster (a hostname and a broker namespace) for a tenant",
 		Long: `
 Creates a cluster (create_cluster). Its slug is the first label of its
-hostname (<slug>.<base domain>) and is unique across all tenants. The cell
-must be active (not draining); without --cell the only active cell is used.
-The cluster gets its own broker namespace (broker tenant id, sent upstream as
+hostname (<slug>.<base domain>) and is unique across all tenants. The cluster
+gets its own broker namespace (broker tenant id, sent upstream as
 x-queen-tenant).
+
+Without --cell the database places it (place_cluster), as the console and
+plain SQL do: on the least loaded active cell of the plan's cell class with
+room (lowest used/capacity, then fewest clusters, then slug), and of the
+cells whose broker is not known to keep tenants apart only an empty one (the
+cluster becomes its keeper). Two creates at once never overfill a cell. With
+no such cell it is refused with what to add. A cell named with --cell must be
+active (not draining) and have room.
 ` + keeperNote,
 	}
 	create.Flags().String("tenant", "", "owning tenant (required)")
 	create.Flags().String("plan", "free", "plan code (see \"plan list\")")
 	keeperFlags(create)
-	create.Flags().String("cell", "", "cell to place it on (default: the only active cell)")
+	create.Flags().String("cell", "", "cell to place it on (default: the database places it)")
 	create.RunE = action(exactly(1), func(r *run, args []string) error {
 		n := controlplane.NewCluster{Slug: args[0]}
 		n.Tenant, _ = r.cmd.Flags().GetString("tenant")
@@ -51,6 +58,13 @@ x-queen-tenant).
 		return r.emit(c, func() error {
 			r.printf("created cluster %q for tenant %q on cell %q, plan %s, broker tenant %s, id %s",
 				c.Slug, c.TenantSlug, c.CellSlug, c.PlanCode, c.BrokerTenantUUID, c.ID)
+			if c.Placed {
+				cell, err := controlplane.GetCell(r.ctx, pool, c.CellID)
+				if err != nil {
+					return err
+				}
+				r.printf("placed on cell %q: the least loaded active %s cell with room; now %s", cell.Slug, cell.Class, slotsText(cell))
+			}
 			return nil
 		})
 	})
