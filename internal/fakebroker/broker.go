@@ -107,7 +107,7 @@ type Broker struct {
 	parked       atomic.Int64
 	ignoreTenant atomic.Bool
 	tokens       atomic.Pointer[[]string] // the bearer tokens accepted; empty: no token needed
-	poll         time.Duration // re-check interval of parked pops
+	poll         time.Duration            // re-check interval of parked pops
 	log          *requestLog
 
 	closed    chan struct{}
