@@ -322,3 +322,73 @@ func TestRotateSessionKey(t *testing.T) {
 		t.Fatalf("dropped, new session: %d %s", r.status, r.body)
 	}
 }
+
+// TestRotateCellSecretOnProbedCell: on a cell left to the probe, the new
+// secret resets the verdict, so until the probe has decided again the
+// keeper is served and the other clusters are refused with 503
+// cell_not_isolated before anything reaches the cell; with a broker that
+// accepts the new secret, that is over within a couple of seconds.
+func TestRotateCellSecretOnProbedCell(t *testing.T) {
+	broker := startBroker(t, fakebroker.Options{Name: "rotate-probed-cell", RequireTenant: true, Token: "secret-old"})
+	cp := newControlPlane(t, pgtest.URL(t))
+	cell := cp.cell("rotate-probed-cell", broker.URL(), "secret-old")
+	keeper := cp.cluster(cp.tenant("rotp-a"), "rotp-a", cell)
+	other := cp.cluster(cp.tenant("rotp-b"), "rotp-b", cell)
+	_, keeperKey := cp.key(keeper.id)
+	_, otherKey := cp.key(other.id)
+	port := freePort(t)
+	startGateway(t, gatewayCaddyfile(port, pgtest.URL(t), "", ""))
+	c := client(port)
+	get := func(slug, key string) response {
+		return do(t, c, "GET", fmt.Sprintf("http://%s.eu1.example.test:%d/api/v1/resources/queues", slug, port), key, "")
+	}
+	servedAll := func() error {
+		for slug, key := range map[string]string{keeper.slug: keeperKey, other.slug: otherKey} {
+			if r := get(slug, key); r.status != 200 {
+				return fmt.Errorf("%s answered %d %s", slug, r.status, r.body)
+			}
+		}
+		return nil
+	}
+	// The first probes decide that the broker scopes.
+	eventually(t, 10*time.Second, servedAll)
+
+	broker.SetTokens("secret-old", "secret-new")
+	updated := cp.scalar(`SELECT now()::text`)
+	cp.exec(`SELECT queen_proxy.update_cell($1::uuid, NULL, 'secret-new', false, NULL, NULL)`, cell)
+	// For a while after the change, every answer of the other cluster is
+	// either served or the refusal, and the keeper is always served.
+	answers := map[int]int{}
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if r := get(keeper.slug, keeperKey); r.status != 200 {
+			t.Fatalf("the keeper during the re-probe: %d %s", r.status, r.body)
+		}
+		r := get(other.slug, otherKey)
+		answers[r.status]++
+		switch r.status {
+		case 200:
+		case 503:
+			assertRefusal(t, r, 503, "cell_not_isolated")
+			if reached(broker, r.header.Get("X-Queen-Request-Id")) {
+				t.Fatal("a refused request reached the cell")
+			}
+		default:
+			t.Fatalf("the other cluster during the re-probe: %d %s", r.status, r.body)
+		}
+	}
+	t.Logf("the other cluster's answers in the 1.5 s after the cell update: %v", answers)
+	// The verdict was reset and probed again with the new secret.
+	took := eventually(t, 5*time.Second, func() error {
+		if v := cp.scalar(`SELECT tenant_scoping || ' ' || (coalesce(tenant_scoping_checked_at, '-infinity') > $1::timestamptz)::text
+			FROM queen_proxy.cells WHERE id = $2::uuid`, updated, cell); v != "scoped true" {
+			return fmt.Errorf("verdict after the update: %s", v)
+		}
+		return servedAll()
+	})
+	t.Logf("re-probed and serving every cluster %v later", took)
+	for _, r := range forwarded(broker) {
+		if r.Header.Get("Authorization") != "Bearer secret-new" && r.Time.After(time.Now().Add(-time.Second)) {
+			t.Fatalf("a request after the rotation presented %q", r.Header.Get("Authorization"))
+		}
+	}
+}
