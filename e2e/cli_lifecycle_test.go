@@ -10,6 +10,7 @@ import (
 	"github.com/queengate/queengate/console"
 	"github.com/queengate/queengate/internal/fakebroker"
 	"github.com/queengate/queengate/internal/pgtest"
+	"github.com/queengate/queengate/tenancy"
 )
 
 // TestCLILifecycle runs the lifecycle commands through the real binary
@@ -204,4 +205,57 @@ func TestCLILifecycle(t *testing.T) {
 			t.Fatalf("--force printed %q", out)
 		}
 	})
+}
+
+// TestSetPasswordEndsSessions: a new password (user set-password, the
+// real binary) ends the user's sessions on the gateway within a second,
+// refused before anything reaches the cell; a session signed after it is
+// served.
+func TestSetPasswordEndsSessions(t *testing.T) {
+	broker := startBroker(t, fakebroker.Options{Name: "reset-cell", RequireTenant: true})
+	url := pgtest.URL(t)
+	cp := newControlPlane(t, url)
+	cell := cp.cell("reset-cell", broker.URL(), "")
+	tenant := cp.tenant("reset")
+	cl := cp.cluster(tenant, "reset", cell)
+	userID := cp.scalar(`SELECT queen_proxy.create_user($1::uuid, 'ann@reset.test', NULL, 'local')::text`, tenant)
+	cp.exec(`SELECT queen_proxy.grant_cluster_role($1::uuid, 'ann@reset.test', 'viewer')`, cl.id)
+	port := freePort(t)
+	startGateway(t, gatewayCaddyfile(port, url, "session {\nhs256_secret "+sessionHS256Test+"\n}", ""))
+	keys, err := tenancy.NewSessionKeys(tenancy.SessionKeysConfig{HS256Secret: []byte(sessionHS256Test)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mint := func() string {
+		tok, _, err := keys.Mint(userID, "", "viewer", "", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	c := client(port)
+	queues := fmt.Sprintf("http://reset.eu1.example.test:%d/api/v1/resources/queues", port)
+	before := mint()
+	if r := do(t, c, "GET", queues, before, ""); r.status != 200 {
+		t.Fatalf("before the reset: %d %s", r.status, r.body)
+	}
+	time.Sleep(time.Second) // a session of the reset's own second counts as before it
+
+	cliFor(t)(url).ok(t, "user", "set-password", "ann@reset.test", "--generate")
+	took := eventually(t, time.Second, func() error {
+		r := do(t, c, "GET", queues, before, "")
+		if r.status != 401 {
+			return fmt.Errorf("the session from before the reset answered %d", r.status)
+		}
+		assertRefusal(t, r, 401, "unauthorized")
+		if reached(broker, r.header.Get("X-Queen-Request-Id")) {
+			t.Fatal("a request of an ended session reached the cell")
+		}
+		return nil
+	})
+	t.Logf("the session from before the reset was refused %v after it", took)
+	time.Sleep(time.Second)
+	if r := do(t, c, "GET", queues, mint(), ""); r.status != 200 {
+		t.Fatalf("a session signed after the reset: %d %s", r.status, r.body)
+	}
 }

@@ -72,11 +72,17 @@ BEGIN
 END;
 $$;
 
+-- When a user's sessions were ended: a session token issued before it is
+-- refused by every gateway (NULL: never). A new password sets it.
+ALTER TABLE queen_proxy.users ADD COLUMN IF NOT EXISTS sessions_ended_at timestamptz;
+
 -- Sets (or, with NULL, removes) a local user's password. It takes a hash,
 -- never a password: bcrypt ($2a$, $2b$, $2y$) or argon2id, the formats the
 -- gateway verifies, so the plaintext never reaches the database or its logs.
--- Audited as user_password_set (with whether it was cleared, never the
--- hash).
+-- It ends the user's sessions (sessions_ended_at), as a reset must: one who
+-- knew the old password is signed out; the nil-uuid notification makes every
+-- gateway drop its cached answers at once. Audited as user_password_set
+-- (with whether it was cleared, never the hash).
 CREATE OR REPLACE FUNCTION queen_proxy.set_user_password(p_user uuid, p_password_hash text)
 RETURNS void
 LANGUAGE plpgsql AS $$
@@ -88,11 +94,13 @@ BEGIN
        AND p_password_hash !~ '^\$argon2id\$v=19\$m=[0-9]+,t=[0-9]+,p=[0-9]+\$[A-Za-z0-9+/]+\$[A-Za-z0-9+/]+$' THEN
         RAISE EXCEPTION 'set_user_password: the hash is neither bcrypt nor argon2id' USING ERRCODE = '22023';
     END IF;
-    UPDATE queen_proxy.users SET password_hash = p_password_hash WHERE id = p_user RETURNING tenant_id INTO v_tenant;
+    UPDATE queen_proxy.users SET password_hash = p_password_hash, sessions_ended_at = clock_timestamp()
+     WHERE id = p_user RETURNING tenant_id INTO v_tenant;
     IF v_tenant IS NULL THEN
         RAISE EXCEPTION 'set_user_password: unknown user %', p_user USING ERRCODE = 'P0002';
     END IF;
     PERFORM queen_proxy.record_operation(v_tenant, NULL, 'control_plane', p_user, 'user_password_set', p_user::text,
-        jsonb_build_object('cleared', p_password_hash IS NULL));
+        jsonb_build_object('cleared', p_password_hash IS NULL, 'sessions_ended', true));
+    PERFORM pg_notify('queen_proxy_inval', '00000000-0000-0000-0000-000000000000');
 END;
 $$;

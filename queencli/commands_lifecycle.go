@@ -244,8 +244,9 @@ a new one.
                     identity provider that vouches for the e-mail
 
 Only a bcrypt hash is stored; the change is audited as user_password_set.
-The user's current console sessions are not ended by it: they last until they
-expire (sessions ttl, default 24h) or the user signs out.`,
+It also ends the user's sessions: within a second every gateway refuses each
+session token of the user issued before it (one signed in the same second
+counts as before), so whoever knew the old password is signed out.`,
 	}
 	set.Flags().Bool("password-stdin", false, "read the password from the first line of standard input")
 	set.Flags().Bool("generate", false, "generate a random password and print it once")
