@@ -37,6 +37,17 @@ type SessionConfig struct {
 	// Ed25519 key wins when both are given.
 	HS256Secret string `json:"hs256_secret,omitempty"`
 
+	// PreviousEd25519PublicKeyFiles are PEM files of more Ed25519 public
+	// keys whose sessions still verify (picked by the token's kid), for a
+	// rotation: the previous signing key, so that no session it signed is
+	// cut short, or the next one before any gateway signs with it. Drop a
+	// key once every session it signed has expired (ttl). EdDSA only.
+	PreviousEd25519PublicKeyFiles []string `json:"previous_ed25519_public_key_files,omitempty"`
+
+	// PreviousHS256Secrets are more HS256 secrets whose sessions still
+	// verify, for the same purpose. Placeholders are expanded. HS256 only.
+	PreviousHS256Secrets []string `json:"previous_hs256_secrets,omitempty"`
+
 	// CookieName is the session cookie. Default "queen_session"; the
 	// per-host cookie is "<name>_cell" ("__Host-<name>_cell" over HTTPS).
 	CookieName string `json:"cookie_name,omitempty"`
@@ -104,6 +115,16 @@ func (a *App) provisionSessions(log *zap.Logger) error {
 	if cfg.Ed25519PublicKeyPEM, err = readOptionalFile(s.Ed25519PublicKeyFile); err != nil {
 		return fmt.Errorf("sessions: %w", err)
 	}
+	for _, path := range s.PreviousEd25519PublicKeyFiles {
+		pem, err := readOptionalFile(path)
+		if err != nil {
+			return fmt.Errorf("sessions: previous key %s: %w", path, err)
+		}
+		cfg.PreviousEd25519PublicKeysPEM = append(cfg.PreviousEd25519PublicKeysPEM, pem)
+	}
+	for _, secret := range s.PreviousHS256Secrets {
+		cfg.PreviousHS256Secrets = append(cfg.PreviousHS256Secrets, []byte(repl.ReplaceAll(secret, "")))
+	}
 	keys, err := tenancy.NewSessionKeys(cfg)
 	if err != nil {
 		return fmt.Errorf("sessions: %w", err)
@@ -113,7 +134,8 @@ func (a *App) provisionSessions(log *zap.Logger) error {
 		log.Warn("session key material ignored", zap.String("reason", w))
 	}
 	log.Info("session keys loaded",
-		zap.String("algorithm", string(keys.Algorithm())), zap.Bool("can_mint", keys.CanMint()))
+		zap.String("algorithm", string(keys.Algorithm())), zap.Bool("can_mint", keys.CanMint()),
+		zap.String("kid", keys.KeyID()), zap.Int("previous_keys", len(s.PreviousEd25519PublicKeyFiles)+len(s.PreviousHS256Secrets)))
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -50,11 +51,33 @@ func TestProvisionSessions(t *testing.T) {
 		t.Fatalf("hs256 from the environment: %v", err)
 	}
 
+	// A rotation: the old secret, from the environment, still verifies.
+	t.Setenv("QG_TEST_OLD_SECRET", "fedcba9876543210fedcba9876543210")
+	old := &App{Sessions: &SessionConfig{HS256Secret: "{env.QG_TEST_OLD_SECRET}"}}
+	if err := old.provisionSessions(zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	tok, _, err := old.sessionKeys.Mint("user-1", "", "viewer", "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a = &App{Sessions: &SessionConfig{HS256Secret: "{env.QG_TEST_SECRET}", PreviousHS256Secrets: []string{"{env.QG_TEST_OLD_SECRET}"}}}
+	if err := a.provisionSessions(zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.sessionKeys.Verify(tok); err != nil {
+		t.Fatalf("a session of the previous secret: %v", err)
+	}
+
 	for name, s := range map[string]*SessionConfig{
 		"short secret":  {HS256Secret: "short"},
 		"missing file":  {Ed25519KeyFile: filepath.Join(t.TempDir(), "absent.pem")},
 		"not a key":     {Ed25519KeyFile: writeFile(t, "garbage")},
 		"nothing given": {},
+		"missing previous key file": {HS256Secret: "0123456789abcdef0123456789abcdef",
+			PreviousEd25519PublicKeyFiles: []string{filepath.Join(t.TempDir(), "absent.pub")}},
+		"previous secret of the other algorithm": {Ed25519KeyFile: writeEd25519Key(t),
+			PreviousHS256Secrets: []string{"0123456789abcdef0123456789abcdef"}},
 	} {
 		a := &App{Sessions: s}
 		if err := a.provisionSessions(zap.NewNop()); err == nil || !strings.HasPrefix(err.Error(), "sessions: ") {

@@ -35,6 +35,8 @@ import (
 //			ed25519_key_file        <pem file>
 //			ed25519_public_key_file <pem file>
 //			hs256_secret            <secret>
+//			previous_ed25519_public_key_file <pem file>
+//			previous_hs256_secret   <secret>
 //			cookie_name             <name>
 //			ttl                     <duration>
 //			revocation_strict

@@ -1,6 +1,8 @@
 package caddymodule
 
 import (
+	"strings"
+
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 )
 
@@ -22,6 +24,22 @@ func (s *SessionConfig) unmarshal(d *caddyfile.Dispenser) error {
 			err = parseString(d, &s.Ed25519PublicKeyFile)
 		case "hs256_secret":
 			err = parseString(d, &s.HS256Secret)
+		case "previous_ed25519_public_key_file":
+			var path string
+			if err = parseString(d, &path); err == nil {
+				if strings.TrimSpace(path) == "" {
+					return d.Errf("queen: session: %s needs a PEM file", opt)
+				}
+				s.PreviousEd25519PublicKeyFiles = append(s.PreviousEd25519PublicKeyFiles, path)
+			}
+		case "previous_hs256_secret":
+			var secret string
+			if err = parseString(d, &secret); err == nil {
+				if secret == "" {
+					return d.Errf("queen: session: %s needs a secret", opt)
+				}
+				s.PreviousHS256Secrets = append(s.PreviousHS256Secrets, secret)
+			}
 		case "cookie_name":
 			err = parseString(d, &s.CookieName)
 		case "ttl":

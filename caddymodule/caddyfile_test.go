@@ -57,6 +57,9 @@ func TestAppUnmarshalAuthOptions(t *testing.T) {
 			ed25519_key_file /etc/queengate/session.pem
 			ed25519_public_key_file /etc/queengate/session.pub
 			hs256_secret {env.S}
+			previous_ed25519_public_key_file /etc/queengate/session-old.pub
+			previous_ed25519_public_key_file /etc/queengate/session-older.pub
+			previous_hs256_secret {env.S_OLD}
 			cookie_name qs
 			ttl 12h
 			revocation_strict
@@ -82,7 +85,9 @@ func TestAppUnmarshalAuthOptions(t *testing.T) {
 	if !a.OperatorEnabled || a.KeyTouchInterval != caddy.Duration(5*time.Second) || s == nil ||
 		s.Issuer != "gw.example.com" || s.Audience != "console" || s.Ed25519KeyFile != "/etc/queengate/session.pem" ||
 		s.Ed25519PublicKeyFile != "/etc/queengate/session.pub" || s.HS256Secret != "{env.S}" || s.CookieName != "qs" ||
-		s.TTL != caddy.Duration(12*time.Hour) || !s.RevocationStrict {
+		s.TTL != caddy.Duration(12*time.Hour) || !s.RevocationStrict ||
+		strings.Join(s.PreviousEd25519PublicKeyFiles, ",") != "/etc/queengate/session-old.pub,/etc/queengate/session-older.pub" ||
+		strings.Join(s.PreviousHS256Secrets, ",") != "{env.S_OLD}" {
 		t.Fatalf("parsed %+v / %+v", a, s)
 	}
 	c1, all := a.CellTokens["cell-1"], a.CellTokens["*"]
@@ -130,6 +135,11 @@ func TestCaddyfileErrorsNameTheLine(t *testing.T) {
 		{"unknown gateway option", "queen_gateway {\n\tupstream_timout 1s\n}", `queen_gateway: unknown option "upstream_timout", at Testfile:2`, true},
 		{"bad gateway duration", "queen_gateway {\n\tlong_poll_max forever\n}", `long_poll_max: "forever" is not a duration`, true},
 		{"unknown session option", "queen {\n\tsession {\n\t\tisuer x\n\t}\n}", `session: unknown option "isuer", at Testfile:3`, false},
+		{"previous key without file", "queen {\n\tsession {\n\t\tprevious_ed25519_public_key_file\n\t}\n}", "at Testfile:3", false},
+		{"previous key empty", "queen {\n\tsession {\n\t\tprevious_ed25519_public_key_file \"\"\n\t}\n}",
+			"previous_ed25519_public_key_file needs a PEM file, at Testfile:3", false},
+		{"previous secret empty", "queen {\n\tsession {\n\t\tprevious_hs256_secret \"\"\n\t}\n}",
+			"previous_hs256_secret needs a secret, at Testfile:3", false},
 		{"session twice", "queen {\n\tsession {\n\t}\n\tsession {\n\t}\n}", "session given twice, at Testfile:4", false},
 		{"cell token without algorithm", "queen {\n\tcell_token c1 {\n\t\tsecret s\n\t}\n}", "algorithm is required", false},
 		{"cell token bad algorithm", "queen {\n\tcell_token c1 {\n\t\talgorithm RS256\n\t}\n}", `algorithm must be HS256 or EdDSA, got "RS256", at Testfile:3`, false},

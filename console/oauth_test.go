@@ -40,6 +40,19 @@ type fakeProvider struct {
 	tokens   map[string]grant
 	requests []url.Values
 	run      int64 // makes its subjects unique: see subject
+	// secrets are the client secrets the provider accepts; nil means
+	// testClientSecret alone. Providers hold two during a rotation.
+	secrets map[string]bool
+}
+
+// acceptsSecret reports whether the provider takes secret as the client's.
+func (p *fakeProvider) acceptsSecret(secret string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.secrets == nil {
+		return secret == testClientSecret
+	}
+	return p.secrets[secret]
 }
 
 // subject is the user id the provider reports for a grant's sub, unique to
@@ -99,7 +112,7 @@ func (p *fakeProvider) token(w http.ResponseWriter, r *http.Request) {
 	case !ok:
 		http.Error(w, `{"error":"invalid_grant"}`, http.StatusBadRequest)
 		return
-	case f.Get("grant_type") != "authorization_code" || f.Get("client_id") != testClientID || f.Get("client_secret") != testClientSecret:
+	case f.Get("grant_type") != "authorization_code" || f.Get("client_id") != testClientID || !p.acceptsSecret(f.Get("client_secret")):
 		http.Error(w, `{"error":"invalid_client"}`, http.StatusUnauthorized)
 		return
 	case f.Get("redirect_uri") != g.redirect:

@@ -250,3 +250,105 @@ func RevokeKey(ctx context.Context, db DB, id string) (APIKey, error) {
 	}
 	return getKey(ctx, db, key)
 }
+
+// DefaultRotationOverlap is how long "key rotate" keeps the old key valid
+// beside the new one when no overlap is given: a day, time for every
+// client to pick up the new key on its next deploy or config reload.
+const DefaultRotationOverlap = 24 * time.Hour
+
+// Rotation is the outcome of RotateKey: the new key (with its plaintext)
+// and the old one as it is now, with the end of its overlap.
+type Rotation struct {
+	New IssuedKey `json:"new"`
+	Old APIKey    `json:"old"`
+	// OldValidUntil is when the gateways start refusing the old key (its
+	// expiry); nil when it was revoked at once (no overlap).
+	OldValidUntil *time.Time `json:"old_valid_until"`
+}
+
+// RotateKey replaces a live key with a new one of the same cluster, name
+// and scopes, in one transaction: issue_api_key for the new key (and
+// set_api_key_expiry for its own expiry, if given), then the old key's
+// expiry is brought forward to now plus overlap (never pushed later than
+// it already was), after which every gateway refuses it like a revoked key.
+// An overlap of zero revokes the old key at once (revoke_api_key). Both
+// steps are audited and announced like any key change.
+func RotateKey(ctx context.Context, db DB, id string, overlap time.Duration, env string, newExpiry *time.Time) (Rotation, error) {
+	old := normalize(id)
+	if !uuidText.MatchString(old) {
+		return Rotation{}, errorf(Invalid, "invalid key id %q: want the id that key list shows", strings.TrimSpace(id))
+	}
+	if overlap < 0 {
+		return Rotation{}, errorf(Invalid, "invalid overlap %v: it cannot be negative (0 revokes the old key at once)", overlap)
+	}
+	if env == "" {
+		env = "live"
+	}
+	plaintext, hash, err := GenerateKey(env)
+	if err != nil {
+		return Rotation{}, err
+	}
+	var newID string
+	err = inTx(ctx, db, "rotate API key", func(tx pgx.Tx) error {
+		var cluster, name string
+		var scopes []string
+		var live bool
+		err := tx.QueryRow(ctx, `SELECT cluster_id::text, name, scopes, expires_at IS NULL OR expires_at > now()
+			FROM queen_proxy.api_keys WHERE id = $1::uuid AND revoked_at IS NULL FOR UPDATE`, old).Scan(&cluster, &name, &scopes, &live)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errorf(NotFound, "unknown or revoked key %q", old)
+		}
+		if err != nil {
+			return err
+		}
+		if !live {
+			return errorf(WrongState, "key %q has expired: there is nothing to overlap; create a new key with \"key create\"", old)
+		}
+		if err := tx.QueryRow(ctx, `SELECT queen_proxy.issue_api_key($1::uuid, $2, $3, $4::text[])::text`,
+			cluster, name, hash, scopes).Scan(&newID); err != nil {
+			return err
+		}
+		if newExpiry != nil {
+			if _, err := tx.Exec(ctx, `SELECT queen_proxy.set_api_key_expiry($1::uuid, $2)`, newID, *newExpiry); err != nil {
+				return err
+			}
+		}
+		if overlap == 0 {
+			_, err := tx.Exec(ctx, `SELECT queen_proxy.revoke_api_key($1::uuid)`, old)
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT queen_proxy.set_api_key_expiry(id, LEAST(coalesce(expires_at, 'infinity'), now() + make_interval(secs => $2)))
+			FROM queen_proxy.api_keys WHERE id = $1::uuid`, old, overlap.Seconds())
+		return err
+	})
+	if err != nil {
+		return Rotation{}, err
+	}
+	var r Rotation
+	if r.Old, err = getKey(ctx, db, old); err != nil {
+		return Rotation{}, err
+	}
+	if r.Old.RevokedAt == nil {
+		r.OldValidUntil = r.Old.ExpiresAt
+	}
+	k, err := getKey(ctx, db, newID)
+	if err != nil {
+		return Rotation{}, err
+	}
+	r.New = IssuedKey{APIKey: k, Key: plaintext}
+	return r, nil
+}
+
+// ParseOverlap reads a rotation overlap: a duration (30m, 24h, 7d), or 0
+// for none (the old key is revoked at once).
+func ParseOverlap(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "0" || s == "0s" {
+		return 0, nil
+	}
+	d, ok := parseDuration(s)
+	if !ok {
+		return 0, errorf(Invalid, "invalid overlap %q: use a duration such as 30m, 24h or 7d, or 0 to revoke the old key at once", s)
+	}
+	return d, nil
+}

@@ -22,6 +22,7 @@ users created_at timestamptz NN now()
 users is_operator boolean NN false
 users name text NULL -
 users last_login_at timestamptz NULL -
+users sessions_ended_at timestamptz NULL -
 identities id uuid NN public.gen_random_uuid()
 identities user_id uuid NN -
 identities provider text NN -

@@ -12,7 +12,7 @@ import (
 func clusterCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cluster",
-		Short: "Creates, lists and moves clusters, sets their plan and limit overrides",
+		Short: "Creates, lists, moves, suspends, resumes, push-blocks and deletes clusters, sets their plan and limit overrides",
 	}
 	groupCommand(cmd)
 
@@ -209,13 +209,14 @@ Limit names: ` + strings.Join(controlplane.LimitNames, ", ") + `.`,
 		})
 	})
 	cmd.AddCommand(create, list, move, setPlan, override)
+	cmd.AddCommand(clusterLifecycleCommands()...)
 	return cmd
 }
 
 func keyCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "key",
-		Short: "Creates, lists and revokes API keys",
+		Short: "Creates, lists, rotates and revokes API keys",
 	}
 	groupCommand(cmd)
 
@@ -317,6 +318,6 @@ midnight UTC) or a duration from now (720h, 90d); default never.`,
 			return nil
 		})
 	})
-	cmd.AddCommand(create, list, revoke)
+	cmd.AddCommand(create, list, keyRotateCommand(), revoke)
 	return cmd
 }

@@ -13,7 +13,7 @@ import (
 func userCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "user",
-		Short: "Creates users, grants and revokes their cluster roles, sets the operator bit",
+		Short: "Creates users, sets their passwords, grants and revokes their cluster roles, sets the operator bit",
 	}
 	groupCommand(cmd)
 
@@ -174,7 +174,7 @@ the cells it reaches. Gateways cache the bit for up to 30 seconds.`,
 			return nil
 		})
 	})
-	cmd.AddCommand(create, list, grant, revoke, operator)
+	cmd.AddCommand(create, list, userSetPasswordCommand(), grant, revoke, operator)
 	return cmd
 }
 

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/queengate/queengate/internal/uuidtext"
 )
@@ -21,6 +23,16 @@ type IdentitySource interface {
 	UserStanding(ctx context.Context, userID string) (exists, operator bool, err error)
 	// AnyRevoked reports whether any of the token ids is on the deny-list.
 	AnyRevoked(ctx context.Context, ids []string) (bool, error)
+}
+
+// SessionsEndedSource is an IdentitySource that also knows when a user's
+// sessions were ended (a new password ends them): a session token issued
+// before that is refused. *Store is one; a source that is not answers
+// nothing of the kind.
+type SessionsEndedSource interface {
+	// SessionsEndedAt returns when the user's sessions were last ended,
+	// or the zero time for never (or an unknown user).
+	SessionsEndedAt(ctx context.Context, userID string) (time.Time, error)
 }
 
 // RoleOnCluster reads the user's cluster_roles row for the cluster.
@@ -57,6 +69,27 @@ func (s *Store) UserStanding(ctx context.Context, userID string) (exists, operat
 		return false, false, fmt.Errorf("standing of user %s: %w", userID, err)
 	}
 	return true, operator, nil
+}
+
+// SessionsEndedAt reads users.sessions_ended_at (migration 020). On a
+// database without that column (not yet migrated) sessions were never
+// ended.
+func (s *Store) SessionsEndedAt(ctx context.Context, userID string) (time.Time, error) {
+	if !uuidtext.ValidLower(userID) {
+		return time.Time{}, nil
+	}
+	var at *time.Time
+	err := s.pool.QueryRow(ctx, `SELECT sessions_ended_at FROM queen_proxy.users WHERE id = $1::uuid`, userID).Scan(&at)
+	var pg *pgconn.PgError
+	switch {
+	case errors.Is(err, pgx.ErrNoRows), errors.As(err, &pg) && pg.Code == "42703":
+		return time.Time{}, nil
+	case err != nil:
+		return time.Time{}, fmt.Errorf("sessions of user %s: %w", userID, err)
+	case at == nil:
+		return time.Time{}, nil
+	}
+	return *at, nil
 }
 
 // AnyRevoked reports whether any id is in revoked_tokens.

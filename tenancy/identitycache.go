@@ -56,6 +56,7 @@ type IdentityCache struct {
 	roles     *ttlMap[roleKey, Role]
 	operators *ttlMap[string, bool]
 	revoked   *ttlMap[string, bool]
+	ended     *ttlMap[string, time.Time] // per user: when its sessions were ended (zero: never)
 	log       *zap.Logger
 	lastWarn  atomic.Int64
 }
@@ -71,6 +72,7 @@ func NewIdentityCache(src IdentitySource, cfg IdentityCacheConfig, log *zap.Logg
 		roles:     newTTLMap[roleKey, Role](cfg.MaxEntries),
 		operators: newTTLMap[string, bool](cfg.MaxEntries),
 		revoked:   newTTLMap[string, bool](cfg.MaxEntries),
+		ended:     newTTLMap[string, time.Time](cfg.MaxEntries),
 	}
 }
 
@@ -174,10 +176,36 @@ func (c *IdentityCache) InvalidateCluster(clusterID string) {
 	c.roles.deleteIf(func(k roleKey, _ Role) bool { return k.cluster == clusterID })
 }
 
-// InvalidateRevocations drops every cached "not revoked" answer, after a
-// session was revoked somewhere.
+// InvalidateRevocations drops every cached "not revoked" answer, and what
+// it knows of when users' sessions were ended, after a session was revoked
+// (or a user's sessions ended) somewhere.
 func (c *IdentityCache) InvalidateRevocations() {
 	c.revoked.deleteIf(func(_ string, v bool) bool { return !v })
+	c.ended.deleteIf(func(string, time.Time) bool { return true })
+}
+
+// SessionEnded reports whether a session token of the user issued at
+// issuedAt predates the end of the user's sessions (a new password). It
+// fails like the deny-list: open unless RevocationStrict when the database
+// does not answer. A token without iat counts as issued before any end.
+func (c *IdentityCache) SessionEnded(ctx context.Context, userID string, issuedAt time.Time) bool {
+	src, ok := c.src.(SessionsEndedSource)
+	if !ok {
+		return false
+	}
+	now := c.cfg.Now()
+	at, cached := c.ended.get(userID, now)
+	if !cached {
+		lookup, cancel := context.WithTimeout(ctx, c.cfg.LookupTimeout)
+		defer cancel()
+		var err error
+		if at, err = src.SessionsEndedAt(lookup, userID); err != nil {
+			c.warn("session end lookup failed", err)
+			return c.cfg.RevocationStrict
+		}
+		c.ended.put(userID, at, now.Add(c.cfg.RevocationTTL), now)
+	}
+	return !at.IsZero() && issuedAt.Before(at)
 }
 
 // InvalidateAll drops everything, for when notifications may have been
@@ -216,6 +244,9 @@ func (c *IdentityCache) VerifyLiveSession(ctx context.Context, keys *SessionKeys
 	}
 	if c.Revoked(ctx, claims.TokenID, claims.SessionID) {
 		return claims, fmt.Errorf("%w: %w", ErrInvalidSession, ErrSessionRevoked)
+	}
+	if c.SessionEnded(ctx, claims.UserID, claims.IssuedAt) {
+		return claims, fmt.Errorf("%w: %w: the user's sessions were ended after it was issued", ErrInvalidSession, ErrSessionRevoked)
 	}
 	return claims, nil
 }

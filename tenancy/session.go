@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -76,6 +77,15 @@ type SessionKeysConfig struct {
 	// HS256Secret is the development shared secret, at least 32 bytes.
 	// Used when no Ed25519 private key is given (even if a public key is).
 	HS256Secret []byte
+	// PreviousEd25519PublicKeysPEM are more Ed25519 public keys (PEM, as
+	// Ed25519PublicKeyPEM) whose tokens still verify, picked by kid: the
+	// previous signing key during a rotation, so that no session it signed
+	// is cut short, or the next one before gateways start signing with it.
+	// Only with EdDSA.
+	PreviousEd25519PublicKeysPEM [][]byte
+	// PreviousHS256Secrets are more HS256 secrets whose tokens still
+	// verify, for the same purpose. Only with HS256.
+	PreviousHS256Secrets [][]byte
 	// Leeway is the clock skew tolerated on exp (default 60s; negative
 	// means none).
 	Leeway time.Duration
@@ -101,12 +111,16 @@ type SessionKeys struct {
 
 	signKey   any // ed25519.PrivateKey or []byte; nil on a verify-only host
 	verifyKey any // ed25519.PublicKey or []byte
-	method    jwt.SigningMethod
-	parser    *jwt.Parser
-	jwks      []byte
-	warnings  []string
-	leeway    time.Duration
-	verified  *ttlMap[string, SessionClaims] // nil when disabled
+	// previousEd are the EdDSA keys that verify beside verifyKey, by kid;
+	// previousHS the HS256 secrets (their tokens all carry kid "hs").
+	previousEd map[string]ed25519.PublicKey
+	previousHS [][]byte
+	method     jwt.SigningMethod
+	parser     *jwt.Parser
+	jwks       []byte
+	warnings   []string
+	leeway     time.Duration
+	verified   *ttlMap[string, SessionClaims] // nil when disabled
 }
 
 // NewSessionKeys loads the key material of cfg. The first configured
@@ -123,6 +137,9 @@ func NewSessionKeys(cfg SessionKeysConfig) (*SessionKeys, error) {
 		k.now = time.Now
 	}
 	if err := k.loadKeys(cfg); err != nil {
+		return nil, err
+	}
+	if err := k.loadPrevious(cfg); err != nil {
 		return nil, err
 	}
 	k.leeway = cfg.Leeway
@@ -207,6 +224,41 @@ func (k *SessionKeys) loadEd25519(privPEM, pubPEM []byte) error {
 	}
 	k.alg, k.method, k.verifyKey = SessionEdDSA, jwt.SigningMethodEdDSA, pub
 	k.kid = Ed25519KeyID(pub)
+	return nil
+}
+
+// loadPrevious loads the keys that verify beside the current one. They must
+// be of the pinned algorithm (a token's alg is pinned, so a key of the other
+// would verify nothing) and differ from the current key.
+func (k *SessionKeys) loadPrevious(cfg SessionKeysConfig) error {
+	if len(cfg.PreviousHS256Secrets) > 0 && k.alg != SessionHS256 {
+		return fmt.Errorf("session keys: previous HS256 secrets are configured, but sessions are signed with %s; a previous key must be of the same algorithm", k.alg)
+	}
+	if len(cfg.PreviousEd25519PublicKeysPEM) > 0 && k.alg != SessionEdDSA {
+		return fmt.Errorf("session keys: previous Ed25519 public keys are configured, but sessions are signed with %s; a previous key must be of the same algorithm", k.alg)
+	}
+	for i, secret := range cfg.PreviousHS256Secrets {
+		if len(secret) < MinHS256SecretLen {
+			return fmt.Errorf("session keys: previous HS256 secret %d is %d bytes, need at least %d", i+1, len(secret), MinHS256SecretLen)
+		}
+		if string(secret) == string(k.verifyKey.([]byte)) {
+			return fmt.Errorf("session keys: previous HS256 secret %d is the current secret", i+1)
+		}
+		k.previousHS = append(k.previousHS, append([]byte(nil), secret...))
+	}
+	for i, data := range cfg.PreviousEd25519PublicKeysPEM {
+		pub, err := ParseEd25519PublicKeyPEM(data)
+		if err != nil {
+			return fmt.Errorf("session keys: previous key %d: %w", i+1, err)
+		}
+		if pub.Equal(k.verifyKey) {
+			return fmt.Errorf("session keys: previous key %d is the current key", i+1)
+		}
+		if k.previousEd == nil {
+			k.previousEd = map[string]ed25519.PublicKey{}
+		}
+		k.previousEd[Ed25519KeyID(pub)] = pub
+	}
 	return nil
 }
 
@@ -414,11 +466,25 @@ func (k *SessionKeys) verify(token string) (SessionClaims, error) {
 	return claims, nil
 }
 
-// keyFunc hands the parser the one verification key. The parser has already
-// refused any other alg; the method check here is belt and braces.
+// keyFunc hands the parser the verification key: for EdDSA a previous key
+// whose kid the token names, else the current key; for HS256 the current
+// secret and then the previous ones. The parser has already refused any
+// other alg; the method check here is belt and braces.
 func (k *SessionKeys) keyFunc(t *jwt.Token) (any, error) {
 	if t.Method != k.method {
 		return nil, fmt.Errorf("algorithm %v is not the pinned %s", t.Method.Alg(), k.alg)
+	}
+	if len(k.previousHS) > 0 {
+		set := jwt.VerificationKeySet{Keys: []jwt.VerificationKey{k.verifyKey}}
+		for _, s := range k.previousHS {
+			set.Keys = append(set.Keys, s)
+		}
+		return set, nil
+	}
+	if kid, _ := t.Header["kid"].(string); kid != "" {
+		if pub, ok := k.previousEd[kid]; ok {
+			return pub, nil
+		}
 	}
 	return k.verifyKey, nil
 }
@@ -550,6 +616,19 @@ func buildJWKS(k *SessionKeys) ([]byte, error) {
 		keys = append(keys, jwk{
 			Kty: "OKP", Crv: "Ed25519", X: base64.RawURLEncoding.EncodeToString(pub),
 			Kid: k.kid, Alg: string(SessionEdDSA), Use: "sig",
+		})
+	}
+	// The keys that still verify are published too (in kid order, so the
+	// set is stable), for verifiers that read the set rather than a file.
+	kids := make([]string, 0, len(k.previousEd))
+	for kid := range k.previousEd {
+		kids = append(kids, kid)
+	}
+	sort.Strings(kids)
+	for _, kid := range kids {
+		keys = append(keys, jwk{
+			Kty: "OKP", Crv: "Ed25519", X: base64.RawURLEncoding.EncodeToString(k.previousEd[kid]),
+			Kid: kid, Alg: string(SessionEdDSA), Use: "sig",
 		})
 	}
 	data, err := json.Marshal(struct {

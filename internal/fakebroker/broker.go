@@ -41,7 +41,8 @@ type Options struct {
 	// Token, when not empty, makes every route except OPTIONS and /health
 	// answer 401 {"error":"Unauthorized"} unless the request carries
 	// "Authorization: Bearer <Token>". The recorded broker ran with auth off,
-	// so this shape is not from the fixtures.
+	// so this shape is not from the fixtures. SetTokens changes the
+	// accepted tokens while the broker runs.
 	Token string
 
 	// JWTSecret (HS256) and JWTPublicKey (EdDSA), when either is set, make
@@ -105,7 +106,8 @@ type Broker struct {
 
 	parked       atomic.Int64
 	ignoreTenant atomic.Bool
-	poll         time.Duration // re-check interval of parked pops
+	tokens       atomic.Pointer[[]string] // the bearer tokens accepted; empty: no token needed
+	poll         time.Duration            // re-check interval of parked pops
 	log          *requestLog
 
 	closed    chan struct{}
@@ -136,7 +138,36 @@ func New(opts Options) *Broker {
 		migration: migrationState{status: "idle"},
 	}
 	b.ignoreTenant.Store(opts.IgnoreTenant)
+	if opts.Token != "" {
+		b.SetTokens(opts.Token)
+	} else {
+		b.SetTokens()
+	}
 	return b
+}
+
+// SetTokens replaces the bearer tokens the broker accepts (see
+// Options.Token), as if it were restarted with a new setting: more than one
+// is a broker that accepts both the old and the new credential during a
+// rotation; none turns the check off.
+func (b *Broker) SetTokens(tokens ...string) {
+	accepted := append([]string(nil), tokens...)
+	b.tokens.Store(&accepted)
+}
+
+// tokenAccepted reports whether an Authorization header carries one of
+// the accepted tokens, or no token is needed.
+func (b *Broker) tokenAccepted(authorization string) bool {
+	accepted := *b.tokens.Load()
+	if len(accepted) == 0 {
+		return true
+	}
+	for _, t := range accepted {
+		if authorization == "Bearer "+t {
+			return true
+		}
+	}
+	return false
 }
 
 // SetIgnoreTenant switches between scoping by TenantHeader (false) and the
@@ -247,8 +278,7 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeNotFound(w)
 		return
 	}
-	if b.opts.Token != "" && rt.pattern != "/health" &&
-		r.Header.Get("Authorization") != "Bearer "+b.opts.Token {
+	if rt.pattern != "/health" && !b.tokenAccepted(r.Header.Get("Authorization")) {
 		writeJSON(w, http.StatusUnauthorized, obj{"error": "Unauthorized"})
 		return
 	}

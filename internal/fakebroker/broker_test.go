@@ -803,3 +803,32 @@ func jsonEqual(a, b any) bool {
 	y, err2 := json.Marshal(b)
 	return err1 == nil && err2 == nil && bytes.Equal(x, y)
 }
+
+// TestSetTokens: the accepted tokens change while the broker runs, one or
+// several at once, and none turns the check off.
+func TestSetTokens(t *testing.T) {
+	b, url := startBroker(t, Options{Token: "old"})
+	as := func(token string) int {
+		c := &client{t: t, base: url, tenant: "abababab-0000-4000-8000-000000000008"}
+		if token != "" {
+			c.header = http.Header{"Authorization": {"Bearer " + token}}
+		}
+		status, _ := c.call("GET", "/api/v1/resources/queues", nil)
+		return status
+	}
+	check := func(step string, want map[string]int) {
+		t.Helper()
+		for token, status := range want {
+			if got := as(token); got != status {
+				t.Errorf("%s: token %q answered %d, want %d", step, token, got, status)
+			}
+		}
+	}
+	check("start", map[string]int{"old": 200, "new": 401, "": 401})
+	b.SetTokens("old", "new")
+	check("both", map[string]int{"old": 200, "new": 200, "": 401})
+	b.SetTokens("new")
+	check("new only", map[string]int{"old": 401, "new": 200})
+	b.SetTokens()
+	check("none", map[string]int{"": 200, "old": 200})
+}
