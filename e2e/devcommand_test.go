@@ -18,7 +18,8 @@ import (
 )
 
 // TestDevCommandFromREADME runs README's first command the way a newcomer
-// does (no database configured, no broker running) and follows the printed
+// does (no database configured, no broker running): the launcher, which
+// builds the gateway and runs it. It follows the printed
 // instructions: push and pop through the gateway with the printed key, open
 // the printed console URL and sign in as the printed dev admin, see the push
 // in the console's usage, and run the printed `caddy queen usage` line until
@@ -99,6 +100,16 @@ func TestDevCommandFromREADME(t *testing.T) {
 	}()
 	if key == "" || !strings.Contains(printed.String(), "IN-MEMORY FAKE BROKER") {
 		t.Fatalf("output lacks the key or the fake-broker label:\n%s", printed.String())
+	}
+	// Before anything else it says that the first build takes minutes,
+	// since go build is silent until it is done.
+	if first, _, _ := strings.Cut(printed.String(), "\n"); !strings.Contains(first, "first build") || !strings.Contains(first, "minutes") {
+		t.Fatalf("the first line does not say the first build takes minutes: %q", first)
+	}
+	// Its fake broker is in the public broker's mode, and says so.
+	if !strings.Contains(printed.String(), "Mode: NO TENANCY, like the public Queen 0.15 broker") ||
+		!strings.Contains(printed.String(), "QUEENGATE_DEV_TENANCY=header") {
+		t.Fatalf("output does not say the fake broker has no tenancy and how to switch:\n%s", printed.String())
 	}
 	if consoleURL == "" || admin == "" || password == "" || usageCmd == "" {
 		t.Fatalf("output lacks the console URL (%q), the dev admin (%q), its password (%q) or the usage line (%q):\n%s",
