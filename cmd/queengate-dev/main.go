@@ -18,7 +18,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"syscall"
 )
 
@@ -55,7 +54,7 @@ func build() (string, error) {
 	bin := filepath.Join(dir, "queengate-dev-gateway")
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		return "", fmt.Errorf("the go command is not on PATH: %w", err)
 	}
 	cmd := exec.Command(goTool, "build", "-v", "-o", bin, gatewayPackage)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
