@@ -22,6 +22,9 @@ import (
 // of a version number or a longer dotted run).
 var ipv4Literal = regexp.MustCompile(`(?:^|[^\w.])((?:\d{1,3}\.){3}\d{1,3})(?:$|[^\w.]|\.(?:$|\s))`)
 
+// ipv6Candidate matches runs that may be IPv6 addresses; netip decides.
+var ipv6Candidate = regexp.MustCompile(`(?:^|[^\w:.])([0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7})(?:$|[^\w:.])`)
+
 // urlHost matches the host of a URL (after an optional user@).
 var urlHost = regexp.MustCompile(`\b(?:https?|wss?|postgres(?:ql)?)://(?:[^@/\s"'` + "`" + `<>]*@)?([A-Za-z0-9][A-Za-z0-9.-]*)`)
 
@@ -33,6 +36,9 @@ var documentationNets = []netip.Prefix{
 	netip.MustParsePrefix("192.0.2.0/24"),
 	netip.MustParsePrefix("198.51.100.0/24"),
 	netip.MustParsePrefix("203.0.113.0/24"),
+	netip.MustParsePrefix("::1/128"),
+	netip.MustParsePrefix("::/128"),
+	netip.MustParsePrefix("2001:db8::/32"),
 }
 
 // publicServices are real endpoints the product itself talks to (sign-in
@@ -90,6 +96,11 @@ func addressFindings(file string, text []byte) []string {
 		}
 		for _, m := range ipv4Literal.FindAllSubmatch(line, -1) {
 			if !allowedIP(string(m[1])) {
+				report(string(m[1]))
+			}
+		}
+		for _, m := range ipv6Candidate.FindAllSubmatch(line, -1) {
+			if a, err := netip.ParseAddr(string(m[1])); err == nil && a.Is6() && !allowedIP(string(m[1])) {
 				report(string(m[1]))
 			}
 		}
@@ -165,6 +176,8 @@ func TestForbiddenAddressesAreFound(t *testing.T) {
 		"go 1.26.8 and caddy v2.11.9.1":                             0,
 		"http://dev.localhost:8080/console/":                        0,
 		"a sentence ending in 10.1.2.3.":                            1,
+		"peer_listen [fd12:3456::7]:7946":                           1,
+		"AAAA 2001:db8::10, or [::1]:8080, at 15:04:05":             0,
 	} {
 		if got := len(addressFindings("docs/x.md", []byte(text))); got != want {
 			t.Errorf("%q: %d findings, want %d", text, got, want)
