@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestDevCommandFromREADME runs README's first command the way a newcomer
@@ -118,6 +121,29 @@ func TestDevCommandFromREADME(t *testing.T) {
 	if n := strings.Count(printed.String(), password); n != 1 {
 		t.Fatalf("the password is printed %d times, want once:\n%s", n, printed.String())
 	}
+
+	// What it says is what runs: the gateway's own probe records the dev
+	// cell as unscoped, as it would in front of the public broker.
+	m := regexp.MustCompile(`--database-url '([^']+)'`).FindStringSubmatch(usageCmd)
+	if m == nil {
+		t.Fatalf("the usage line names no database: %s", usageCmd)
+	}
+	pool, err := pgxpool.New(context.Background(), m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	pollEvery(t, 30*time.Second, 200*time.Millisecond, func() error {
+		var verdict string
+		if err := pool.QueryRow(context.Background(),
+			`SELECT tenant_scoping FROM queen_proxy.cells WHERE slug = 'dev-local'`).Scan(&verdict); err != nil {
+			return err
+		}
+		if verdict != "unscoped" {
+			return fmt.Errorf("the dev cell's recorded verdict is %q, want unscoped (the fake broker in the public broker's mode)", verdict)
+		}
+		return nil
+	})
 
 	c := client(port)
 	base := fmt.Sprintf("http://dev.localhost:%d", port)

@@ -177,7 +177,7 @@ func devTenancy() (fakeTenancy, error) {
 	switch v := os.Getenv("QUEENGATE_DEV_TENANCY"); v {
 	case "", "none":
 		return fakeTenancy{label: "Mode: NO TENANCY, like the public Queen 0.15 broker: it ignores x-queen-tenant, " +
-			"so its cell serves one cluster (dev); any other cluster placed on it gets 503 cell_not_isolated. " +
+			"so its cell serves one cluster (dev): the gateway's probe finds it unscoped and the cell takes no second cluster. " +
 			"QUEENGATE_DEV_TENANCY=header runs it like a broker started with QUEEN_TENANCY_HEADER=true."}, nil
 	case "header":
 		return fakeTenancy{scoped: true, label: "Mode: TENANCY BY x-queen-tenant, like a broker started with " +
