@@ -122,8 +122,20 @@ func TestDevCommandFromREADME(t *testing.T) {
 		t.Fatalf("the password is printed %d times, want once:\n%s", n, printed.String())
 	}
 
-	// What it says is what runs: the gateway's own probe records the dev
-	// cell as unscoped, as it would in front of the public broker.
+	c := client(port)
+	base := fmt.Sprintf("http://dev.localhost:%d", port)
+	r := do(t, c, "POST", base+"/api/v1/push", key, `{"items":[{"queue":"hello","payload":{"msg":"hi"}}]}`)
+	if r.status != 200 || !strings.Contains(string(r.body), `"status":"queued"`) {
+		t.Fatalf("push: %d %s", r.status, r.body)
+	}
+	r = do(t, c, "GET", base+"/api/v1/pop/queue/hello?batch=10", key, "")
+	if r.status != 200 || !strings.Contains(string(r.body), `"msg":"hi"`) {
+		t.Fatalf("pop: %d %s", r.status, r.body)
+	}
+
+	// What it says is what runs: serving the dev cluster, the gateway's own
+	// probe records the dev cell as unscoped, as it would in front of the
+	// public broker.
 	m := regexp.MustCompile(`--database-url '([^']+)'`).FindStringSubmatch(usageCmd)
 	if m == nil {
 		t.Fatalf("the usage line names no database: %s", usageCmd)
@@ -144,17 +156,6 @@ func TestDevCommandFromREADME(t *testing.T) {
 		}
 		return nil
 	})
-
-	c := client(port)
-	base := fmt.Sprintf("http://dev.localhost:%d", port)
-	r := do(t, c, "POST", base+"/api/v1/push", key, `{"items":[{"queue":"hello","payload":{"msg":"hi"}}]}`)
-	if r.status != 200 || !strings.Contains(string(r.body), `"status":"queued"`) {
-		t.Fatalf("push: %d %s", r.status, r.body)
-	}
-	r = do(t, c, "GET", base+"/api/v1/pop/queue/hello?batch=10", key, "")
-	if r.status != 200 || !strings.Contains(string(r.body), `"msg":"hi"`) {
-		t.Fatalf("pop: %d %s", r.status, r.body)
-	}
 
 	// The console, as a browser gets to it from the printed URL.
 	console := strings.TrimSuffix(consoleURL, "/console/")
