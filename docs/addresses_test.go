@@ -49,6 +49,7 @@ var publicServices = map[string]bool{
 	"github.com": true, "api.github.com": true,
 	"acme-v02.api.letsencrypt.org": true, "acme-staging-v02.api.letsencrypt.org": true,
 	"caddyserver.com": true, "www.w3.org": true, "pkg.go.dev": true,
+	"keepachangelog.com": true, "semver.org": true,
 }
 
 // allowedIP reports whether an IPv4 literal is one an example may name.

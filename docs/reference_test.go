@@ -216,9 +216,20 @@ func checkCommandLine(root *cobra.Command, line string) []string {
 	return problems
 }
 
-// documentedCommandLine finds `caddy queen …` in prose, code spans and code
-// blocks, up to the end of the span or line.
-var documentedCommandLine = regexp.MustCompile("caddy queen ([^`\n]*)")
+// documentedCommandLines returns what follows each `caddy queen ` in a line
+// of prose, a code span or a code block, up to the end of the span, the
+// line or the next `caddy queen`.
+func documentedCommandLines(line string) []string {
+	parts := strings.Split(line, "caddy queen ")
+	var out []string
+	for _, p := range parts[1:] {
+		if i := strings.IndexByte(p, '`'); i >= 0 {
+			p = p[:i]
+		}
+		out = append(out, p)
+	}
+	return out
+}
 
 // TestDocumentedCommandsExist: every `caddy queen …` line in README.md and
 // docs/*.md names a command and flags the CLI has, every row of the
@@ -238,8 +249,8 @@ func TestDocumentedCommandsExist(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, l := range strings.Split(string(b), "\n") {
-			for _, m := range documentedCommandLine.FindAllStringSubmatch(l, -1) {
-				line := strings.TrimSpace(m[1])
+			for _, found := range documentedCommandLines(l) {
+				line := strings.TrimSpace(found)
 				// Stop at shell punctuation: what follows is another command.
 				if j := strings.IndexAny(line, "|;&)#"); j >= 0 && !strings.HasPrefix(line[j:], "|") {
 					line = line[:j]
@@ -299,6 +310,10 @@ func TestCommandCheckCanFail(t *testing.T) {
 		if got := len(checkCommandLine(root, line)); got != want {
 			t.Errorf("%q: %d problems, want %d: %v", line, got, want, checkCommandLine(root, line))
 		}
+	}
+	if got := documentedCommandLines("`caddy queen cluster list --cell eu1-a`, then caddy queen cluster move <c> --to <cell>"); len(got) != 2 ||
+		got[0] != "cluster list --cell eu1-a" || got[1] != "cluster move <c> --to <cell>" {
+		t.Errorf("two commands on one line read as %q", got)
 	}
 	if !slices.Contains(leafCommands(root), "cell add") || slices.Contains(leafCommands(root), "cell") {
 		t.Errorf("leaf commands: %v", leafCommands(root))
