@@ -322,11 +322,32 @@ func TestCommandCheckCanFail(t *testing.T) {
 
 // readinessFields are the names the readiness checks report under: the
 // first result of every `return "<name>", …` in caddymodule's functions
-// that return (string, string, bool), the ReadinessCheck shape.
+// that return (string, string, bool), the ReadinessCheck shape, and every
+// `detail["<name>"] = …` the readiness code writes itself.
 func readinessFields(t *testing.T) []string {
 	t.Helper()
 	seen := map[string]bool{"status": true}
 	for _, fn := range sourceFuncs(t, sourceDir) {
+		ast.Inspect(fn.Body, func(n ast.Node) bool {
+			as, ok := n.(*ast.AssignStmt)
+			if !ok {
+				return true
+			}
+			for _, l := range as.Lhs {
+				ix, ok := l.(*ast.IndexExpr)
+				if !ok {
+					continue
+				}
+				m, ok := ix.X.(*ast.Ident)
+				lit, isLit := ix.Index.(*ast.BasicLit)
+				if ok && m.Name == "detail" && isLit && lit.Kind == token.STRING {
+					if v, err := strconv.Unquote(lit.Value); err == nil {
+						seen[v] = true
+					}
+				}
+			}
+			return true
+		})
 		res := fn.Type.Results
 		if res == nil || res.NumFields() != 3 {
 			continue
