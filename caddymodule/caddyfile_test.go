@@ -26,15 +26,15 @@ func TestAppUnmarshalCaddyfile(t *testing.T) {
 		gateway_name gw-1
 		leader_lease_ttl 3s
 		leader_group_size 3
-		peer_listen 10.0.0.5:7946
-		peer_address http://gw-1.internal:7946
+		peer_listen 192.0.2.5:7946
+		peer_address http://gw-1.example.com:7946
 		peer_secret {env.PEER}
 	}`)
 	var a App
 	if err := a.UnmarshalCaddyfile(d); err != nil {
 		t.Fatal(err)
 	}
-	if a.PeerListen != "10.0.0.5:7946" || a.PeerAddress != "http://gw-1.internal:7946" || a.PeerSecret != "{env.PEER}" {
+	if a.PeerListen != "192.0.2.5:7946" || a.PeerAddress != "http://gw-1.example.com:7946" || a.PeerSecret != "{env.PEER}" {
 		t.Fatalf("peer options %q %q %q", a.PeerListen, a.PeerAddress, a.PeerSecret)
 	}
 	if a.DatabaseURL != "{env.DB}" || len(a.BaseDomains) != 2 || a.PoolMaxConns != 4 ||
@@ -251,7 +251,7 @@ func TestAppValidate(t *testing.T) {
 		want                    string
 	}{
 		{"complete", "g", "127.0.0.1:7946", "http://127.0.0.1:7946", secret, ""},
-		{"behind a name", "g", "0.0.0.0:7946", "https://gw-1.internal:7946", secret, ""},
+		{"behind a name", "g", "0.0.0.0:7946", "https://gw-1.example.com:7946", secret, ""},
 		{"without a group", "", "127.0.0.1:7946", "http://127.0.0.1:7946", secret, "need leader_group"},
 		{"listen without secret", "g", "127.0.0.1:7946", "http://127.0.0.1:7946", "", "go together"},
 		{"secret without listen", "g", "", "", secret, "go together"},

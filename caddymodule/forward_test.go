@@ -84,10 +84,10 @@ func TestUpstreamTimeout(t *testing.T) {
 
 func TestCellDialAddress(t *testing.T) {
 	good := map[string]string{
-		"http://127.0.0.1:6632":       "127.0.0.1:6632",
-		"http://broker.internal":      "broker.internal:80",
-		"http://[::1]:6632/":          "[::1]:6632",
-		"http://broker.internal:6632": "broker.internal:6632",
+		"http://127.0.0.1:6632":          "127.0.0.1:6632",
+		"http://broker.example.com":      "broker.example.com:80",
+		"http://[::1]:6632/":             "[::1]:6632",
+		"http://broker.example.com:6632": "broker.example.com:6632",
 	}
 	for in, want := range good {
 		if got, err := cellDialAddress(in); err != nil || got != want {

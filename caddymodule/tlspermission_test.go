@@ -180,10 +180,10 @@ func TestTLSCellOptionErrors(t *testing.T) {
 
 func TestTLSCellAddressMatchesTheTransport(t *testing.T) {
 	overTLS := map[string]string{
-		"https://cell-1.cells.internal":      "cell-1.cells.internal:443",
-		"https://127.0.0.1:6633":             "127.0.0.1:6633",
-		"https://[::1]/":                     "[::1]:443",
-		"https://cell-1.cells.internal:8443": "cell-1.cells.internal:8443",
+		"https://cell-1.cells.example.com":      "cell-1.cells.example.com:443",
+		"https://127.0.0.1:6633":                "127.0.0.1:6633",
+		"https://[::1]/":                        "[::1]:443",
+		"https://cell-1.cells.example.com:8443": "cell-1.cells.example.com:8443",
 	}
 	for in, want := range overTLS {
 		if got, err := cellAddress(in, true); err != nil || got != want {
@@ -205,7 +205,7 @@ func TestTLSCellAddressMatchesTheTransport(t *testing.T) {
 			t.Errorf("cellAddress(%q, %v): err = %v, want it to contain %q", tc.url, tc.overTLS, err, tc.want)
 		}
 	}
-	if got, err := cellAddress("http://broker.internal", false); err != nil || got != "broker.internal:80" {
+	if got, err := cellAddress("http://broker.example.com", false); err != nil || got != "broker.example.com:80" {
 		t.Errorf("plain cell: %q, %v", got, err)
 	}
 }

@@ -117,7 +117,7 @@ func TestFleetViews(t *testing.T) {
 	op := e.operator()
 	e.exec(`UPDATE queen_proxy.cells SET capacity_slots = 7, tenancy_stated = 'scoped' WHERE id = $1::uuid`, e.cellID)
 	e.exec(`INSERT INTO queen_proxy.gateway_leases (group_name, holder, expires_at, holder_peer_url)
-		VALUES ($1, 'gw-b', now() + interval '1 minute', 'http://10.0.0.12:7946')`, e.cell)
+		VALUES ($1, 'gw-b', now() + interval '1 minute', 'http://192.0.2.12:7946')`, e.cell)
 	stale := name("group")
 	e.exec(`INSERT INTO queen_proxy.gateway_leases (group_name, holder, expires_at) VALUES ($1, 'gw-x', now() - interval '1 minute')`, stale)
 	e.exec(`UPDATE queen_proxy.clusters SET limit_overrides = '{"monthly_msgs_quota": 1000000}' WHERE id = $1::uuid`, w.clusterID)
@@ -138,7 +138,7 @@ func TestFleetViews(t *testing.T) {
 		t.Fatalf("cell tenancy %v", ten)
 	}
 	gw := cell["gateway"].(map[string]any)
-	if gw["holder"] != "gw-b" || gw["serving"] != true || gw["peer_url"] != "http://10.0.0.12:7946" {
+	if gw["holder"] != "gw-b" || gw["serving"] != true || gw["peer_url"] != "http://192.0.2.12:7946" {
 		t.Fatalf("cell gateway %v", gw)
 	}
 	if g := find(t, cells["gateway_groups"], "group", stale); g["serving"] != false || g["holder"] != "gw-x" {

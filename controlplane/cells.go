@@ -84,7 +84,7 @@ func checkTenancy(raw string) (string, error) {
 type NewCell struct {
 	Slug          string
 	Region        string
-	BaseURL       string // the broker's plain-HTTP URL, e.g. http://10.0.0.7:6632
+	BaseURL       string // the broker's plain-HTTP URL, e.g. http://192.0.2.7:6632
 	Class         string // shared or dedicated
 	CapacitySlots int    // clusters it takes; 0 is no cap
 	Secret        string // bearer token presented to the broker; empty for none

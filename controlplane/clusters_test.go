@@ -9,7 +9,7 @@ import (
 func TestCells(t *testing.T) {
 	pool, _ := fresh(t)
 	ctx := ctxT(t)
-	c := must[Cell](t)(AddCell(ctx, pool, NewCell{Slug: "eu1-a", Region: "eu1", BaseURL: "http://10.0.0.7:6632",
+	c := must[Cell](t)(AddCell(ctx, pool, NewCell{Slug: "eu1-a", Region: "eu1", BaseURL: "http://192.0.2.7:6632",
 		Class: "Dedicated", CapacitySlots: 1, Secret: "s3cret", BrokerVersion: "0.15.1"}))
 	if c.Slug != "eu1-a" || c.Class != "dedicated" || c.Status != CellActive || !c.HasSecret || c.CapacitySlots != 1 ||
 		c.BrokerVersion != "0.15.1" {
@@ -18,7 +18,7 @@ func TestCells(t *testing.T) {
 	if s := scalar[string](t, pool, `SELECT cell_secret FROM queen_proxy.cells WHERE slug = 'eu1-a'`); s != "s3cret" {
 		t.Fatalf("stored secret %q", s)
 	}
-	if b := must[Cell](t)(AddCell(ctx, pool, NewCell{Slug: " EU1-B ", Region: "eu1", BaseURL: "https://b.internal", Class: "shared"})); b.Slug != "eu1-b" {
+	if b := must[Cell](t)(AddCell(ctx, pool, NewCell{Slug: " EU1-B ", Region: "eu1", BaseURL: "https://b.example.com", Class: "shared"})); b.Slug != "eu1-b" {
 		t.Fatalf("slug stored as %q, want it trimmed and lowercased", b.Slug)
 	}
 

@@ -175,7 +175,7 @@ func TestUpdateCell(t *testing.T) {
 		{CellChange{Capacity: ptrTo(-2)}, "invalid cell capacity -2: use 0 (no cap) or more"},
 		{CellChange{Secret: ptrTo("s"), ClearSecret: true}, "give a new secret or clear it, not both"},
 		{CellChange{Secret: ptrTo("")}, "the new secret is empty; clear it instead"},
-		{CellChange{BaseURL: ptrTo("10.0.0.1:80")}, `invalid cell broker URL "10.0.0.1:80": want http://host:port`},
+		{CellChange{BaseURL: ptrTo("192.0.2.1:80")}, `invalid cell broker URL "192.0.2.1:80": want http://host:port`},
 		{CellChange{Tenancy: ptrTo("")}, `invalid tenancy "": use probe, scoped or unscoped`},
 		{CellChange{Region: ptrTo(" ")}, "cell region is required"},
 	} {

@@ -14,11 +14,11 @@ import (
 func TestCLIPlacement(t *testing.T) {
 	q := cliFor(t)(pgtest.NewDatabase(t))
 	q.ok(t, "migrate")
-	q.ok(t, "cell", "add", "small", "--region", "eu1", "--url", "http://10.0.0.1:6632", "--capacity", "1", "--tenancy", "scoped")
-	q.ok(t, "cell", "add", "big", "--region", "eu1", "--url", "http://10.0.0.2:6632", "--capacity", "3", "--tenancy", "scoped")
-	q.ok(t, "cell", "add", "lone", "--region", "eu1", "--url", "http://10.0.0.3:6632") // probe: not known to scope
+	q.ok(t, "cell", "add", "small", "--region", "eu1", "--url", "http://192.0.2.1:6632", "--capacity", "1", "--tenancy", "scoped")
+	q.ok(t, "cell", "add", "big", "--region", "eu1", "--url", "http://192.0.2.2:6632", "--capacity", "3", "--tenancy", "scoped")
+	q.ok(t, "cell", "add", "lone", "--region", "eu1", "--url", "http://192.0.2.3:6632") // probe: not known to scope
 	q.fails(t, 1, "queen cell add: invalid cell capacity -1: use 0 (no cap) or more\n",
-		"cell", "add", "neg", "--region", "eu1", "--url", "http://10.0.0.4:6632", "--capacity", "-1")
+		"cell", "add", "neg", "--region", "eu1", "--url", "http://192.0.2.4:6632", "--capacity", "-1")
 	q.ok(t, "tenant", "create", "acme")
 
 	var first struct {
@@ -76,7 +76,7 @@ func TestCLIPlacement(t *testing.T) {
 		"move clusters off it first (caddy queen cluster move <cluster> --to <cell>)\n", "cell", "update", "big", "--capacity", "2")
 	q.fails(t, 1, "queen cell update: invalid cell capacity -1: use 0 (no cap) or more\n", "cell", "update", "big", "--capacity", "-1")
 	if out := q.ok(t, "cell", "update", "small", "--capacity", "0"); out !=
-		"updated cell \"small\" (broker http://10.0.0.1:6632, tenancy scoped, 1 cluster(s), no cap); gateways reload its 1 cluster(s)\n" {
+		"updated cell \"small\" (broker http://192.0.2.1:6632, tenancy scoped, 1 cluster(s), no cap); gateways reload its 1 cluster(s)\n" {
 		t.Fatalf("cell update --capacity 0: %q", out)
 	}
 	if out := q.ok(t, "cluster", "create", "p6", "--tenant", "acme", "--plan", "pro"); !strings.Contains(out, `on cell "small"`) {

@@ -220,12 +220,12 @@ func TestCLI(t *testing.T) {
 		// cell add | list | drain
 		// eu1-a is stated scoped: its keeper moves without a broker check
 		// (keeper_test.go has the check; these addresses are not reachable).
-		if out := q.ok(t, "cell", "add", "eu1-a", "--region", "eu1", "--url", "http://10.0.0.7:6632", "--tenancy", "scoped"); !strings.HasPrefix(out,
-			`added cell "eu1-a" (shared, region eu1, broker http://10.0.0.7:6632, tenancy scoped), id `) {
+		if out := q.ok(t, "cell", "add", "eu1-a", "--region", "eu1", "--url", "http://192.0.2.7:6632", "--tenancy", "scoped"); !strings.HasPrefix(out,
+			`added cell "eu1-a" (shared, region eu1, broker http://192.0.2.7:6632, tenancy scoped), id `) {
 			t.Fatalf("cell add: %q", out)
 		}
 		r := q.run(t, []string{"CELL_B_SECRET=s3cret"}, "", "cell", "add", "eu1-b", "--region", "eu1",
-			"--url", "http://10.0.0.8:6632", "--class", "dedicated", "--capacity", "1", "--secret-env", "CELL_B_SECRET")
+			"--url", "http://192.0.2.8:6632", "--class", "dedicated", "--capacity", "1", "--secret-env", "CELL_B_SECRET")
 		if r.code != 0 {
 			t.Fatalf("cell add --secret-env: %d %s", r.code, r.stderr)
 		}
@@ -236,8 +236,8 @@ func TestCLI(t *testing.T) {
 			"cell", "add", "eu1-c", "--region", "eu1", "--url", "http://x:1", "--tenancy", "maybe")
 		cells := lines(q.ok(t, "cell", "list"))
 		if len(cells) != 3 || strings.Join(cells[0][:12], "|") != "SLUG|REGION|CLASS|STATUS|USED/CAPACITY|PLACEMENT|BROKER URL|SECRET|TENANCY|TENANT SCOPING|SERVES|KEEPER" ||
-			strings.Join(cells[1][:12], "|") != "eu1-a|eu1|shared|active|0/no cap|open|http://10.0.0.7:6632|no|scoped|unknown|all|-" ||
-			strings.Join(cells[2][:12], "|") != "eu1-b|eu1|dedicated|active|0/1|open|http://10.0.0.8:6632|yes|probe|unknown|keeper|-" {
+			strings.Join(cells[1][:12], "|") != "eu1-a|eu1|shared|active|0/no cap|open|http://192.0.2.7:6632|no|scoped|unknown|all|-" ||
+			strings.Join(cells[2][:12], "|") != "eu1-b|eu1|dedicated|active|0/1|open|http://192.0.2.8:6632|yes|probe|unknown|keeper|-" {
 			t.Fatalf("cell list: %q", cells)
 		}
 
@@ -245,11 +245,11 @@ func TestCLI(t *testing.T) {
 		cp0 := newControlPlane(t, url)
 		cp0.exec(`UPDATE queen_proxy.cells SET tenant_scoping = 'scoped', tenant_scoping_checked_at = now() WHERE slug = 'eu1-b'`)
 		if out := q.ok(t, "cell", "update", "eu1-b", "--tenancy", "unscoped", "--region", "eu2"); out !=
-			"updated cell \"eu1-b\" (broker http://10.0.0.8:6632, tenancy unscoped, 0 of 1 slots used); gateways reload its 0 cluster(s)\n" {
+			"updated cell \"eu1-b\" (broker http://192.0.2.8:6632, tenancy unscoped, 0 of 1 slots used); gateways reload its 0 cluster(s)\n" {
 			t.Fatalf("cell update --tenancy: %q", out)
 		}
-		if out := q.ok(t, "cell", "update", "eu1-b", "--url", "http://10.0.0.9:6632"); out !=
-			"updated cell \"eu1-b\" (broker http://10.0.0.9:6632, tenancy unscoped, 0 of 1 slots used); gateways reload its 0 cluster(s)\n"+
+		if out := q.ok(t, "cell", "update", "eu1-b", "--url", "http://192.0.2.9:6632"); out !=
+			"updated cell \"eu1-b\" (broker http://192.0.2.9:6632, tenancy unscoped, 0 of 1 slots used); gateways reload its 0 cluster(s)\n"+
 				"note: the broker URL or secret changed: the probe's verdict (was scoped) is unknown until the gateway probes the cell again\n" {
 			t.Fatalf("cell update --url: %q", out)
 		}
@@ -264,7 +264,7 @@ func TestCLI(t *testing.T) {
 		if updated.Region != "eu2" || updated.TenancyStated != "probe" || updated.TenantScoping != "unknown" || updated.HasSecret || !updated.KeeperOnly {
 			t.Fatalf("cell update --json: %+v", updated)
 		}
-		r = q.run(t, []string{"CELL_B_SECRET=s3cret"}, "", "cell", "update", "eu1-b", "--secret-env", "CELL_B_SECRET", "--url", "http://10.0.0.8:6632", "--region", "eu1")
+		r = q.run(t, []string{"CELL_B_SECRET=s3cret"}, "", "cell", "update", "eu1-b", "--secret-env", "CELL_B_SECRET", "--url", "http://192.0.2.8:6632", "--region", "eu1")
 		if r.code != 0 || r.stderr != "" {
 			t.Fatalf("cell update --secret-env: %d %s", r.code, r.stderr)
 		}
@@ -479,7 +479,7 @@ func TestCLI(t *testing.T) {
 		step := lines(out)
 		if len(step) != 6 || step[0][0] != "step 1 of 3 done: tenant \"acme\" is now deleting; gateways refuse all of its traffic" ||
 			strings.Join(step[3], "|") != "CLUSTER|CELL|BROKER|PURGE" ||
-			strings.Join(step[4], "|") != "acme-prod|eu1-b|http://10.0.0.8:6632|SELECT queen.delete_tenant_data_v1('"+brokerTenant+"');" ||
+			strings.Join(step[4], "|") != "acme-prod|eu1-b|http://192.0.2.8:6632|SELECT queen.delete_tenant_data_v1('"+brokerTenant+"');" ||
 			step[5][0] != "step 3 of 3: caddy queen tenant delete acme --purged" {
 			t.Fatalf("tenant delete (step 1):\n%s", out)
 		}

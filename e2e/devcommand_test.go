@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -15,10 +16,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestDevCommandFromREADME runs README's first command the way a newcomer
-// does (no database configured, no broker running) and follows the printed
+// does (no database configured, no broker running): the launcher, which
+// builds the gateway and runs it. It follows the printed
 // instructions: push and pop through the gateway with the printed key, open
 // the printed console URL and sign in as the printed dev admin, see the push
 // in the console's usage, and run the printed `caddy queen usage` line until
@@ -100,6 +104,16 @@ func TestDevCommandFromREADME(t *testing.T) {
 	if key == "" || !strings.Contains(printed.String(), "IN-MEMORY FAKE BROKER") {
 		t.Fatalf("output lacks the key or the fake-broker label:\n%s", printed.String())
 	}
+	// Before anything else it says that the first build takes minutes,
+	// since go build is silent until it is done.
+	if first, _, _ := strings.Cut(printed.String(), "\n"); !strings.Contains(first, "first build") || !strings.Contains(first, "minutes") {
+		t.Fatalf("the first line does not say the first build takes minutes: %q", first)
+	}
+	// Its fake broker is in the public broker's mode, and says so.
+	if !strings.Contains(printed.String(), "Mode: NO TENANCY, like the public Queen 0.15 broker") ||
+		!strings.Contains(printed.String(), "QUEENGATE_DEV_TENANCY=header") {
+		t.Fatalf("output does not say the fake broker has no tenancy and how to switch:\n%s", printed.String())
+	}
 	if consoleURL == "" || admin == "" || password == "" || usageCmd == "" {
 		t.Fatalf("output lacks the console URL (%q), the dev admin (%q), its password (%q) or the usage line (%q):\n%s",
 			consoleURL, admin, password, usageCmd, printed.String())
@@ -118,6 +132,30 @@ func TestDevCommandFromREADME(t *testing.T) {
 	if r.status != 200 || !strings.Contains(string(r.body), `"msg":"hi"`) {
 		t.Fatalf("pop: %d %s", r.status, r.body)
 	}
+
+	// What it says is what runs: serving the dev cluster, the gateway's own
+	// probe records the dev cell as unscoped, as it would in front of the
+	// public broker.
+	m := regexp.MustCompile(`--database-url '([^']+)'`).FindStringSubmatch(usageCmd)
+	if m == nil {
+		t.Fatalf("the usage line names no database: %s", usageCmd)
+	}
+	pool, err := pgxpool.New(context.Background(), m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	pollEvery(t, 30*time.Second, 200*time.Millisecond, func() error {
+		var verdict string
+		if err := pool.QueryRow(context.Background(),
+			`SELECT tenant_scoping FROM queen_proxy.cells WHERE slug = 'dev-local'`).Scan(&verdict); err != nil {
+			return err
+		}
+		if verdict != "unscoped" {
+			return fmt.Errorf("the dev cell's recorded verdict is %q, want unscoped (the fake broker in the public broker's mode)", verdict)
+		}
+		return nil
+	})
 
 	// The console, as a browser gets to it from the printed URL.
 	console := strings.TrimSuffix(consoleURL, "/console/")

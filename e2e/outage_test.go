@@ -50,7 +50,7 @@ func TestGatewayDuringDatabaseOutage(t *testing.T) {
 	}
 	probe := func(path string) response {
 		// Probes hit the pod address: no cluster hostname.
-		return do(t, c, "GET", fmt.Sprintf("http://10.1.2.3:%d%s", port, path), "", "")
+		return do(t, c, "GET", fmt.Sprintf("http://192.0.2.3:%d%s", port, path), "", "")
 	}
 	if r := probe("/healthz"); r.status != 200 || r.json(t)["status"] != "ok" {
 		t.Fatalf("liveness: %d %s", r.status, r.body)

@@ -1,21 +1,24 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
-	"net/http"
+	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
-	"github.com/caddyserver/caddy/v2"
-
-	"github.com/queengate/queengate/internal/fakebroker"
 	"github.com/queengate/queengate/internal/pgtest"
 )
 
-// walkThrough returns the shell lines of the README's walk-through.
-func walkThrough(t *testing.T) []string {
+// walkThrough returns the README's walk-through block as printed.
+func walkThrough(t *testing.T) string {
 	t.Helper()
 	b, err := os.ReadFile("../README.md")
 	if err != nil {
@@ -25,121 +28,115 @@ func walkThrough(t *testing.T) []string {
 	if m == nil {
 		t.Fatal("README.md has no walk-through block")
 	}
-	var out []string
-	for _, l := range strings.Split(strings.TrimSpace(string(m[1])), "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			out = append(out, l)
-		}
-	}
-	return out
+	return string(m[1])
 }
 
-// shellWords splits a command line the way the README's lines need:
-// spaces, with double or single quotes grouping.
-func shellWords(line string) []string {
-	var words []string
-	var cur strings.Builder
-	quote, in := byte(0), false
-	for i := 0; i < len(line); i++ {
-		c := line[i]
-		switch {
-		case quote != 0 && c == quote:
-			quote = 0
-		case quote != 0:
-			cur.WriteByte(c)
-		case c == '"' || c == '\'':
-			quote, in = c, true
-		case c == ' ':
-			if in {
-				words = append(words, cur.String())
-				cur.Reset()
-				in = false
-			}
-		default:
-			cur.WriteByte(c)
-			in = true
-		}
-	}
-	if in {
-		words = append(words, cur.String())
-	}
-	return words
-}
+// walkThroughPorts are the loopback ports the walk-through uses as printed:
+// the fake broker, the gateway and Caddy's admin endpoint.
+var walkThroughPorts = []string{"127.0.0.1:6632", "127.0.0.1:8080", "127.0.0.1:2019"}
 
-// TestREADMEWalkThrough runs the README's walk-through as written: every
-// `caddy queen` line through the built binary against a fresh database,
-// the curl line as the same HTTP request through a real gateway, and
-// checks that the usage it prints counts the push.
+// TestREADMEWalkThrough runs the README's walk-through exactly as printed:
+// the block goes to bash unchanged, from the repository root, with what the
+// README says it needs first (caddy and fakebroker on PATH, an empty
+// database in QUEENGATE_DATABASE_URL, its ports free). The push must be
+// queued and the usage it prints must bill that one push.
 func TestREADMEWalkThrough(t *testing.T) {
-	url := pgtest.NewDatabase(t)
-	q := cliFor(t)(url)
-	broker := startBroker(t, fakebroker.Options{Name: "readme-cell", RequireTenant: true})
-	port := freePort(t)
-	var key, usage string
-	gatewayUp := false
-	for _, line := range walkThrough(t) {
-		words := shellWords(line)
-		switch {
-		case len(words) > 2 && words[0] == "caddy" && words[1] == "queen":
-			args := words[2:]
-			for i, a := range args {
-				if a == "http://10.0.0.7:6632" { // the README's example cell
-					args[i] = broker.URL()
-				}
-			}
-			out := q.ok(t, args...)
-			if m := regexp.MustCompile(`(qk_live_[A-Za-z0-9_-]{43})`).FindStringSubmatch(out); m != nil {
-				key = m[1]
-			}
-			if args[0] == "usage" {
-				usage = out
-			}
-		case words[0] == "curl":
-			if key == "" {
-				t.Fatal("the walk-through pushes before it created a key")
-			}
-			if !gatewayUp {
-				// Usage is flushed per closed minute; the test stops the
-				// gateway after the push, which drains the open one.
-				startGateway(t, gatewayCaddyfile(port, url, "meter_flush_interval 1s\n\t\tspool_dir "+t.TempDir(), ""))
-				gatewayUp = true
-			}
-			var body, target string
-			for i := 1; i < len(words); i++ {
-				switch {
-				case words[i] == "-d":
-					i++
-					body = words[i]
-				case words[i] == "-H":
-					i++
-					if !strings.Contains(words[i], "$KEY") {
-						t.Fatalf("unexpected header in the README: %s", words[i])
-					}
-				case strings.HasPrefix(words[i], "https://"):
-					target = words[i]
-				}
-			}
-			host := strings.TrimSuffix(strings.TrimPrefix(strings.SplitN(target, "/api/", 2)[0], "https://"), ".eu1.example.com")
-			r := do(t, client(port), "POST", fmt.Sprintf("http://%s.eu1.example.test:%d/api/%s", host, port, strings.SplitN(target, "/api/", 2)[1]), key, body)
-			if r.status != http.StatusOK || !strings.Contains(string(r.body), `"status":"queued"`) {
-				t.Fatalf("the README's push: %d %s", r.status, r.body)
-			}
-			if err := caddy.Stop(); err != nil {
-				t.Fatal(err)
-			}
-		default:
-			t.Fatalf("the walk-through has a line the test cannot run: %s", line)
+	script := walkThrough(t)
+	for _, addr := range walkThroughPorts {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatalf("the walk-through needs %s free: %v", addr, err)
+		}
+		l.Close()
+	}
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Fatalf("the walk-through runs curl: %v", err)
+	}
+
+	bin := t.TempDir()
+	if err := os.Symlink(caddyBinary(t), filepath.Join(bin, "caddy")); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, "fakebroker"), "../cmd/fakebroker").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/fakebroker: %v\n%s", err, out)
+	}
+	home := t.TempDir()
+	env := []string{
+		"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"HOME=" + home, "XDG_CONFIG_HOME=" + home, "XDG_DATA_HOME=" + home,
+		"QUEENGATE_DATABASE_URL=" + pgtest.NewDatabase(t),
+	}
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		// What the walk-through's Caddyfile and commands would read besides.
+		if !strings.HasPrefix(name, "QUEENGATE_") && !slices.Contains([]string{"PATH", "HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME"}, name) {
+			env = append(env, kv)
 		}
 	}
-	// usage --cluster acme-prod prints a table: header, then the cluster.
-	rows := lines(usage)
-	if len(rows) < 3 || rows[2][0] != "acme-prod" {
-		t.Fatalf("usage printed:\n%s", usage)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// Files, not pipes: what the walk-through leaves running when a line
+	// fails holds them open, and Wait would wait for it.
+	logs := t.TempDir()
+	stdout, err := os.Create(filepath.Join(logs, "stdout"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	header := rows[1]
-	for i, h := range header {
-		if strings.EqualFold(h, "pushed") && rows[2][i] != "1" {
-			t.Fatalf("usage shows %s pushed, want the README's one push:\n%s", rows[2][i], usage)
-		}
+	defer stdout.Close()
+	stderr, err := os.Create(filepath.Join(logs, "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stderr.Close()
+	// -e: a line that fails ends the run there, as a reader would stop.
+	sh := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", script)
+	sh.Dir = ".."
+	sh.Env = env
+	sh.Stdout, sh.Stderr = stdout, stderr
+	// Its own process group, so that what it leaves running in the
+	// background (the fake broker, Caddy) is stopped with it on failure.
+	sh.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	sh.Cancel = func() error { return syscall.Kill(-sh.Process.Pid, syscall.SIGKILL) }
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-sh.Process.Pid, syscall.SIGKILL) })
+	runErr := sh.Wait()
+	out, err := os.ReadFile(stdout.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	errOut, err := os.ReadFile(stderr.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runErr != nil {
+		t.Fatalf("the walk-through failed: %v\nstdout:\n%s\nstderr:\n%s", runErr, out, errOut)
+	}
+
+	printed := string(out)
+	if !strings.Contains(printed, `"status":"queued"`) {
+		t.Fatalf("the walk-through's push was not queued:\n%s\nstderr:\n%s", printed, errOut)
+	}
+	// usage --cluster acme-prod prints a table: its header, then the cluster.
+	rows := lines(printed[strings.Index(printed, `"status":"queued"`):])
+	header := slices.IndexFunc(rows, func(r []string) bool { return slices.Contains(r, "PUSHED") })
+	if header < 0 || header+1 >= len(rows) || rows[header+1][0] != "acme-prod" {
+		t.Fatalf("the walk-through printed no usage row for acme-prod:\n%s", printed)
+	}
+	pushed := slices.Index(rows[header], "PUSHED")
+	if got := rows[header+1][pushed]; got != "1" {
+		t.Fatalf("usage bills %s pushed messages, want the walk-through's one push:\n%s", got, printed)
+	}
+	// It cleans up after itself: the gateway and the fake broker are gone.
+	for _, addr := range walkThroughPorts {
+		pollEvery(t, 10*time.Second, 100*time.Millisecond, func() error {
+			l, err := net.Listen("tcp", addr)
+			if err != nil {
+				return fmt.Errorf("%s is still in use after the walk-through: %w", addr, err)
+			}
+			return l.Close()
+		})
 	}
 }

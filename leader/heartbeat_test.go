@@ -273,7 +273,7 @@ func TestGrantsOfEveryOtherMember(t *testing.T) {
 func TestANewStandbyKeepsTheHoldOfAPreviousLife(t *testing.T) {
 	peer := &fakePeer{err: errUnreachable}
 	s := newMemStore()
-	a := testElector("a", s, nil, "http://a.peer")
+	a := testElector("a", s, nil, "http://a.example.test")
 	leading(t, a)
 	s.cut("a", true)
 	s.expireNow()

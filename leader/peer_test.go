@@ -131,12 +131,12 @@ func leading(t *testing.T, e *Elector) {
 }
 
 // standbyWithExpiredLease is a group where a leads at epoch 1 with peer
-// address http://a.peer, b is its settled standby, and the lease has just
+// address http://a.example.test, b is its settled standby, and the lease has just
 // expired in the database while a is still within its own bound.
 func standbyWithExpiredLease(t *testing.T, peer Peer) (*memStore, *Elector, *Elector) {
 	t.Helper()
 	s := newMemStore()
-	a, b := testElector("a", s, nil, "http://a.peer"), testElector("b", s, peer, "http://b.peer")
+	a, b := testElector("a", s, nil, "http://a.example.test"), testElector("b", s, peer, "http://b.example.test")
 	leading(t, a)
 	b.Attempt(context.Background())
 	time.Sleep(2 * time.Millisecond)
@@ -156,7 +156,7 @@ func TestStandbyDoesNotTakeOverWhileTheLeaderAnswers(t *testing.T) {
 	if b.Role() != Standby || a.Role() != Leader {
 		t.Fatalf("roles a/b %s/%s, want leader/standby", a.Role(), b.Role())
 	}
-	if peer.asks() != 3 || peer.asked[0] != "a@http://a.peer" {
+	if peer.asks() != 3 || peer.asked[0] != "a@http://a.example.test" {
 		t.Fatalf("asks %v, want 3 of a at its peer address", peer.asked)
 	}
 	if w := b.Withheld(); !strings.Contains(w, "a answers on its peer address that it leads") {

@@ -21,7 +21,7 @@ type ClusterRef struct {
 	// x-queen-tenant.
 	BrokerTenant string
 	// CellURL is the base URL of the cluster's cell, e.g.
-	// "http://10.0.0.7:6632".
+	// "http://192.0.2.7:6632".
 	CellURL string
 	// Authorization is the complete Authorization header value for the
 	// cell (e.g. "Bearer <cell secret>"); empty sends none.

@@ -47,7 +47,7 @@ Objects are named as operators name them: cells, tenants and clusters by slug
 
 The database URL comes from --database-url or, when that is not given, from
 the environment variable QUEENGATE_DATABASE_URL (the one the example
-Caddyfile reads), e.g. postgres://queengate@db.internal:5432/queen_proxy.
+Caddyfile reads), e.g. postgres://queengate@db.example.com:5432/queen_proxy.
 
 Output is an aligned table or a short report; --json prints JSON instead, for
 scripts. Errors are one line on stderr, "queen <command>: <problem>".
@@ -321,7 +321,7 @@ Cells are plain rows: no SQL function creates them.
 ` + capacityNote + tenancyNote,
 	}
 	add.Flags().String("region", "", "region label, e.g. eu1 (required)")
-	add.Flags().String("url", "", "broker base URL, e.g. http://10.0.0.7:6632 (required)")
+	add.Flags().String("url", "", "broker base URL, e.g. http://192.0.2.7:6632 (required)")
 	add.Flags().String("class", "shared", "shared (many clusters) or dedicated (one)")
 	add.Flags().Int("capacity", 0, "clusters the cell takes, enforced on every placement (0: no cap)")
 	add.Flags().String("secret", "", "bearer token for the broker (visible in the process list; prefer --secret-env)")

@@ -63,7 +63,7 @@ cell is stated scoped).
 ` + tenancyNote,
 	}
 	f := update.Flags()
-	f.String("url", "", "new broker base URL, e.g. http://10.0.0.7:6632")
+	f.String("url", "", "new broker base URL, e.g. http://192.0.2.7:6632")
 	f.String("secret", "", "new bearer token for the broker (visible in the process list; prefer --secret-env)")
 	f.String("secret-env", "", "name of an environment variable holding the new bearer token")
 	f.Bool("clear-secret", false, "send no bearer token to the broker any more")

@@ -68,7 +68,7 @@ func TestCertPermissionDecision(t *testing.T) {
 		{"acme prod.eu1.example.com", ErrNotClusterHostname, "", false},
 		{strings.Repeat("a", 64) + ".eu1.example.com", ErrNotClusterHostname, "", false},
 		{"127.0.0.1", ErrNotClusterHostname, "", false},
-		{"10.0.0.1", ErrNotClusterHostname, "", false},
+		{"192.0.2.1", ErrNotClusterHostname, "", false},
 		{"::1", ErrNotClusterHostname, "", false},
 		{"[::1]", ErrNotClusterHostname, "", false},
 		{"localhost", ErrNotClusterHostname, "", false},

@@ -1,10 +1,13 @@
 // Command fakebroker serves queengate's in-memory fake Queen broker, for
 // development and manual testing of the gateway without a real broker.
 //
-//	fakebroker -listen 127.0.0.1:6632 [-name cell-a] [-require-tenant] [-token SECRET]
+//	fakebroker -listen 127.0.0.1:6632 [-ignore-tenant] [-name cell-a] [-require-tenant] [-token SECRET]
 //	           [-no-request-log] [-discard-completed]
 //
-// Everything is kept in memory and lost when the process exits.
+// Everything is kept in memory and lost when the process exits. It says at
+// start which tenancy mode it is in: by default it scopes by x-queen-tenant
+// (a broker started with QUEEN_TENANCY_HEADER=true); -ignore-tenant gives the
+// public Queen 0.15 broker's mode, one namespace for every caller.
 package main
 
 import (
@@ -49,6 +52,11 @@ func main() {
 		log.Fatalf("fakebroker: %v", err)
 	}
 	log.Printf("queengate fake broker (in-memory, for development only) listening on http://%s", l.Addr())
+	if *ignoreTenant {
+		log.Printf("mode: no tenancy, like the public Queen 0.15 broker (x-queen-tenant ignored: a gateway serves one cluster on this cell)")
+	} else {
+		log.Printf("mode: tenancy by x-queen-tenant, like a broker started with QUEEN_TENANCY_HEADER=true (-ignore-tenant for the public broker's mode)")
+	}
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)

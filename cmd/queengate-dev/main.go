@@ -3,307 +3,67 @@
 //
 //	go run ./cmd/queengate-dev
 //
-// It uses QUEENGATE_DATABASE_URL when set, else starts a throwaway
-// PostgreSQL from the machine's server binaries; applies the migrations;
-// seeds a dev tenant, cluster and API key; and forwards to the broker at
-// QUEENGATE_BROKER_URL (default http://127.0.0.1:6632). When nothing answers
-// there it starts the in-memory fake broker as a clearly labelled
-// development upstream, so pushes and pops work at once. It also serves the
-// identity surface and the cluster console, with a dev admin whose generated
-// password it prints once. It prints ready curl lines, the console's URL and
-// the `caddy queen usage` line for the dev cluster, and runs until
-// interrupted.
+// This package is only the launcher, and imports nothing but the standard
+// library so that `go run` compiles it in seconds and it can say at once
+// that the first build of the gateway takes minutes. It then builds the
+// gateway (./cmd/queengate-dev/gateway, which compiles Caddy) with
+// `go build -v`, whose package names on stderr are the progress, into the
+// user's cache directory, and replaces itself with it: arguments,
+// environment, standard streams and signals all go to the gateway.
 package main
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
-	"os/signal"
-	"strings"
+	"path/filepath"
 	"syscall"
-	"time"
-
-	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig"
-	_ "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-	_ "github.com/caddyserver/caddy/v2/modules/standard"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	_ "github.com/queengate/queengate/caddymodule"
-	"github.com/queengate/queengate/internal/fakebroker"
-	"github.com/queengate/queengate/internal/pgserver"
-	"github.com/queengate/queengate/migrations"
-	"github.com/queengate/queengate/tenancy"
 )
 
+// gatewayPackage is the program the launcher builds and runs.
+const gatewayPackage = "github.com/queengate/queengate/cmd/queengate-dev/gateway"
+
 func main() {
-	if err := run(); err != nil {
+	fmt.Println("queengate-dev: building the gateway. The first build compiles Caddy and takes minutes")
+	fmt.Println("(about 6 minutes of CPU time: several minutes on a two-core machine); later runs take seconds.")
+	fmt.Println("go build lists the packages it compiles below, as it goes.")
+	bin, err := build()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "queengate-dev:", err)
+		os.Exit(1)
+	}
+	args := append([]string{bin}, os.Args[1:]...)
+	if err := syscall.Exec(bin, args, os.Environ()); err != nil {
+		fmt.Fprintf(os.Stderr, "queengate-dev: run %s: %v\n", bin, err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	port := envOr("QUEENGATE_HTTP_PORT", "8080")
-	brokerURL := envOr("QUEENGATE_BROKER_URL", "http://127.0.0.1:6632")
-
-	dbURL := os.Getenv("QUEENGATE_DATABASE_URL")
-	if dbURL == "" {
-		fmt.Println("No QUEENGATE_DATABASE_URL: starting a throwaway PostgreSQL ...")
-		if err := ensurePostgres(ctx); err != nil {
-			return err
-		}
-		srv, err := pgserver.Start(ctx, pgserver.Options{})
-		if err != nil {
-			return err
-		}
-		defer srv.Close()
-		if err := srv.CreateDatabase(ctx, "queengate"); err != nil {
-			return err
-		}
-		dbURL = srv.URL("queengate")
-	}
-
-	if wanted := brokerURL; !answers(wanted) {
-		broker := fakebroker.New(fakebroker.Options{Name: "dev-fake-broker"})
-		u, err := url.Parse(brokerURL)
-		if err != nil {
-			return fmt.Errorf("QUEENGATE_BROKER_URL: %w", err)
-		}
-		listenURL, err := broker.Listen(u.Host)
-		if err != nil {
-			listenURL, err = broker.Start()
-			if err != nil {
-				return fmt.Errorf("start the fake broker: %w", err)
-			}
-		}
-		defer broker.Close()
-		brokerURL = listenURL
-		fmt.Printf("\n*** Nothing answers at %s: using the IN-MEMORY FAKE BROKER at %s.\n", wanted, brokerURL)
-		fmt.Println("*** It is a development upstream only: messages live in memory and vanish on exit.")
-	}
-
-	creds, err := seed(ctx, dbURL, brokerURL)
+// build compiles the gateway into the user's cache directory; go build
+// relinks only when something changed.
+func build() (string, error) {
+	cache, err := os.UserCacheDir()
 	if err != nil {
-		return err
+		cache = os.TempDir()
 	}
-	// Sessions are signed with a secret that lives as long as this process:
-	// a restart signs everyone out, which is what a dev gateway wants.
-	sessionSecret, err := randomText(32)
+	dir := filepath.Join(cache, "queengate-dev")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("make %s: %w", dir, err)
+	}
+	bin := filepath.Join(dir, "queengate-dev-gateway")
+	goTool, err := exec.LookPath("go")
 	if err != nil {
-		return err
+		return "", fmt.Errorf("the go command is not on PATH: %w", err)
 	}
-
-	caddyfile := fmt.Sprintf(`{
-	admin off
-	persist_config off
-	http_port %s
-	default_bind 127.0.0.1
-	queen {
-		database_url %s
-		base_domain localhost
-		session {
-			hs256_secret %s
+	cmd := exec.Command(goTool, "build", "-v", "-o", bin, gatewayPackage)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return "", fmt.Errorf("go build %s failed (run it from the repository): %w", gatewayPackage, err)
 		}
-		identity {
-		}
+		return "", fmt.Errorf("go build: %w", err)
 	}
-}
-http:// {
-	queen_gateway
-}
-`, port, dbURL, sessionSecret)
-	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), nil)
-	if err != nil {
-		return fmt.Errorf("adapt the dev Caddyfile: %w", err)
-	}
-	if err := caddy.Load(cfg, true); err != nil {
-		return fmt.Errorf("start caddy: %w", err)
-	}
-	defer caddy.Stop()
-
-	fmt.Printf(`
-queengate is running: cluster "dev" at http://dev.localhost:%[1]s (forwarding to %[2]s)
-Dev API key (shown once): %[3]s
-
-Push:
-  curl -sS -H 'Host: dev.localhost' -H 'Authorization: Bearer %[3]s' -H 'Content-Type: application/json' \
-    -d '{"items":[{"queue":"hello","payload":{"msg":"hi"}}]}' http://127.0.0.1:%[1]s/api/v1/push
-Pop:
-  curl -sS -H 'Host: dev.localhost' -H 'Authorization: Bearer %[3]s' 'http://127.0.0.1:%[1]s/api/v1/pop/queue/hello?batch=10'
-
-Console (sign in, keys, members, usage charts): http://dev.localhost:%[1]s/console/
-Dev admin: %[4]s
-Dev admin password (shown once): %[5]s
-
-Usage of the dev cluster, as billed (written a minute or so after the traffic), from another terminal:
-  %[6]s
-
-Press Ctrl-C to stop.
-`, port, brokerURL, creds.key, devAdminEmail, creds.password, usageLine(dbURL))
-	<-ctx.Done()
-	fmt.Println("\nstopping")
-	return nil
-}
-
-// devAdminEmail is the dev cluster's admin, who signs in to the console.
-const devAdminEmail = "admin@dev.localhost"
-
-// devCredentials are the secrets seed made for this run, printed once.
-type devCredentials struct {
-	key      string // a full-scope API key of the dev cluster
-	password string // devAdminEmail's password
-}
-
-// usageLine is the `caddy queen usage` command for the dev cluster, run from
-// the repository root. A database URL from the environment is not printed
-// (it may hold a password): the command reads the same variable.
-func usageLine(dbURL string) string {
-	const cmd = "go run ./cmd/caddy queen usage --cluster dev"
-	if os.Getenv("QUEENGATE_DATABASE_URL") != "" {
-		return cmd
-	}
-	return cmd + " --database-url '" + dbURL + "'"
-}
-
-// randomText returns n random bytes as unpadded base64url.
-func randomText(n int) (string, error) {
-	raw := make([]byte, n)
-	if _, err := rand.Read(raw); err != nil {
-		return "", fmt.Errorf("random bytes: %w", err)
-	}
-	return base64.RawURLEncoding.EncodeToString(raw), nil
-}
-
-// seed applies the migrations and provisions the dev cell, tenant, cluster,
-// a fresh full-scope API key and the dev admin (with a fresh password, also
-// when the admin exists) through the control-plane SQL functions.
-func seed(ctx context.Context, dbURL, brokerURL string) (devCredentials, error) {
-	var creds devCredentials
-	var err error
-	if creds.key, err = seedKey(ctx, dbURL, brokerURL); err != nil {
-		return creds, err
-	}
-	if creds.password, err = randomText(18); err != nil {
-		return creds, err
-	}
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		return creds, fmt.Errorf("connect to %s: %w", dbURL, err)
-	}
-	defer pool.Close()
-	// bcrypt through pgcrypto, as `caddy queen user create` stores passwords.
-	if _, err := pool.Exec(ctx, `
-		WITH t AS (SELECT id FROM queen_proxy.tenants WHERE slug = 'dev'),
-		     updated AS (UPDATE queen_proxy.users SET password_hash = public.crypt($2, public.gen_salt('bf', 10))
-		                 WHERE email = $1 RETURNING id)
-		SELECT queen_proxy.create_user((SELECT id FROM t), $1, public.crypt($2, public.gen_salt('bf', 10)), 'local')
-		WHERE NOT EXISTS (SELECT 1 FROM updated)`, devAdminEmail, creds.password); err != nil {
-		return creds, fmt.Errorf("seed the dev admin: %w", err)
-	}
-	if _, err := pool.Exec(ctx, `SELECT queen_proxy.grant_cluster_role(
-		(SELECT id FROM queen_proxy.clusters WHERE slug = 'dev'), $1, 'admin')`, devAdminEmail); err != nil {
-		return creds, fmt.Errorf("grant the dev admin its role: %w", err)
-	}
-	return creds, nil
-}
-
-// seedKey applies the migrations and provisions the dev cell, tenant,
-// cluster and a fresh full-scope API key.
-func seedKey(ctx context.Context, dbURL, brokerURL string) (string, error) {
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		return "", fmt.Errorf("connect to %s: %w", dbURL, err)
-	}
-	defer pool.Close()
-	if _, err := migrations.Apply(ctx, pool); err != nil {
-		return "", err
-	}
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		return "", err
-	}
-	defer tx.Rollback(ctx)
-	var cellID, tenantID, clusterID string
-	if err := tx.QueryRow(ctx, `INSERT INTO queen_proxy.cells (slug, region, base_url, class)
-		VALUES ('dev-local', 'local', $1, 'shared')
-		ON CONFLICT (slug) DO UPDATE SET base_url = EXCLUDED.base_url RETURNING id::text`, brokerURL).Scan(&cellID); err != nil {
-		return "", fmt.Errorf("seed cell: %w", err)
-	}
-	err = tx.QueryRow(ctx, `SELECT id::text FROM queen_proxy.tenants WHERE slug = 'dev'`).Scan(&tenantID)
-	if err != nil {
-		if err := tx.QueryRow(ctx, `SELECT queen_proxy.create_tenant('dev', 'Dev Tenant')::text`).Scan(&tenantID); err != nil {
-			return "", fmt.Errorf("seed tenant: %w", err)
-		}
-	}
-	err = tx.QueryRow(ctx, `SELECT id::text FROM queen_proxy.clusters WHERE slug = 'dev'`).Scan(&clusterID)
-	if err != nil {
-		if err := tx.QueryRow(ctx, `SELECT queen_proxy.create_cluster($1::uuid, 'dev', 'dev', $2::uuid)::text`,
-			tenantID, cellID).Scan(&clusterID); err != nil {
-			return "", fmt.Errorf("seed cluster: %w", err)
-		}
-	}
-	secret, err := randomText(32)
-	if err != nil {
-		return "", err
-	}
-	key := "qk_dev_" + secret
-	if _, err := tx.Exec(ctx, `SELECT queen_proxy.issue_api_key($1::uuid, $2, $3, ARRAY['produce','consume','read','admin'])`,
-		clusterID, "dev key "+time.Now().UTC().Format(time.RFC3339), tenancy.HashAPIKey(key)); err != nil {
-		return "", fmt.Errorf("seed api key: %w", err)
-	}
-	return key, tx.Commit(ctx)
-}
-
-// ensurePostgres makes sure PostgreSQL server binaries are there to start
-// the throwaway database from. On a fresh Debian machine, as root, it
-// installs Debian's postgresql package with apt-get (saying so first);
-// anywhere else a missing server is an error that says how to install one.
-func ensurePostgres(ctx context.Context) error {
-	_, err := pgserver.FindBinDir()
-	if err == nil || !errors.Is(err, pgserver.ErrNotFound) || os.Getenv(pgserver.EnvBinDir) != "" {
-		return err
-	}
-	aptGet, lookErr := exec.LookPath("apt-get")
-	if lookErr != nil || os.Geteuid() != 0 {
-		return err
-	}
-	fmt.Println("No PostgreSQL server binaries: installing Debian's postgresql (apt-get update && apt-get install -y postgresql) ...")
-	for _, args := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", "postgresql"}} {
-		c := exec.CommandContext(ctx, aptGet, args...)
-		c.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		c.Stdout, c.Stderr = os.Stdout, os.Stderr
-		if err := c.Run(); err != nil {
-			return fmt.Errorf("apt-get %s: %w", strings.Join(args, " "), err)
-		}
-	}
-	_, err = pgserver.FindBinDir()
-	return err
-}
-
-// answers reports whether a broker answers /health at base.
-func answers(base string) bool {
-	c := &http.Client{Timeout: time.Second}
-	resp, err := c.Get(base + "/health")
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
+	return bin, nil
 }

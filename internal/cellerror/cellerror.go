@@ -61,7 +61,7 @@ var markers = []string{
 	"SQLSTATE",
 	"CONTEXT:",
 	"unnamed portal",
-	"connection to server", // libpq: connection to server at "10.0.0.5", port 5432 failed
+	"connection to server", // libpq: connection to server at "192.0.2.5", port 5432 failed
 	"could not connect to server",
 	"server closed the connection",
 	"terminate called", // C++ runtime

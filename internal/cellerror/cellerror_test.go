@@ -11,7 +11,7 @@ var exposing = []string{
 	`{"error":"ERROR:  invalid input syntax for type uuid: \"p1\"\nCONTEXT:  PL/pgSQL function queen.ack_messages_v2(jsonb) line 14 at FOR over SELECT rows\n","success":false}`,
 	`{"error":"ERROR:  invalid input syntax for type uuid: \"p1\"\nCONTEXT:  unnamed portal parameter $1 = '...'\n","success":false}`,
 	`{"error":"ERROR:  LIMIT must not be negative\nCONTEXT:  SQL statement \"WITH message_data AS (SELECT m.id FROM queen.messages m LIMIT -1)\"\nPL/pgSQL function queen.pop_unified_batch(jsonb) line 93 at RETURN QUERY\n","success":false}`,
-	`{"error":"Failed to connect to target: connection to server at \"10.0.0.5\", port 5432 failed: Connection refused\n\tIs the server running on that host and accepting TCP/IP connections?\n","success":false}`,
+	`{"error":"Failed to connect to target: connection to server at \"192.0.2.5\", port 5432 failed: Connection refused\n\tIs the server running on that host and accepting TCP/IP connections?\n","success":false}`,
 	`{"error":"ACK operation failed: ERROR:  deadlock detected\nDETAIL:  Process 4711 waits for ShareLock"}`,
 	`{"success":false,"error":"FATAL:  terminating connection due to administrator command"}`,
 	`{"error":"std::bad_alloc"}`,
