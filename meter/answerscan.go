@@ -1,0 +1,698 @@
+package meter
+
+import (
+	"encoding/binary"
+	"math/bits"
+	"unicode/utf8"
+
+	"github.com/queengate/queengate/internal/jsonscan"
+)
+
+// answerScan is the reader under the answer tallies: a strict, streaming
+// JSON checker that accepts exactly what jsonscan.Checker accepts (valid
+// UTF-8, no byte-order mark, no half surrogate pair, nesting within
+// jsonscan.DefaultMaxDepth, RFC 8259 otherwise), and tells its watcher
+// only about the few places a tally reads. It is built for speed on what
+// the broker writes: it reads a token at a time rather than a byte at a
+// time, skips plain string text eight bytes at a time, keeps its nesting
+// in a bit set (no allocation, whatever the answer), and says nothing
+// about what lies deeper than the watcher's depth, so a message's payload
+// is checked and passed over. A token cut by the end of a piece is
+// carried on in a little state, so pieces may be of any size.
+//
+// The watcher hears, at depth (the containers open around the event, 1
+// inside the top-level value):
+//   - open, for a container at depth <= watchDepth, or one that is the
+//     value of a member whose key the watcher asked for;
+//   - close, for a container at depth <= watchDepth;
+//   - key, for a member name at depth <= watchDepth: raw text, escapes
+//     intact, nil when longer than carried across a piece (no word the
+//     tallies look for is that long); it returns whether it wants the
+//     member's value;
+//   - value, for a string, number or literal that is the value of a
+//     member it asked for, or an element of an array at depth <=
+//     watchDepth: first is '"' for a string (raw its text, as for key)
+//     or a number's or literal's first byte (raw nil).
+//
+// The reader and the tallies' verdicts are fuzzed against jsonscan.Checker
+// and the tallies as they were before it (FuzzAnswerScanVerdict and the
+// Fuzz*MatchesOracle targets).
+type answerScan struct {
+	watch      answerWatcher
+	watchDepth int
+
+	failed   bool
+	started  bool  // the top-level value has started
+	next     uint8 // what may come after the last complete token
+	depth    int
+	arrays   [(jsonscan.DefaultMaxDepth + 64) / 64]uint64 // bit d: the container at depth d is an array
+	wantVal  bool                                         // the watcher asked for the next value
+	partial  uint8                                        // a token cut by the end of a piece
+	strKey   bool                                         // the string being read is a key
+	strTold  bool                                         // and the watcher hears it
+	strDepth int
+
+	// Inside a string, when the piece ended within an escape or a UTF-8
+	// sequence, or after a high surrogate.
+	sub      uint8
+	hex      uint16
+	hexLeft  uint8
+	highSurr bool
+	utfLeft  uint8
+	utfLo    byte
+	utfHi    byte
+
+	// The text of a string the watcher hears, when it is cut by the end
+	// of a piece: up to len(carry) bytes, else carryLong.
+	carry     [64]byte
+	carryLen  int
+	carryLong bool
+
+	num   uint8  // the number grammar's state, when a number is cut
+	lit   string // the literal being matched, when one is cut
+	litAt int
+}
+
+type answerWatcher interface {
+	open(depth int, kind byte)
+	close(depth int)
+	key(depth int, raw []byte) (wantValue bool)
+	value(depth int, first byte, raw []byte)
+}
+
+// What may come next, after a complete token.
+const (
+	nextValue        uint8 = iota // at the start, after ':' or after ',' in an array
+	nextValueOrClose              // after '['
+	nextKeyOrClose                // after '{'
+	nextKey                       // after ',' in an object
+	nextColon                     // after a key
+	nextAfter                     // after a value inside a container
+	nextEnd                       // after the top-level value
+)
+
+// Tokens cut by the end of a piece.
+const (
+	partNone uint8 = iota
+	partString
+	partNumber
+	partLiteral
+)
+
+// Sub-states inside a string.
+const (
+	subNone   uint8 = iota
+	subEscape       // after a backslash
+	subHex          // inside \uXXXX
+	subUTF8         // inside a multi-byte sequence
+)
+
+// The number grammar, as in jsonscan.
+const (
+	numMinus uint8 = iota + 1
+	numZero
+	numInt
+	numDot
+	numFrac
+	numExp
+	numExpSign
+	numExpDigit
+)
+
+// reset readies s for a new text, told to w up to depth.
+func (s *answerScan) reset(w answerWatcher, depth int) {
+	*s = answerScan{watch: w, watchDepth: depth}
+}
+
+// ok reports whether everything written is one complete, well-formed
+// JSON text.
+func (s *answerScan) ok() bool {
+	if s.failed || !s.started {
+		return false
+	}
+	switch s.partial {
+	case partNone:
+		return s.next == nextEnd
+	case partNumber:
+		return s.depth == 0 && numberDone(s.num)
+	}
+	return false
+}
+
+func (s *answerScan) isArray(depth int) bool { return s.arrays[depth>>6]>>(depth&63)&1 != 0 }
+
+// write reads the next piece of the text.
+func (s *answerScan) write(p []byte) {
+	if s.failed {
+		return
+	}
+	i := 0
+	switch s.partial {
+	case partString:
+		i = s.resumeString(p)
+	case partNumber:
+		i = s.number(p, 0)
+	case partLiteral:
+		i = s.literal(p, 0)
+	}
+	if i < 0 || s.failed {
+		return
+	}
+	s.tokens(p, i)
+}
+
+// fail marks the text unreadable; it returns -1, for the token readers.
+func (s *answerScan) fail() int {
+	s.failed = true
+	return -1
+}
+
+// afterValue moves on after a complete value.
+func (s *answerScan) afterValue() {
+	if s.depth == 0 {
+		s.next = nextEnd
+	} else {
+		s.next = nextAfter
+	}
+}
+
+// tokens reads p from i, a token at a time.
+func (s *answerScan) tokens(p []byte, i int) {
+	for i < len(p) {
+		c := p[i]
+		if c <= ' ' {
+			if c == ' ' || c == '\n' || c == '\r' || c == '\t' {
+				i++
+				continue
+			}
+			s.failed = true
+			return
+		}
+		switch s.next {
+		case nextValue, nextValueOrClose:
+			if c == ']' && s.next == nextValueOrClose {
+				if !s.closeContainer(']') {
+					return
+				}
+				i++
+				continue
+			}
+			i = s.value(p, i, c)
+		case nextKeyOrClose, nextKey:
+			switch {
+			case c == '"':
+				i = s.startString(p, i+1, true)
+			case c == '}' && s.next == nextKeyOrClose:
+				if !s.closeContainer('}') {
+					return
+				}
+				i++
+			default:
+				s.failed = true
+			}
+		case nextColon:
+			if c != ':' {
+				s.failed = true
+				return
+			}
+			s.next = nextValue
+			i++
+		case nextAfter:
+			switch {
+			case c == ',':
+				if s.isArray(s.depth) {
+					s.next = nextValue
+				} else {
+					s.next = nextKey
+				}
+				i++
+			case c == '}' || c == ']':
+				if !s.closeContainer(c) {
+					return
+				}
+				i++
+			default:
+				s.failed = true
+			}
+		default: // nextEnd
+			s.failed = true
+		}
+		if i < 0 || s.failed {
+			return
+		}
+	}
+}
+
+// value reads the value that starts with c at p[i] and returns where it
+// ended (len(p) or -1 when it was cut or refused).
+func (s *answerScan) value(p []byte, i int, c byte) int {
+	s.started = true
+	want := s.wantVal
+	s.wantVal = false
+	tell := want || (s.depth <= s.watchDepth && s.depth > 0 && s.isArray(s.depth))
+	switch c {
+	case '"':
+		s.strTold = tell
+		return s.startString(p, i+1, false)
+	case '{', '[':
+		if s.depth >= jsonscan.DefaultMaxDepth {
+			return s.fail()
+		}
+		s.depth++
+		d := s.depth
+		if c == '[' {
+			s.arrays[d>>6] |= 1 << (d & 63)
+			s.next = nextValueOrClose
+		} else {
+			s.arrays[d>>6] &^= 1 << (d & 63)
+			s.next = nextKeyOrClose
+		}
+		if d <= s.watchDepth || want {
+			s.watch.open(d, c)
+		}
+		return i + 1
+	case 't', 'f', 'n':
+		if tell {
+			s.watch.value(s.depth, c, nil)
+		}
+		lit := "null"
+		switch c {
+		case 't':
+			lit = "true"
+		case 'f':
+			lit = "false"
+		}
+		if len(p)-i >= len(lit) {
+			if string(p[i:i+len(lit)]) != lit {
+				return s.fail()
+			}
+			s.afterValue()
+			return i + len(lit)
+		}
+		s.lit, s.litAt = lit, 0
+		return s.literal(p, i)
+	}
+	if c == '-' || ('0' <= c && c <= '9') {
+		if tell {
+			s.watch.value(s.depth, c, nil)
+		}
+		s.num = 0
+		return s.number(p, i)
+	}
+	return s.fail()
+}
+
+// closeContainer closes the innermost container with c.
+func (s *answerScan) closeContainer(c byte) bool {
+	d := s.depth
+	if d == 0 || (c == ']') != s.isArray(d) {
+		s.failed = true
+		return false
+	}
+	if d <= s.watchDepth {
+		s.watch.close(d)
+	}
+	s.depth--
+	s.afterValue()
+	return true
+}
+
+// literal goes on matching s.lit from p[i].
+func (s *answerScan) literal(p []byte, i int) int {
+	for ; i < len(p); i++ {
+		if p[i] != s.lit[s.litAt] {
+			return s.fail()
+		}
+		s.litAt++
+		if s.litAt == len(s.lit) {
+			s.partial = partNone
+			s.afterValue()
+			return i + 1
+		}
+	}
+	s.partial = partLiteral
+	return -1
+}
+
+// number goes on reading a number from p[i] in state s.num (0 before its
+// first byte).
+func (s *answerScan) number(p []byte, i int) int {
+	st := s.num
+	for ; i < len(p); i++ {
+		c := p[i]
+		if st == numInt || st == numFrac || st == numExpDigit {
+			for i < len(p) && '0' <= p[i] && p[i] <= '9' {
+				i++
+			}
+			if i == len(p) {
+				break
+			}
+			c = p[i]
+		}
+		next, ok := numStep(st, c)
+		if !ok {
+			if !numberDone(st) {
+				return s.fail()
+			}
+			s.partial = partNone
+			s.afterValue()
+			return i // c is read again, as what follows the number
+		}
+		st = next
+	}
+	s.num, s.partial = st, partNumber
+	return -1
+}
+
+func numStep(st uint8, c byte) (uint8, bool) {
+	digit := '0' <= c && c <= '9'
+	switch st {
+	case 0:
+		switch {
+		case c == '-':
+			return numMinus, true
+		case c == '0':
+			return numZero, true
+		case digit:
+			return numInt, true
+		}
+	case numMinus:
+		switch {
+		case c == '0':
+			return numZero, true
+		case digit:
+			return numInt, true
+		}
+	case numZero, numInt:
+		switch {
+		case digit && st == numInt:
+			return numInt, true
+		case c == '.':
+			return numDot, true
+		case c == 'e' || c == 'E':
+			return numExp, true
+		}
+	case numDot, numFrac:
+		switch {
+		case digit:
+			return numFrac, true
+		case st == numFrac && (c == 'e' || c == 'E'):
+			return numExp, true
+		}
+	case numExp:
+		switch {
+		case c == '+' || c == '-':
+			return numExpSign, true
+		case digit:
+			return numExpDigit, true
+		}
+	case numExpSign, numExpDigit:
+		if digit {
+			return numExpDigit, true
+		}
+	}
+	return st, false
+}
+
+func numberDone(st uint8) bool {
+	return st == numZero || st == numInt || st == numFrac || st == numExpDigit
+}
+
+// startString reads a string whose text starts at p[i].
+func (s *answerScan) startString(p []byte, i int, key bool) int {
+	s.strKey = key
+	if key {
+		s.strTold = s.depth <= s.watchDepth
+	}
+	end := s.stringText(p, i)
+	if end < 0 {
+		if s.failed {
+			return -1
+		}
+		// Cut by the end of the piece: carry the text on if it is told.
+		s.partial, s.strDepth = partString, s.depth
+		s.carryLen, s.carryLong = 0, false
+		if s.strTold {
+			s.keep(p[i:])
+		}
+		return -1
+	}
+	if s.strTold {
+		s.tellString(p[i : end-1])
+	}
+	return end
+}
+
+// resumeString goes on with a string cut by the end of the last piece.
+func (s *answerScan) resumeString(p []byte) int {
+	end := s.stringText(p, 0)
+	if end < 0 {
+		if !s.failed && s.strTold {
+			s.keep(p)
+		}
+		return -1
+	}
+	s.partial = partNone
+	if s.strTold {
+		s.keep(p[:end-1])
+		var raw []byte
+		if !s.carryLong {
+			raw = s.carry[:s.carryLen]
+		}
+		s.tellString(raw)
+	}
+	return end
+}
+
+func (s *answerScan) keep(b []byte) {
+	if s.carryLong || s.carryLen+len(b) > len(s.carry) {
+		s.carryLong = true
+		return
+	}
+	s.carryLen += copy(s.carry[s.carryLen:], b)
+}
+
+// tellString tells the watcher about the string just read.
+func (s *answerScan) tellString(raw []byte) {
+	if s.strKey {
+		s.wantVal = s.watch.key(s.depth, raw)
+		s.next = nextColon
+		return
+	}
+	s.watch.value(s.depth, '"', raw)
+	s.afterValue()
+}
+
+// stringText checks a string's text from p[i] on, in the sub-state left
+// by the last piece, and returns the index past its closing quote (-1
+// when the piece ended first, or the text was refused).
+func (s *answerScan) stringText(p []byte, i int) int {
+	for i < len(p) {
+		if s.sub == subNone {
+			if !s.highSurr {
+				for i+8 <= len(p) {
+					if m := specialBytes(binary.LittleEndian.Uint64(p[i:])); m != 0 {
+						i += bits.TrailingZeros64(m) >> 3
+						goto special
+					}
+					i += 8
+				}
+				for i < len(p) && plainByte[p[i]] {
+					i++
+				}
+				if i == len(p) {
+					return -1
+				}
+			}
+		special:
+			c := p[i]
+			switch {
+			case c == '\\':
+				if i+1 < len(p) {
+					if e := p[i+1]; e != 'u' {
+						if !simpleEscape[e] || s.highSurr {
+							return s.fail()
+						}
+						i += 2
+						continue
+					}
+					if i+6 <= len(p) {
+						v, ok := hex4(p[i+2 : i+6])
+						if !ok || !s.surrogate(v) {
+							return s.fail()
+						}
+						i += 6
+						continue
+					}
+				}
+				s.sub = subEscape
+				i++
+				continue
+			case s.highSurr:
+				return s.fail()
+			case c == '"':
+				if !s.strKey {
+					s.afterValue()
+				} else {
+					s.next = nextColon
+				}
+				return i + 1
+			case c < 0x20:
+				return s.fail()
+			}
+			// A byte past ASCII: a whole sequence is checked at once.
+			if utf8.FullRune(p[i:]) {
+				r, n := utf8.DecodeRune(p[i:])
+				if r == utf8.RuneError && n == 1 {
+					return s.fail()
+				}
+				i += n
+				continue
+			}
+			if !s.startRune(c) {
+				return s.fail()
+			}
+			i++
+			continue
+		}
+		c := p[i]
+		i++
+		switch s.sub {
+		case subEscape:
+			switch {
+			case c == 'u':
+				s.sub, s.hex, s.hexLeft = subHex, 0, 4
+			case simpleEscape[c] && !s.highSurr:
+				s.sub = subNone
+			default:
+				return s.fail()
+			}
+		case subHex:
+			d, ok := hexDigit(c)
+			if !ok {
+				return s.fail()
+			}
+			s.hex = s.hex<<4 | uint16(d)
+			s.hexLeft--
+			if s.hexLeft == 0 {
+				s.sub = subNone
+				if !s.surrogate(s.hex) {
+					return s.fail()
+				}
+			}
+		case subUTF8:
+			if c < s.utfLo || c > s.utfHi {
+				return s.fail()
+			}
+			s.utfLo, s.utfHi = 0x80, 0xBF
+			s.utfLeft--
+			if s.utfLeft == 0 {
+				s.sub = subNone
+			}
+		}
+	}
+	return -1
+}
+
+// surrogate takes the code unit of a \u escape: a high surrogate must be
+// followed at once by the escape of a low one.
+func (s *answerScan) surrogate(v uint16) bool {
+	high, low := v >= 0xD800 && v < 0xDC00, v >= 0xDC00 && v < 0xE000
+	switch {
+	case high && !s.highSurr:
+		s.highSurr = true
+	case low && s.highSurr:
+		s.highSurr = false
+	case high, low, s.highSurr:
+		return false
+	}
+	return true
+}
+
+// startRune takes the first byte of a UTF-8 sequence cut by the end of a
+// piece; the bounds of its second byte refuse what utf8.Valid refuses.
+func (s *answerScan) startRune(b byte) bool {
+	s.utfLo, s.utfHi = 0x80, 0xBF
+	switch {
+	case b >= 0xC2 && b <= 0xDF:
+		s.utfLeft = 1
+	case b == 0xE0:
+		s.utfLeft, s.utfLo = 2, 0xA0
+	case b == 0xED:
+		s.utfLeft, s.utfHi = 2, 0x9F
+	case b >= 0xE1 && b <= 0xEF:
+		s.utfLeft = 2
+	case b == 0xF0:
+		s.utfLeft, s.utfLo = 3, 0x90
+	case b >= 0xF1 && b <= 0xF3:
+		s.utfLeft = 3
+	case b == 0xF4:
+		s.utfLeft, s.utfHi = 3, 0x8F
+	default:
+		return false
+	}
+	s.sub = subUTF8
+	return true
+}
+
+// specialBytes has the high bit set in each byte lane of w that holds a
+// quote, a backslash, a control character or a byte past ASCII.
+func specialBytes(w uint64) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	zero := func(v uint64) uint64 { return (v - ones) & ^v & highs }
+	below := (w - ones*0x20) & ^w & highs
+	return (below | zero(w^(ones*'"')) | zero(w^(ones*'\\')) | w&highs)
+}
+
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+var simpleEscape = func() (t [256]bool) {
+	for _, c := range `"\/bfnrt` {
+		t[c] = true
+	}
+	return t
+}()
+
+func hexDigit(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+func hex4(h []byte) (uint16, bool) {
+	var v uint16
+	for _, c := range h[:4] {
+		d, ok := hexDigit(c)
+		if !ok {
+			return 0, false
+		}
+		v = v<<4 | uint16(d)
+	}
+	return v, true
+}
+
+// wordIs reports whether raw, a string's text with escapes intact (nil
+// when too long to have been kept), is word once unescaped.
+func wordIs(raw []byte, word string) bool {
+	switch {
+	case raw == nil:
+		return false
+	case len(raw) == len(word):
+		return string(raw) == word
+	case len(raw) < len(word) || len(raw) > 6*len(word):
+		// An escape is six bytes for a character of the words looked for.
+		return false
+	}
+	return unescapedIs(raw, word)
+}

@@ -1,0 +1,126 @@
+package meter
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// proxyPiece is the size of the pieces reverse_proxy writes an answer in
+// (its copy buffer), as the tallies see it.
+const proxyPiece = 32 << 10
+
+// benchAgainstValid times read against encoding/json.Valid on the same
+// body, in interleaved blocks of the same benchmark run, and reports the
+// ratio of their throughputs (x-vs-json.Valid) beside both rates: the
+// machine is shared, so only the ratio says anything.
+func benchAgainstValid(b *testing.B, body []byte, read func([]byte)) {
+	if !json.Valid(body) {
+		b.Fatal("the benchmark body is not valid JSON")
+	}
+	block := max(1, (256<<10)/len(body)) // runs per timed block
+	var tValid, tRead time.Duration
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		n := min(block, b.N-done)
+		t0 := time.Now()
+		for range n {
+			if !json.Valid(body) {
+				b.Fatal("invalid")
+			}
+		}
+		t1 := time.Now()
+		for range n {
+			read(body)
+		}
+		tRead += time.Since(t1)
+		tValid += t1.Sub(t0)
+		done += n
+	}
+	mbps := func(d time.Duration) float64 { return float64(len(body)) * float64(b.N) / d.Seconds() / 1e6 }
+	b.ReportMetric(mbps(tValid), "valid-MB/s")
+	b.ReportMetric(mbps(tRead), "tally-MB/s")
+	b.ReportMetric(float64(tValid)/float64(tRead), "x-vs-json.Valid")
+}
+
+// inPieces writes body to w as the proxy does.
+func inPieces(w interface{ Write([]byte) (int, error) }, body []byte) {
+	for len(body) > 0 {
+		n := min(proxyPiece, len(body))
+		_, _ = w.Write(body[:n])
+		body = body[n:]
+	}
+}
+
+var answerSizes = []int{1, 100, 1000}
+
+func BenchmarkAnswerPushTally(b *testing.B) {
+	for _, n := range answerSizes {
+		body := pushAnswer(n)
+		b.Run(fmt.Sprintf("items=%d", n), func(b *testing.B) {
+			t := NewPushTally()
+			benchAgainstValid(b, body, func(body []byte) {
+				t.Reset()
+				inPieces(t, body)
+				if t.Outcome(200).Accepted != int64(n) {
+					b.Fatal("miscounted")
+				}
+			})
+		})
+	}
+}
+
+func BenchmarkAnswerTxnTally(b *testing.B) {
+	for _, n := range answerSizes {
+		body := txnAnswer(n)
+		b.Run(fmt.Sprintf("items=%d", n), func(b *testing.B) {
+			t := NewTxnTally()
+			benchAgainstValid(b, body, func(body []byte) {
+				t.Reset()
+				inPieces(t, body)
+				if t.Billed(200, n+5) != int64(n+5) {
+					b.Fatal("miscounted")
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkAnswerPop is BillPop, what bills every pop answer up to
+// MaxBilledBody (with the keys of the redelivery filter).
+func BenchmarkAnswerPop(b *testing.B) {
+	for _, size := range []int{100, 1000} {
+		for _, n := range answerSizes {
+			body := popAnswerBody(n, size)
+			b.Run(fmt.Sprintf("payload=%dB/items=%d", size, n), func(b *testing.B) {
+				benchAgainstValid(b, body, func(body []byte) {
+					if got, ids := BillPop(200, body); got != int64(n) || len(ids) != n {
+						b.Fatal("miscounted")
+					}
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkAnswerPopCount is the count of a pop answer past MaxBilledBody,
+// read as it streams.
+func BenchmarkAnswerPopCount(b *testing.B) {
+	for _, size := range []int{100, 1000} {
+		for _, n := range answerSizes {
+			body := popAnswerBody(n, size)
+			b.Run(fmt.Sprintf("payload=%dB/items=%d", size, n), func(b *testing.B) {
+				benchAgainstValid(b, body, func(body []byte) {
+					p := NewPopCount()
+					inPieces(p, body)
+					if p.Messages(200) != int64(n) {
+						b.Fatal("miscounted")
+					}
+				})
+			})
+		}
+	}
+}
