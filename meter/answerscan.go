@@ -1,6 +1,7 @@
 package meter
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math/bits"
 	"unicode/utf8"
@@ -25,10 +26,11 @@ import (
 //   - open, for a container at depth <= watchDepth, or one that is the
 //     value of a member whose key the watcher asked for;
 //   - close, for a container at depth <= watchDepth;
-//   - key, for a member name at depth <= watchDepth: raw text, escapes
-//     intact, nil when longer than carried across a piece (no word the
-//     tallies look for is that long); it returns whether it wants the
-//     member's value;
+//   - key, for a member name at depth <= watchDepth that may be one of
+//     the watcher's words (any name with an escape or a byte past ASCII,
+//     or a plain one of a word's length): raw text, escapes intact, nil
+//     when longer than carried across a piece (no word the tallies look
+//     for is that long); it returns whether it wants the member's value;
 //   - value, for a string, number or literal that is the value of a
 //     member it asked for, or an element of an array at depth <=
 //     watchDepth: first is '"' for a string (raw its text, as for key)
@@ -40,6 +42,7 @@ import (
 type answerScan struct {
 	watch      answerWatcher
 	watchDepth int
+	keyLens    uint64 // bit n: plain keys of n bytes are told
 
 	failed   bool
 	started  bool  // the top-level value has started
@@ -50,7 +53,6 @@ type answerScan struct {
 	partial  uint8                                        // a token cut by the end of a piece
 	strKey   bool                                         // the string being read is a key
 	strTold  bool                                         // and the watcher hears it
-	strDepth int
 
 	// Inside a string, when the piece ended within an escape or a UTF-8
 	// sequence, or after a high surrogate.
@@ -119,9 +121,14 @@ const (
 	numExpDigit
 )
 
-// reset readies s for a new text, told to w up to depth.
-func (s *answerScan) reset(w answerWatcher, depth int) {
+// reset readies s for a new text, told to w up to depth. Of the member
+// names in plain ASCII (no escape, nothing past ASCII), w hears only those
+// as long as one of words: no other can be one of them, even folded.
+func (s *answerScan) reset(w answerWatcher, depth int, words ...string) {
 	*s = answerScan{watch: w, watchDepth: depth}
+	for _, word := range words {
+		s.keyLens |= 1 << len(word)
+	}
 }
 
 // ok reports whether everything written is one complete, well-formed
@@ -176,19 +183,49 @@ func (s *answerScan) afterValue() {
 	}
 }
 
-// tokens reads p from i, a token at a time.
+// tokens reads p from i, a token at a time. The broker writes compact
+// JSON, so the common path goes from a key to its colon to its value
+// without a turn of the loop.
 func (s *answerScan) tokens(p []byte, i int) {
 	for i < len(p) {
 		c := p[i]
-		if c <= ' ' {
-			if c == ' ' || c == '\n' || c == '\r' || c == '\t' {
+		switch s.next {
+		case nextKeyOrClose, nextKey:
+			if c == '"' {
+				if i = s.str(p, i, true); i < 0 {
+					return
+				}
+				if i+1 < len(p) && p[i] == ':' && p[i+1] > ' ' {
+					s.next = nextValue
+					i = s.value(p, i+1, p[i+1])
+				}
+				break
+			}
+			if c == '}' && s.next == nextKeyOrClose {
+				if !s.closeContainer('}') {
+					return
+				}
 				i++
 				continue
 			}
-			s.failed = true
-			return
-		}
-		switch s.next {
+			i = s.space(c, i)
+		case nextAfter:
+			switch c {
+			case ',':
+				i++
+				if s.isArray(s.depth) {
+					s.next = nextValue
+				} else {
+					s.next = nextKey
+				}
+			case '}', ']':
+				if !s.closeContainer(c) {
+					return
+				}
+				i++
+			default:
+				i = s.space(c, i)
+			}
 		case nextValue, nextValueOrClose:
 			if c == ']' && s.next == nextValueOrClose {
 				if !s.closeContainer(']') {
@@ -197,54 +234,38 @@ func (s *answerScan) tokens(p []byte, i int) {
 				i++
 				continue
 			}
+			if c <= ' ' {
+				i = s.space(c, i)
+				break
+			}
 			i = s.value(p, i, c)
-		case nextKeyOrClose, nextKey:
-			switch {
-			case c == '"':
-				i = s.startString(p, i+1, true)
-			case c == '}' && s.next == nextKeyOrClose:
-				if !s.closeContainer('}') {
-					return
-				}
-				i++
-			default:
-				s.failed = true
-			}
 		case nextColon:
-			if c != ':' {
-				s.failed = true
-				return
-			}
-			s.next = nextValue
-			i++
-		case nextAfter:
-			switch {
-			case c == ',':
-				if s.isArray(s.depth) {
-					s.next = nextValue
-				} else {
-					s.next = nextKey
-				}
+			if c == ':' {
+				s.next = nextValue
 				i++
-			case c == '}' || c == ']':
-				if !s.closeContainer(c) {
-					return
-				}
-				i++
-			default:
-				s.failed = true
+				continue
 			}
+			i = s.space(c, i)
 		default: // nextEnd
-			s.failed = true
+			i = s.space(c, i)
 		}
-		if i < 0 || s.failed {
+		if i < 0 {
 			return
 		}
 	}
 }
 
+// space passes the whitespace c at p[i]; anything else where a token
+// should be is refused.
+func (s *answerScan) space(c byte, i int) int {
+	if c == ' ' || c == '\n' || c == '\r' || c == '\t' {
+		return i + 1
+	}
+	return s.fail()
+}
+
 // value reads the value that starts with c at p[i] and returns where it
-// ended (len(p) or -1 when it was cut or refused).
+// ended (-1 when it was cut by the end of p, or refused).
 func (s *answerScan) value(p []byte, i int, c byte) int {
 	s.started = true
 	want := s.wantVal
@@ -253,7 +274,7 @@ func (s *answerScan) value(p []byte, i int, c byte) int {
 	switch c {
 	case '"':
 		s.strTold = tell
-		return s.startString(p, i+1, false)
+		return s.str(p, i, false)
 	case '{', '[':
 		if s.depth >= jsonscan.DefaultMaxDepth {
 			return s.fail()
@@ -292,14 +313,30 @@ func (s *answerScan) value(p []byte, i int, c byte) int {
 		s.lit, s.litAt = lit, 0
 		return s.literal(p, i)
 	}
-	if c == '-' || ('0' <= c && c <= '9') {
-		if tell {
-			s.watch.value(s.depth, c, nil)
-		}
-		s.num = 0
-		return s.number(p, i)
+	if c != '-' && (c < '0' || c > '9') {
+		return s.fail()
 	}
-	return s.fail()
+	if tell {
+		s.watch.value(s.depth, c, nil)
+	}
+	// An integer that ends within p is read here; the rest of the grammar
+	// by number.
+	j := i
+	if c == '-' {
+		j++
+	}
+	if j < len(p) && '1' <= p[j] && p[j] <= '9' {
+		j++
+		for j < len(p) && '0' <= p[j] && p[j] <= '9' {
+			j++
+		}
+		if j < len(p) && p[j] != '.' && p[j] != 'e' && p[j] != 'E' {
+			s.afterValue()
+			return j
+		}
+	}
+	s.num = 0
+	return s.number(p, i)
 }
 
 // closeContainer closes the innermost container with c.
@@ -418,27 +455,56 @@ func numberDone(st uint8) bool {
 	return st == numZero || st == numInt || st == numFrac || st == numExpDigit
 }
 
-// startString reads a string whose text starts at p[i].
-func (s *answerScan) startString(p []byte, i int, key bool) int {
+// str reads a string whose opening quote is at p[i]; key tells a member
+// name from a value.
+func (s *answerScan) str(p []byte, i int, key bool) int {
 	s.strKey = key
+	text := i + 1
+	end := text
+	for end+8 <= len(p) {
+		if m := specialBytes(binary.LittleEndian.Uint64(p[end:])); m != 0 {
+			end += bits.TrailingZeros64(m) >> 3
+			goto found
+		}
+		end += 8
+	}
+	for end < len(p) && plainByte[p[end]] {
+		end++
+	}
+found:
+	if end < len(p) && p[end] == '"' {
+		// The common case: plain text, told only when it may matter.
+		end++
+		if key {
+			s.next = nextColon
+			if s.depth <= s.watchDepth && end-text-1 < 64 && s.keyLens>>(end-text-1)&1 != 0 {
+				s.wantVal = s.watch.key(s.depth, p[text:end-1])
+			}
+			return end
+		}
+		s.afterValue()
+		if s.strTold {
+			s.watch.value(s.depth, '"', p[text:end-1])
+		}
+		return end
+	}
 	if key {
 		s.strTold = s.depth <= s.watchDepth
 	}
-	end := s.stringText(p, i)
-	if end < 0 {
+	if end = s.stringText(p, end); end < 0 {
 		if s.failed {
 			return -1
 		}
 		// Cut by the end of the piece: carry the text on if it is told.
-		s.partial, s.strDepth = partString, s.depth
+		s.partial = partString
 		s.carryLen, s.carryLong = 0, false
 		if s.strTold {
-			s.keep(p[i:])
+			s.keep(p[text:])
 		}
 		return -1
 	}
 	if s.strTold {
-		s.tellString(p[i : end-1])
+		s.tellString(p[text : end-1])
 	}
 	return end
 }
@@ -476,11 +542,9 @@ func (s *answerScan) keep(b []byte) {
 func (s *answerScan) tellString(raw []byte) {
 	if s.strKey {
 		s.wantVal = s.watch.key(s.depth, raw)
-		s.next = nextColon
-		return
+	} else {
+		s.watch.value(s.depth, '"', raw)
 	}
-	s.watch.value(s.depth, '"', raw)
-	s.afterValue()
 }
 
 // stringText checks a string's text from p[i] on, in the sub-state left
@@ -635,13 +699,32 @@ func (s *answerScan) startRune(b byte) bool {
 	return true
 }
 
-// specialBytes has the high bit set in each byte lane of w that holds a
-// quote, a backslash, a control character or a byte past ASCII.
+// specialBytes has the high bit set in the byte lanes of w that hold a
+// quote, a backslash, a control character or a byte past ASCII (and maybe
+// in lanes above such a one: only the lowest counts). Bit tricks find a
+// zero byte, or a byte below a bound, in every lane at once.
 func specialBytes(w uint64) uint64 {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	zero := func(v uint64) uint64 { return (v - ones) & ^v & highs }
-	below := (w - ones*0x20) & ^w & highs
-	return (below | zero(w^(ones*'"')) | zero(w^(ones*'\\')) | w&highs)
+	q, bs := w^(ones*'"'), w^(ones*'\\')
+	below := (w - ones*0x20) &^ w
+	quote := (q - ones) &^ q
+	backslash := (bs - ones) &^ bs
+	return (below | quote | backslash | w) & highs
+}
+
+// plainEnd returns the index of the first byte at or after i that is not
+// plain string text, or len(p).
+func plainEnd(p []byte, i int) int {
+	for i+8 <= len(p) {
+		if m := specialBytes(binary.LittleEndian.Uint64(p[i:])); m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+		i += 8
+	}
+	for i < len(p) && plainByte[p[i]] {
+		i++
+	}
+	return i
 }
 
 var plainByte = func() (t [256]bool) {
@@ -690,7 +773,7 @@ func wordIs(raw []byte, word string) bool {
 		return false
 	case len(raw) == len(word):
 		return string(raw) == word
-	case len(raw) < len(word) || len(raw) > 6*len(word):
+	case len(raw) < len(word) || len(raw) > 6*len(word) || bytes.IndexByte(raw, '\\') < 0:
 		// An escape is six bytes for a character of the words looked for.
 		return false
 	}

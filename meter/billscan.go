@@ -49,7 +49,7 @@ func scanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
 		popBillers.Put(b)
 	}()
 	w := &b.watch
-	b.scan.reset(w, 3)
+	b.scan.reset(w, 3, "consumerGroup", "messages", "id", "partitionId", "transactionId")
 	b.scan.write(body)
 	if !b.scan.ok() || !w.isObject || w.declined {
 		return 0, nil, false

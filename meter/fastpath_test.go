@@ -42,7 +42,7 @@ func writeInPieces(w interface{ Write([]byte) (int, error) }, body []byte, size 
 // scanVerdict reads body with answerScan in pieces of size (0: whole).
 func scanVerdict(body []byte, size int) bool {
 	var s answerScan
-	s.reset(&messagesWatch{}, 3)
+	s.reset(&messagesWatch{}, 3, "messages")
 	if size <= 0 {
 		s.write(body)
 	} else {
@@ -307,6 +307,36 @@ func TestAnswerScanRefusesWhatCheckerRefuses(t *testing.T) {
 		for _, size := range []int{0, 1} {
 			if !scanVerdict([]byte(body), size) {
 				t.Errorf("%q in pieces of %d: refused", body, size)
+			}
+		}
+	}
+}
+
+// TestSpecialBytesFindsTheFirst holds the eight-lane test to the byte
+// table, lane by lane, for every byte in every lane after plain ones.
+func TestSpecialBytesFindsTheFirst(t *testing.T) {
+	for lane := range 8 {
+		for c := range 256 {
+			var w [8]byte
+			for i := range w {
+				w[i] = 'a'
+			}
+			w[lane] = byte(c)
+			for _, after := range []byte{'a', 0, '"', 0xff} {
+				for i := lane + 1; i < 8; i++ {
+					w[i] = after
+				}
+				got := plainEnd(w[:], 0)
+				want := lane
+				if plainByte[c] {
+					want = 8
+					if after != 'a' && lane < 7 {
+						want = lane + 1
+					}
+				}
+				if got != want {
+					t.Fatalf("% x: plainEnd %d, want %d", w, got, want)
+				}
 			}
 		}
 	}

@@ -20,7 +20,7 @@ type PopCount struct {
 // NewPopCount returns a count ready for the first piece of an answer.
 func NewPopCount() *PopCount {
 	p := &PopCount{}
-	p.scan.reset(&p.messages, 3)
+	p.scan.reset(&p.messages, 3, "messages")
 	return p
 }
 

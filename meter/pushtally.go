@@ -31,7 +31,7 @@ func NewPushTally() *PushTally {
 // it is reset (it points into itself).
 func (t *PushTally) Reset() {
 	t.items = statusWatch{}
-	t.scan.reset(&t.items, 2)
+	t.scan.reset(&t.items, 2, "status")
 }
 
 // Write takes the next piece of the answer; it never fails, so it can sit

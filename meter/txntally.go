@@ -24,7 +24,7 @@ func NewTxnTally() *TxnTally {
 // is reset (it points into itself).
 func (t *TxnTally) Reset() {
 	t.results = txnWatch{}
-	t.scan.reset(&t.results, 3)
+	t.scan.reset(&t.results, 3, "success", "results", "type", "duplicate")
 }
 
 // Write takes the next piece of the answer; it never fails.
