@@ -39,8 +39,12 @@ func txnAnswer(n int) []byte {
 // SDK producer would send it, with a note that pads it (some of it past
 // ASCII, some of it escaped, as real text is).
 func payload(i, size int) string {
-	head := fmt.Sprintf(`{"customer":{"id":"cust-%06d","name":"Zoë Müller","tier":"gold"},"items":[{"qty":2,"sku":"A-%d","unit":9.95},{"qty":1,"sku":"B-7","unit":120}],"note":"`, i, i%97)
-	tail := fmt.Sprintf(`","orderId":%d,"paid":true,"total":139.9}`, 1000+i)
+	head := fmt.Sprintf(`{"customer":"cust-%06d","note":"`, i)
+	tail := fmt.Sprintf(`","orderId":%d,"total":139.9}`, 1000+i)
+	if size >= 400 {
+		head = fmt.Sprintf(`{"customer":{"id":"cust-%06d","name":"Zoë Müller","tier":"gold"},"items":[{"qty":2,"sku":"A-%d","unit":9.95},{"qty":1,"sku":"B-7","unit":120}],"note":"`, i, i%97)
+		tail = fmt.Sprintf(`","orderId":%d,"paid":true,"total":139.9}`, 1000+i)
+	}
 	pad := size - len(head) - len(tail)
 	var note strings.Builder
 	for note.Len() < pad {
@@ -50,7 +54,7 @@ func payload(i, size int) string {
 	for len(s) > pad && len(s) > 0 {
 		s = s[:len(s)-1]
 	}
-	s = strings.TrimRight(s, `\`)
+	s = strings.ToValidUTF8(strings.TrimRight(s, `\`), "")
 	return head + s + tail
 }
 

@@ -44,15 +44,15 @@ type answerScan struct {
 	watchDepth int
 	keyLens    uint64 // bit n: plain keys of n bytes are told
 
-	failed   bool
-	started  bool  // the top-level value has started
-	next     uint8 // what may come after the last complete token
-	depth    int
-	arrays   [(jsonscan.DefaultMaxDepth + 64) / 64]uint64 // bit d: the container at depth d is an array
-	wantVal  bool                                         // the watcher asked for the next value
-	partial  uint8                                        // a token cut by the end of a piece
-	strKey   bool                                         // the string being read is a key
-	strTold  bool                                         // and the watcher hears it
+	failed  bool
+	started bool  // the top-level value has started
+	next    uint8 // what may come after the last complete token
+	depth   int
+	arrays  [(jsonscan.DefaultMaxDepth + 64) / 64]uint64 // bit d: the container at depth d is an array
+	wantVal bool                                         // the watcher asked for the next value
+	partial uint8                                        // a token cut by the end of a piece
+	strKey  bool                                         // the string being read is a key
+	strTold bool                                         // and the watcher hears it
 
 	// Inside a string, when the piece ended within an escape or a UTF-8
 	// sequence, or after a high surrogate.
@@ -197,7 +197,13 @@ func (s *answerScan) tokens(p []byte, i int) {
 				}
 				if i+1 < len(p) && p[i] == ':' && p[i+1] > ' ' {
 					s.next = nextValue
-					i = s.value(p, i+1, p[i+1])
+					if p[i+1] == '"' && !s.wantVal {
+						// A string value nobody reads: the most common.
+						s.strTold = false
+						i = s.str(p, i+1, false)
+					} else {
+						i = s.value(p, i+1, p[i+1])
+					}
 				}
 				break
 			}
@@ -329,6 +335,12 @@ func (s *answerScan) value(p []byte, i int, c byte) int {
 		j++
 		for j < len(p) && '0' <= p[j] && p[j] <= '9' {
 			j++
+		}
+		if j+1 < len(p) && p[j] == '.' && '0' <= p[j+1] && p[j+1] <= '9' {
+			j += 2
+			for j < len(p) && '0' <= p[j] && p[j] <= '9' {
+				j++
+			}
 		}
 		if j < len(p) && p[j] != '.' && p[j] != 'e' && p[j] != 'E' {
 			s.afterValue()
@@ -604,7 +616,22 @@ func (s *answerScan) stringText(p []byte, i int) int {
 			case c < 0x20:
 				return s.fail()
 			}
-			// A byte past ASCII: a whole sequence is checked at once.
+			// A byte past ASCII: a whole sequence is checked at once,
+			// two- and three-byte ones (most text past ASCII) in line.
+			if c >= 0xC2 && c < 0xE0 && i+1 < len(p) {
+				if p[i+1]&0xC0 != 0x80 {
+					return s.fail()
+				}
+				i += 2
+				continue
+			}
+			if c >= 0xE1 && c < 0xF0 && c != 0xED && i+2 < len(p) {
+				if p[i+1]&0xC0 != 0x80 || p[i+2]&0xC0 != 0x80 {
+					return s.fail()
+				}
+				i += 3
+				continue
+			}
 			if utf8.FullRune(p[i:]) {
 				r, n := utf8.DecodeRune(p[i:])
 				if r == utf8.RuneError && n == 1 {

@@ -341,3 +341,11 @@ func TestSpecialBytesFindsTheFirst(t *testing.T) {
 		}
 	}
 }
+
+func TestPayloadSizes(t *testing.T) {
+	for _, size := range []int{100, 1000} {
+		if got := len(payload(7, size)); got < size-8 || got > size+8 {
+			t.Errorf("payload of %d B is %d B", size, got)
+		}
+	}
+}
