@@ -30,11 +30,12 @@ import (
 //     the watcher's words (any name with an escape or a byte past ASCII,
 //     or a plain one of a word's length): raw text, escapes intact, nil
 //     when longer than carried across a piece (no word the tallies look
-//     for is that long); it returns whether it wants the member's value;
+//     for is that long), and plain when it is known to hold no escape and
+//     nothing past ASCII; it returns whether it wants the member's value;
 //   - value, for a string, number or literal that is the value of a
 //     member it asked for, or an element of an array at depth <=
 //     watchDepth: first is '"' for a string (raw its text, as for key)
-//     or a number's or literal's first byte (raw nil).
+//     or a number's or literal's first byte (raw nil), plain as for key.
 //
 // The reader and the tallies' verdicts are fuzzed against jsonscan.Checker
 // and the tallies as they were before it (FuzzAnswerScanVerdict and the
@@ -78,8 +79,8 @@ type answerScan struct {
 type answerWatcher interface {
 	open(depth int, kind byte)
 	close(depth int)
-	key(depth int, raw []byte) (wantValue bool)
-	value(depth int, first byte, raw []byte)
+	key(depth int, raw []byte, plain bool) (wantValue bool)
+	value(depth int, first byte, raw []byte, plain bool)
 }
 
 // What may come next, after a complete token.
@@ -300,7 +301,7 @@ func (s *answerScan) value(p []byte, i int, c byte) int {
 		return i + 1
 	case 't', 'f', 'n':
 		if tell {
-			s.watch.value(s.depth, c, nil)
+			s.watch.value(s.depth, c, nil, false)
 		}
 		lit := "null"
 		switch c {
@@ -323,7 +324,7 @@ func (s *answerScan) value(p []byte, i int, c byte) int {
 		return s.fail()
 	}
 	if tell {
-		s.watch.value(s.depth, c, nil)
+		s.watch.value(s.depth, c, nil, false)
 	}
 	// An integer that ends within p is read here; the rest of the grammar
 	// by number.
@@ -490,13 +491,13 @@ found:
 		if key {
 			s.next = nextColon
 			if s.depth <= s.watchDepth && end-text-1 < 64 && s.keyLens>>(end-text-1)&1 != 0 {
-				s.wantVal = s.watch.key(s.depth, p[text:end-1])
+				s.wantVal = s.watch.key(s.depth, p[text:end-1], true)
 			}
 			return end
 		}
 		s.afterValue()
 		if s.strTold {
-			s.watch.value(s.depth, '"', p[text:end-1])
+			s.watch.value(s.depth, '"', p[text:end-1], true)
 		}
 		return end
 	}
@@ -553,9 +554,9 @@ func (s *answerScan) keep(b []byte) {
 // tellString tells the watcher about the string just read.
 func (s *answerScan) tellString(raw []byte) {
 	if s.strKey {
-		s.wantVal = s.watch.key(s.depth, raw)
+		s.wantVal = s.watch.key(s.depth, raw, false)
 	} else {
-		s.watch.value(s.depth, '"', raw)
+		s.watch.value(s.depth, '"', raw, false)
 	}
 }
 

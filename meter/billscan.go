@@ -115,7 +115,7 @@ func (w *popWatch) close(depth int) {
 	}
 }
 
-func (w *popWatch) key(depth int, raw []byte) bool {
+func (w *popWatch) key(depth int, raw []byte, plain bool) bool {
 	w.member = popMemberNone
 	if w.declined {
 		return false
@@ -134,7 +134,7 @@ func (w *popWatch) key(depth int, raw []byte) bool {
 			}
 			w.seenList, w.member = true, popMemberMessages
 		default:
-			w.declined = hasEscape(raw) || foldsTo(raw, "consumerGroup", "messages")
+			w.declined = (!plain && hasEscape(raw)) || foldsTo(raw, "consumerGroup", "messages")
 		}
 	case depth == 3 && w.inMessage:
 		switch string(raw) {
@@ -147,13 +147,13 @@ func (w *popWatch) key(depth int, raw []byte) bool {
 		case "consumerGroup":
 			w.member = popMemberMessageGroup
 		default:
-			w.declined = hasEscape(raw) || foldsTo(raw, "id", "partitionId", "transactionId", "consumerGroup")
+			w.declined = (!plain && hasEscape(raw)) || foldsTo(raw, "id", "partitionId", "transactionId", "consumerGroup")
 		}
 	}
 	return w.member != popMemberNone
 }
 
-func (w *popWatch) value(depth int, first byte, raw []byte) {
+func (w *popWatch) value(depth int, first byte, raw []byte, plain bool) {
 	member := w.member
 	w.member = popMemberNone
 	if w.declined {
@@ -190,7 +190,7 @@ func (w *popWatch) value(depth int, first byte, raw []byte) {
 	// encoding/json does; a plain string sets it (the last wins).
 	switch {
 	case first == 'n':
-	case first == '"' && raw != nil && !hasEscape(raw):
+	case first == '"' && raw != nil && (plain || !hasEscape(raw)):
 		*into = raw
 	default:
 		w.declined = true

@@ -65,7 +65,7 @@ func (s *messagesWatch) close(depth int) {
 	}
 }
 
-func (s *messagesWatch) key(depth int, raw []byte) bool {
+func (s *messagesWatch) key(depth int, raw []byte, _ bool) bool {
 	if depth != 1 || !s.isObject {
 		return false
 	}
@@ -75,7 +75,7 @@ func (s *messagesWatch) key(depth int, raw []byte) bool {
 
 // value is a scalar or string: an element of the messages array, or the
 // value of a top-level "messages" member that is not an array.
-func (s *messagesWatch) value(depth int, _ byte, _ []byte) {
+func (s *messagesWatch) value(depth int, _ byte, _ []byte, _ bool) {
 	switch {
 	case depth == 1 && s.pending:
 		s.pending, s.count = false, 0

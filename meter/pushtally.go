@@ -92,7 +92,7 @@ func (s *statusWatch) close(depth int) {
 	}
 }
 
-func (s *statusWatch) key(depth int, raw []byte) bool {
+func (s *statusWatch) key(depth int, raw []byte, _ bool) bool {
 	if depth != 2 || !s.inItem {
 		return false
 	}
@@ -105,7 +105,7 @@ func (s *statusWatch) key(depth int, raw []byte) bool {
 	return s.afterName
 }
 
-func (s *statusWatch) value(depth int, first byte, raw []byte) {
+func (s *statusWatch) value(depth int, first byte, raw []byte, _ bool) {
 	if depth != 2 || !s.inItem || !s.afterName {
 		return
 	}

@@ -96,7 +96,7 @@ func (s *txnWatch) watched(depth int) bool {
 	return (depth == 1 && s.isObject) || (depth == 3 && s.inResult)
 }
 
-func (s *txnWatch) key(depth int, raw []byte) bool {
+func (s *txnWatch) key(depth int, raw []byte, _ bool) bool {
 	s.member = memberOther
 	if !s.watched(depth) {
 		return false
@@ -117,7 +117,7 @@ func (s *txnWatch) key(depth int, raw []byte) bool {
 
 // value reads a string, number or literal: only true is true, and only
 // the string "push" a push.
-func (s *txnWatch) value(depth int, first byte, raw []byte) {
+func (s *txnWatch) value(depth int, first byte, raw []byte, _ bool) {
 	if !s.watched(depth) {
 		return
 	}
