@@ -193,19 +193,56 @@ func (s *answerScan) tokens(p []byte, i int) {
 		switch s.next {
 		case nextKeyOrClose, nextKey:
 			if c == '"' {
-				if i = s.str(p, i, true); i < 0 {
+				// A member, read in line: the name, its colon, and a
+				// string value nobody reads, when they are plain.
+				text := i + 1
+				end := text
+				for end+8 <= len(p) {
+					if m := specialBytes(binary.LittleEndian.Uint64(p[end:])); m != 0 {
+						end += bits.TrailingZeros64(m) >> 3
+						break
+					}
+					end += 8
+				}
+				for end < len(p) && plainByte[p[end]] {
+					end++
+				}
+				if end < len(p) && p[end] == '"' {
+					s.next = nextColon
+					if n := end - text; s.depth <= s.watchDepth && n < 64 && s.keyLens>>n&1 != 0 {
+						s.wantVal = s.watch.key(s.depth, p[text:end], true)
+					}
+					i = end + 1
+				} else if i = s.str(p, i, true); i < 0 {
 					return
 				}
-				if i+1 < len(p) && p[i] == ':' && p[i+1] > ' ' {
-					s.next = nextValue
-					if p[i+1] == '"' && !s.wantVal {
-						// A string value nobody reads: the most common.
-						s.strTold = false
-						i = s.str(p, i+1, false)
-					} else {
-						i = s.value(p, i+1, p[i+1])
-					}
+				if i+1 >= len(p) || p[i] != ':' || p[i+1] <= ' ' {
+					break
 				}
+				s.next = nextValue
+				if p[i+1] != '"' || s.wantVal {
+					i = s.value(p, i+1, p[i+1])
+					break
+				}
+				text = i + 2
+				end = text
+				for end+8 <= len(p) {
+					if m := specialBytes(binary.LittleEndian.Uint64(p[end:])); m != 0 {
+						end += bits.TrailingZeros64(m) >> 3
+						break
+					}
+					end += 8
+				}
+				for end < len(p) && plainByte[p[end]] {
+					end++
+				}
+				if end < len(p) && p[end] == '"' {
+					s.next = nextAfter // inside an object
+					i = end + 1
+					continue
+				}
+				s.strTold = false
+				i = s.str(p, i+1, false)
 				break
 			}
 			if c == '}' && s.next == nextKeyOrClose {
