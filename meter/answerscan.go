@@ -43,7 +43,8 @@ import (
 type answerScan struct {
 	watch      answerWatcher
 	watchDepth int
-	keyLens    uint64 // bit n: plain keys of n bytes are told
+	keyLens    uint64    // bit n: plain names of n bytes are told
+	keyFirst   [4]uint64 // bit c: plain names that start with c are told
 
 	failed  bool
 	started bool  // the top-level value has started
@@ -124,12 +125,32 @@ const (
 
 // reset readies s for a new text, told to w up to depth. Of the member
 // names in plain ASCII (no escape, nothing past ASCII), w hears only those
-// as long as one of words: no other can be one of them, even folded.
+// with the length and the first byte of one of words: no other can be one
+// of them (a watcher that folds case passes both cases of a word).
 func (s *answerScan) reset(w answerWatcher, depth int, words ...string) {
 	*s = answerScan{watch: w, watchDepth: depth}
 	for _, word := range words {
 		s.keyLens |= 1 << len(word)
+		s.keyFirst[word[0]>>6] |= 1 << (word[0] & 63)
 	}
+}
+
+// tellEitherCase makes the names whose first letter is a word's in the
+// other case told as well.
+func (s *answerScan) tellEitherCase() {
+	for c := byte('A'); c <= 'Z'; c++ {
+		lower := c + 'a' - 'A'
+		if s.keyFirst[c>>6]>>(c&63)&1 != 0 || s.keyFirst[lower>>6]>>(lower&63)&1 != 0 {
+			s.keyFirst[c>>6] |= 1 << (c & 63)
+			s.keyFirst[lower>>6] |= 1 << (lower & 63)
+		}
+	}
+}
+
+// tellsKey reports whether the watcher hears the plain member name raw.
+func (s *answerScan) tellsKey(raw []byte) bool {
+	n := len(raw)
+	return n < 64 && s.keyLens>>n&1 != 0 && s.keyFirst[raw[0]>>6]>>(raw[0]&63)&1 != 0
 }
 
 // ok reports whether everything written is one complete, well-formed
@@ -209,7 +230,7 @@ func (s *answerScan) tokens(p []byte, i int) {
 				}
 				if end < len(p) && p[end] == '"' {
 					s.next = nextColon
-					if n := end - text; s.depth <= s.watchDepth && n < 64 && s.keyLens>>n&1 != 0 {
+					if s.depth <= s.watchDepth && s.tellsKey(p[text:end]) {
 						s.wantVal = s.watch.key(s.depth, p[text:end], true)
 					}
 					i = end + 1
@@ -527,7 +548,7 @@ found:
 		end++
 		if key {
 			s.next = nextColon
-			if s.depth <= s.watchDepth && end-text-1 < 64 && s.keyLens>>(end-text-1)&1 != 0 {
+			if s.depth <= s.watchDepth && s.tellsKey(p[text:end-1]) {
 				s.wantVal = s.watch.key(s.depth, p[text:end-1], true)
 			}
 			return end

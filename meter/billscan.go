@@ -50,6 +50,7 @@ func scanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
 	}()
 	w := &b.watch
 	b.scan.reset(w, 3, "consumerGroup", "messages", "id", "partitionId", "transactionId")
+	b.scan.tellEitherCase() // encoding/json folds case
 	b.scan.write(body)
 	if !b.scan.ok() || !w.isObject || w.declined {
 		return 0, nil, false
