@@ -214,56 +214,7 @@ func (s *answerScan) tokens(p []byte, i int) {
 		switch s.next {
 		case nextKeyOrClose, nextKey:
 			if c == '"' {
-				// A member, read in line: the name, its colon, and a
-				// string value nobody reads, when they are plain.
-				text := i + 1
-				end := text
-				for end+8 <= len(p) {
-					if m := specialBytes(binary.LittleEndian.Uint64(p[end:])); m != 0 {
-						end += bits.TrailingZeros64(m) >> 3
-						break
-					}
-					end += 8
-				}
-				for end < len(p) && plainByte[p[end]] {
-					end++
-				}
-				if end < len(p) && p[end] == '"' {
-					s.next = nextColon
-					if s.depth <= s.watchDepth && s.tellsKey(p[text:end]) {
-						s.wantVal = s.watch.key(s.depth, p[text:end], true)
-					}
-					i = end + 1
-				} else if i = s.str(p, i, true); i < 0 {
-					return
-				}
-				if i+1 >= len(p) || p[i] != ':' || p[i+1] <= ' ' {
-					break
-				}
-				s.next = nextValue
-				if p[i+1] != '"' || s.wantVal {
-					i = s.value(p, i+1, p[i+1])
-					break
-				}
-				text = i + 2
-				end = text
-				for end+8 <= len(p) {
-					if m := specialBytes(binary.LittleEndian.Uint64(p[end:])); m != 0 {
-						end += bits.TrailingZeros64(m) >> 3
-						break
-					}
-					end += 8
-				}
-				for end < len(p) && plainByte[p[end]] {
-					end++
-				}
-				if end < len(p) && p[end] == '"' {
-					s.next = nextAfter // inside an object
-					i = end + 1
-					continue
-				}
-				s.strTold = false
-				i = s.str(p, i+1, false)
+				i = s.members(p, i)
 				break
 			}
 			if c == '}' && s.next == nextKeyOrClose {
@@ -316,6 +267,77 @@ func (s *answerScan) tokens(p []byte, i int) {
 		}
 		if i < 0 {
 			return
+		}
+	}
+}
+
+// members reads the members of an object from the name whose quote is at
+// p[i], in line while they are plain and compact: the name, its colon, the
+// value (a string nobody reads without a call), and on to the next member
+// or into an object the value opens. It returns where it stopped, for
+// tokens to go on (-1 when cut or refused).
+func (s *answerScan) members(p []byte, i int) int {
+	for {
+		text := i + 1
+		end := text
+		for end+8 <= len(p) {
+			if m := specialBytes(binary.LittleEndian.Uint64(p[end:])); m != 0 {
+				end += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			end += 8
+		}
+		for end < len(p) && plainByte[p[end]] {
+			end++
+		}
+		if end < len(p) && p[end] == '"' {
+			s.next = nextColon
+			if s.depth <= s.watchDepth && s.tellsKey(p[text:end]) {
+				s.wantVal = s.watch.key(s.depth, p[text:end], true)
+			}
+			i = end + 1
+		} else if i = s.str(p, i, true); i < 0 {
+			return -1
+		}
+		if i+1 >= len(p) || p[i] != ':' || p[i+1] <= ' ' {
+			return i
+		}
+		s.next = nextValue
+		if c := p[i+1]; c != '"' || s.wantVal {
+			if i = s.value(p, i+1, c); i < 0 {
+				return -1
+			}
+		} else {
+			text = i + 2
+			end = text
+			for end+8 <= len(p) {
+				if m := specialBytes(binary.LittleEndian.Uint64(p[end:])); m != 0 {
+					end += bits.TrailingZeros64(m) >> 3
+					break
+				}
+				end += 8
+			}
+			for end < len(p) && plainByte[p[end]] {
+				end++
+			}
+			if end < len(p) && p[end] == '"' {
+				s.next = nextAfter // inside an object
+				i = end + 1
+			} else {
+				s.strTold = false
+				if i = s.str(p, i+1, false); i < 0 {
+					return -1
+				}
+			}
+		}
+		switch {
+		case i+1 < len(p) && s.next == nextAfter && p[i] == ',' && p[i+1] == '"':
+			s.next = nextKey // the value ended its member: the next one
+			i++
+		case i < len(p) && s.next == nextKeyOrClose && p[i] == '"':
+			// The value opened an object: its first member.
+		default:
+			return i
 		}
 	}
 }
