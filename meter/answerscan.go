@@ -279,17 +279,7 @@ func (s *answerScan) tokens(p []byte, i int) {
 func (s *answerScan) members(p []byte, i int) int {
 	for {
 		text := i + 1
-		end := text
-		for end+8 <= len(p) {
-			if m := specialBytes(binary.LittleEndian.Uint64(p[end:])); m != 0 {
-				end += bits.TrailingZeros64(m) >> 3
-				break
-			}
-			end += 8
-		}
-		for end < len(p) && plainByte[p[end]] {
-			end++
-		}
+		end := text + plainLen(p[text:])
 		if end < len(p) && p[end] == '"' {
 			s.next = nextColon
 			if s.depth <= s.watchDepth && s.tellsKey(p[text:end]) {
@@ -309,17 +299,7 @@ func (s *answerScan) members(p []byte, i int) int {
 			}
 		} else {
 			text = i + 2
-			end = text
-			for end+8 <= len(p) {
-				if m := specialBytes(binary.LittleEndian.Uint64(p[end:])); m != 0 {
-					end += bits.TrailingZeros64(m) >> 3
-					break
-				}
-				end += 8
-			}
-			for end < len(p) && plainByte[p[end]] {
-				end++
-			}
+			end = text + plainLen(p[text:])
 			if end < len(p) && p[end] == '"' {
 				s.next = nextAfter // inside an object
 				i = end + 1
@@ -553,18 +533,7 @@ func numberDone(st uint8) bool {
 func (s *answerScan) str(p []byte, i int, key bool) int {
 	s.strKey = key
 	text := i + 1
-	end := text
-	for end+8 <= len(p) {
-		if m := specialBytes(binary.LittleEndian.Uint64(p[end:])); m != 0 {
-			end += bits.TrailingZeros64(m) >> 3
-			goto found
-		}
-		end += 8
-	}
-	for end < len(p) && plainByte[p[end]] {
-		end++
-	}
-found:
+	end := text + plainLen(p[text:])
 	if end < len(p) && p[end] == '"' {
 		// The common case: plain text, told only when it may matter.
 		end++
@@ -822,17 +791,25 @@ func specialBytes(w uint64) uint64 {
 
 // plainEnd returns the index of the first byte at or after i that is not
 // plain string text, or len(p).
-func plainEnd(p []byte, i int) int {
-	for i+8 <= len(p) {
-		if m := specialBytes(binary.LittleEndian.Uint64(p[i:])); m != 0 {
-			return i + bits.TrailingZeros64(m)>>3
+func plainEnd(p []byte, i int) int { return i + plainLen(p[i:]) }
+
+// plainLen is the length of the plain string text q starts with.
+func plainLen(q []byte) int {
+	n := 0
+	for len(q) >= 8 {
+		if m := specialBytes(binary.LittleEndian.Uint64(q)); m != 0 {
+			return n + bits.TrailingZeros64(m)>>3
 		}
-		i += 8
+		q = q[8:]
+		n += 8
 	}
-	for i < len(p) && plainByte[p[i]] {
-		i++
+	for _, c := range q {
+		if !plainByte[c] {
+			break
+		}
+		n++
 	}
-	return i
+	return n
 }
 
 var plainByte = func() (t [256]bool) {
