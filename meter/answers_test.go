@@ -36,26 +36,21 @@ func txnAnswer(n int) []byte {
 }
 
 // payload returns a message's data of about size bytes: an order, as an
-// SDK producer would send it, with a note that pads it (some of it past
-// ASCII, some of it escaped, as real text is).
+// SDK producer would send it (the recorded pops carry small ASCII objects:
+// S8, C34), padded by a delivery note. The 1 KB order also names its
+// customer past ASCII and quotes in its note, so that the slower paths of
+// the reader take their share.
 func payload(i, size int) string {
 	head := fmt.Sprintf(`{"customer":"cust-%06d","note":"`, i)
 	tail := fmt.Sprintf(`","orderId":%d,"total":139.9}`, 1000+i)
+	note := `deliver to the back door, ring twice; leave it with the neighbour at no. 12 if nobody answers. `
 	if size >= 400 {
-		head = fmt.Sprintf(`{"customer":{"id":"cust-%06d","name":"Zoë Müller","tier":"gold"},"items":[{"qty":2,"sku":"A-%d","unit":9.95},{"qty":1,"sku":"B-7","unit":120}],"note":"`, i, i%97)
+		head = fmt.Sprintf(`{"customer":{"id":"cust-%06d","name":"Zoë Müller","tier":"gold"},"items":[{"qty":2,"sku":"A-%d","unit":9.95},{"qty":1,"sku":"B-7","unit":120}],"note":"ask for \"Zoë\" – `, i, i%97)
 		tail = fmt.Sprintf(`","orderId":%d,"paid":true,"total":139.9}`, 1000+i)
 	}
-	pad := size - len(head) - len(tail)
-	var note strings.Builder
-	for note.Len() < pad {
-		note.WriteString(`deliver to the back door \"B\" – ring twice. `)
-	}
-	s := note.String()
-	for len(s) > pad && len(s) > 0 {
-		s = s[:len(s)-1]
-	}
-	s = strings.ToValidUTF8(strings.TrimRight(s, `\`), "")
-	return head + s + tail
+	pad := max(0, size-len(head)-len(tail))
+	text := strings.Repeat(note, pad/len(note)+1)[:pad]
+	return head + text + tail
 }
 
 // popAnswerBody is the answer to a pop that delivered n messages whose data
