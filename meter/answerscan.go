@@ -294,7 +294,10 @@ func (s *answerScan) members(p []byte, i int) int {
 		}
 		s.next = nextValue
 		if c := p[i+1]; c != '"' || s.wantVal {
-			if i = s.value(p, i+1, c); i < 0 {
+			if end := scalarEnd(p, i+1); end > 0 && !s.wantVal {
+				s.next = nextAfter // a number or literal nobody reads
+				i = end
+			} else if i = s.value(p, i+1, c); i < 0 {
 				return -1
 			}
 		} else {
@@ -320,6 +323,43 @@ func (s *answerScan) members(p []byte, i int) int {
 			return i
 		}
 	}
+}
+
+// scalarEnd returns the end of the integer, decimal fraction or literal
+// at p[i] when it is one and ends within p, else 0 (value reads it then).
+func scalarEnd(p []byte, i int) int {
+	switch c := p[i]; {
+	case c == 't' || c == 'n':
+		if i+4 < len(p) && (string(p[i:i+4]) == "true" || string(p[i:i+4]) == "null") {
+			return i + 4
+		}
+		return 0
+	case c == 'f':
+		if i+5 < len(p) && string(p[i:i+5]) == "false" {
+			return i + 5
+		}
+		return 0
+	case c == '-':
+		i++
+	}
+	j := i
+	switch {
+	case j < len(p) && p[j] == '0':
+		j++
+	case j < len(p) && '1' <= p[j] && p[j] <= '9':
+		for j++; j < len(p) && '0' <= p[j] && p[j] <= '9'; j++ {
+		}
+	default:
+		return 0
+	}
+	if j+1 < len(p) && p[j] == '.' && '0' <= p[j+1] && p[j+1] <= '9' {
+		for j += 2; j < len(p) && '0' <= p[j] && p[j] <= '9'; j++ {
+		}
+	}
+	if j >= len(p) || p[j] == '.' || p[j] == 'e' || p[j] == 'E' || ('0' <= p[j] && p[j] <= '9') {
+		return 0
+	}
+	return j
 }
 
 // space passes the whitespace c at p[i]; anything else where a token
