@@ -173,3 +173,46 @@ func BenchmarkAnswerScanOnly(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAnswerOracle is the readers as they were before answerScan
+// (oracle_test.go), on the same answers, for the before-and-after figures
+// of docs/benchmarks.md.
+func BenchmarkAnswerOracle(b *testing.B) {
+	for _, n := range answerSizes {
+		push, txn, pop := pushAnswer(n), txnAnswer(n), popAnswerBody(n, 1000)
+		b.Run(fmt.Sprintf("push/items=%d", n), func(b *testing.B) {
+			benchAgainstValid(b, push, func(body []byte) {
+				t := oldNewPushTally()
+				inPieces(t, body)
+				if t.Outcome(200).Accepted != int64(n) {
+					b.Fatal("miscounted")
+				}
+			})
+		})
+		b.Run(fmt.Sprintf("transaction/items=%d", n), func(b *testing.B) {
+			benchAgainstValid(b, txn, func(body []byte) {
+				t := oldNewTxnTally()
+				inPieces(t, body)
+				if t.Billed(200, n+5) != int64(n+5) {
+					b.Fatal("miscounted")
+				}
+			})
+		})
+		b.Run(fmt.Sprintf("pop/payload=1000B/items=%d", n), func(b *testing.B) {
+			benchAgainstValid(b, pop, func(body []byte) {
+				if got, _ := oldBillPop(200, body); got != int64(n) {
+					b.Fatal("miscounted")
+				}
+			})
+		})
+		b.Run(fmt.Sprintf("popcount/payload=1000B/items=%d", n), func(b *testing.B) {
+			benchAgainstValid(b, pop, func(body []byte) {
+				p := oldNewPopCount()
+				inPieces(p, body)
+				if p.Messages(200) != int64(n) {
+					b.Fatal("miscounted")
+				}
+			})
+		})
+	}
+}
