@@ -278,8 +278,24 @@ func (s *answerScan) tokens(p []byte, i int) {
 // tokens to go on (-1 when cut or refused).
 func (s *answerScan) members(p []byte, i int) int {
 	for {
+		// The name's plain text, as plainLen measures it (in line).
 		text := i + 1
-		end := text + plainLen(p[text:])
+		q, n := p[text:], 0
+		for len(q) >= 8 {
+			if m := specialBytes(binary.LittleEndian.Uint64(q)); m != 0 {
+				n += bits.TrailingZeros64(m) >> 3
+				goto nameMeasured
+			}
+			q, n = q[8:], n+8
+		}
+		for _, c := range q {
+			if !plainByte[c] {
+				break
+			}
+			n++
+		}
+	nameMeasured:
+		end := text + n
 		if end < len(p) && p[end] == '"' {
 			s.next = nextColon
 			if s.depth <= s.watchDepth && s.tellsKey(p[text:end]) {
@@ -301,8 +317,24 @@ func (s *answerScan) members(p []byte, i int) int {
 				return -1
 			}
 		} else {
+			// The value's plain text, likewise.
 			text = i + 2
-			end = text + plainLen(p[text:])
+			q, n = p[text:], 0
+			for len(q) >= 8 {
+				if m := specialBytes(binary.LittleEndian.Uint64(q)); m != 0 {
+					n += bits.TrailingZeros64(m) >> 3
+					goto valueMeasured
+				}
+				q, n = q[8:], n+8
+			}
+			for _, c := range q {
+				if !plainByte[c] {
+					break
+				}
+				n++
+			}
+		valueMeasured:
+			end = text + n
 			if end < len(p) && p[end] == '"' {
 				s.next = nextAfter // inside an object
 				i = end + 1
