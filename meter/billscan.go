@@ -1,6 +1,7 @@
 package meter
 
 import (
+	"math"
 	"strings"
 	"sync"
 )
@@ -15,11 +16,18 @@ import (
 // the body properly.
 
 // popFields is what one message of a pop answer contributes to billing:
-// the raw contents of its keying members (nil when absent; a null member
-// leaves what an earlier one of the same name set).
+// where the raw contents of its keying members lie in the answer (empty
+// when absent; a null member leaves what an earlier one of the same name
+// set). Offsets rather than slices: a pooled list holds no pointer into
+// an answer, and filling it costs no write barrier.
 type popFields struct {
-	id, partitionID, transactionID, group []byte
+	id, partitionID, transactionID, group span
 }
+
+// span is a stretch of the answer: start and length.
+type span struct{ at, n int32 }
+
+func (s span) of(body []byte) []byte { return body[s.at : s.at+s.n] }
 
 // popBiller is the state of one pop billing, kept in a pool so that a pop
 // allocates its result only, whatever it delivered.
@@ -38,9 +46,11 @@ const maxPooledMessages = 1 << 16
 // returns for it. The keys are slices of one string, so a pop costs two
 // allocations whatever it delivered.
 func scanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
+	if len(body) > math.MaxInt32 {
+		return 0, nil, false // past what a span holds (far past MaxBilledBody)
+	}
 	b := popBillers.Get().(*popBiller)
 	defer func() {
-		clear(b.watch.msgs) // they point into body
 		msgs := b.watch.msgs[:0]
 		if cap(msgs) > maxPooledMessages {
 			msgs = nil
@@ -49,13 +59,14 @@ func scanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
 		popBillers.Put(b)
 	}()
 	w := &b.watch
+	w.bodyCap = cap(body)
 	b.scan.reset(w, 3, "consumerGroup", "messages", "id", "partitionId", "transactionId")
 	b.scan.tellEitherCase() // encoding/json folds case
 	b.scan.write(body)
 	if !b.scan.ok() || !w.isObject || w.declined {
 		return 0, nil, false
 	}
-	return int64(len(w.msgs)), popKeys(w.msgs, w.group), true
+	return int64(len(w.msgs)), popKeys(body, w.msgs, w.group), true
 }
 
 // The member whose value popWatch reads next.
@@ -79,9 +90,13 @@ type popWatch struct {
 	inMessages bool // inside the messages array (depth 2)
 	inMessage  bool // inside one of its objects (depth 3)
 	member     uint8
-	group      []byte
+	group      span
 	message    popFields
 	msgs       []popFields
+	// bodyCap is the answer's capacity: the watcher is told slices of the
+	// answer, one whole piece, and a slice's offset in it is bodyCap less
+	// the slice's capacity.
+	bodyCap int
 }
 
 func (w *popWatch) open(depth int, kind byte) {
@@ -160,7 +175,7 @@ func (w *popWatch) value(depth int, first byte, raw []byte, plain bool) {
 	if w.declined {
 		return
 	}
-	var into *[]byte
+	var into *span
 	switch member {
 	case popMemberNone:
 		if depth == 2 && w.inMessages {
@@ -192,7 +207,7 @@ func (w *popWatch) value(depth int, first byte, raw []byte, plain bool) {
 	switch {
 	case first == 'n':
 	case first == '"' && raw != nil && (plain || !hasEscape(raw)):
-		*into = raw
+		*into = span{int32(w.bodyCap - cap(raw)), int32(len(raw))}
 	default:
 		w.declined = true
 	}
@@ -200,11 +215,11 @@ func (w *popWatch) value(depth int, first byte, raw []byte, plain bool) {
 
 // popKeys builds the redelivery keys of BillPop, all in one string: two
 // allocations, the string and the list.
-func popKeys(msgs []popFields, answerGroup []byte) []string {
+func popKeys(body []byte, msgs []popFields, answerGroup span) []string {
 	size, count := 0, 0
 	for i := range msgs {
 		if head, tail, ok := msgs[i].key(); ok {
-			size += len(head) + 1 + len(tail) + 1 + len(msgs[i].groupOr(answerGroup))
+			size += int(head.n) + 1 + int(tail.n) + 1 + int(msgs[i].groupOr(answerGroup).n)
 			count++
 		}
 	}
@@ -213,21 +228,25 @@ func popKeys(msgs []popFields, answerGroup []byte) []string {
 	}
 	var b strings.Builder
 	b.Grow(size)
+	ids := make([]string, 0, count)
 	for i := range msgs {
 		if head, tail, ok := msgs[i].key(); ok {
-			b.Write(head)
+			if head == idKeyHead {
+				b.WriteString("id")
+			} else {
+				b.Write(head.of(body))
+			}
 			b.WriteByte('/')
-			b.Write(tail)
+			b.Write(tail.of(body))
 			b.WriteByte('/')
-			b.Write(msgs[i].groupOr(answerGroup))
+			b.Write(msgs[i].groupOr(answerGroup).of(body))
 		}
 	}
 	all := b.String()
-	ids := make([]string, 0, count)
 	start := 0
 	for i := range msgs {
 		if head, tail, ok := msgs[i].key(); ok {
-			end := start + len(head) + 1 + len(tail) + 1 + len(msgs[i].groupOr(answerGroup))
+			end := start + int(head.n) + 1 + int(tail.n) + 1 + int(msgs[i].groupOr(answerGroup).n)
 			ids = append(ids, all[start:end])
 			start = end
 		}
@@ -235,23 +254,25 @@ func popKeys(msgs []popFields, answerGroup []byte) []string {
 	return ids
 }
 
-var idKeyHead = []byte("id")
+// idKeyHead stands for the head "id" of a key by id (it is not in the
+// answer): a span no member has.
+var idKeyHead = span{at: -1, n: int32(len("id"))}
 
 // key names the message: partitionId and transactionId when it has both,
 // else "id" and its id; ok false when it has neither. The key is head,
 // tail and the consumer group joined by '/'.
-func (m *popFields) key() (head, tail []byte, ok bool) {
+func (m *popFields) key() (head, tail span, ok bool) {
 	switch {
-	case len(m.partitionID) > 0 && len(m.transactionID) > 0:
+	case m.partitionID.n > 0 && m.transactionID.n > 0:
 		return m.partitionID, m.transactionID, true
-	case len(m.id) > 0:
+	case m.id.n > 0:
 		return idKeyHead, m.id, true
 	}
-	return nil, nil, false
+	return span{}, span{}, false
 }
 
-func (m *popFields) groupOr(answerGroup []byte) []byte {
-	if len(m.group) > 0 {
+func (m *popFields) groupOr(answerGroup span) span {
+	if m.group.n > 0 {
 		return m.group
 	}
 	return answerGroup

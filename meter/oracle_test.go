@@ -486,7 +486,7 @@ func oldScanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
 	}
 	var (
 		group    []byte
-		small    [8]popFields
+		small    [8]oldPopFields
 		msgs     = small[:0]
 		seenList bool
 		declined bool
@@ -499,13 +499,13 @@ func oldScanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
 	readMessage := func(at int) int {
 		switch body[at] {
 		case 'n': // a null element: billed, without a key
-			msgs = append(msgs, popFields{})
+			msgs = append(msgs, oldPopFields{})
 			return jsonscan.ValueEnd(body, at)
 		case '{':
 		default:
 			return decline()
 		}
-		var m popFields
+		var m oldPopFields
 		end := jsonscan.Members(body, at, func(k []byte, at int) int {
 			end := jsonscan.ValueEnd(body, at)
 			var into *[]byte
@@ -560,7 +560,7 @@ func oldScanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
 	if declined {
 		return 0, nil, false
 	}
-	return int64(len(msgs)), popKeys(msgs, group), true
+	return int64(len(msgs)), oldPopKeys(msgs, group), true
 }
 
 // oldReadPlain sets *into to a plain string value's contents and reports
@@ -586,4 +586,67 @@ func oldBillPop(status int, body []byte) (int64, []string) {
 		return n, ids
 	}
 	return billDecodedPop(body)
+}
+
+// oldPopFields is what one message of a pop answer contributes to billing:
+// the raw contents of its keying members (nil when absent; a null member
+// leaves what an earlier one of the same name set).
+type oldPopFields struct {
+	id, partitionID, transactionID, group []byte
+}
+
+// oldPopKeys builds the redelivery keys of BillPop, all in one string.
+func oldPopKeys(msgs []oldPopFields, answerGroup []byte) []string {
+	size, count := 0, 0
+	for i := range msgs {
+		if head, tail, ok := msgs[i].key(); ok {
+			size += len(head) + 1 + len(tail) + 1 + len(msgs[i].groupOr(answerGroup))
+			count++
+		}
+	}
+	if count == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.Grow(size)
+	ends := make([]int, 0, count)
+	for i := range msgs {
+		if head, tail, ok := msgs[i].key(); ok {
+			b.Write(head)
+			b.WriteByte('/')
+			b.Write(tail)
+			b.WriteByte('/')
+			b.Write(msgs[i].groupOr(answerGroup))
+			ends = append(ends, b.Len())
+		}
+	}
+	all := b.String()
+	ids := make([]string, len(ends))
+	start := 0
+	for i, end := range ends {
+		ids[i], start = all[start:end], end
+	}
+	return ids
+}
+
+var oldIdKeyHead = []byte("id")
+
+// key names the message: partitionId and transactionId when it has both,
+// else "id" and its id; ok false when it has neither. The key is head,
+// tail and the consumer group joined by '/'.
+func (m *oldPopFields) key() (head, tail []byte, ok bool) {
+	switch {
+	case len(m.partitionID) > 0 && len(m.transactionID) > 0:
+		return m.partitionID, m.transactionID, true
+	case len(m.id) > 0:
+		return oldIdKeyHead, m.id, true
+	}
+	return nil, nil, false
+}
+
+func (m *oldPopFields) groupOr(answerGroup []byte) []byte {
+	if len(m.group) > 0 {
+		return m.group
+	}
+	return answerGroup
 }
