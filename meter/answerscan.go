@@ -43,18 +43,24 @@ import (
 type answerScan struct {
 	watch      answerWatcher
 	watchDepth int
-	keyLens    uint64    // bit n: plain names of n bytes are told
-	keyFirst   [4]uint64 // bit c: plain names that start with c are told
+	names      nameFilter                                   // the plain member names told
+	arrays     [(jsonscan.DefaultMaxDepth + 64) / 64]uint64 // bit d: the container at depth d is an array (set as it opens)
+	// The text of a string the watcher hears, when it is cut by the end
+	// of a piece: up to len(carry) bytes, else carryLong.
+	carry [64]byte
 
+	answerScanState // what reset clears
+}
+
+type answerScanState struct {
 	failed  bool
 	started bool  // the top-level value has started
 	next    uint8 // what may come after the last complete token
 	depth   int
-	arrays  [(jsonscan.DefaultMaxDepth + 64) / 64]uint64 // bit d: the container at depth d is an array
-	wantVal bool                                         // the watcher asked for the next value
-	partial uint8                                        // a token cut by the end of a piece
-	strKey  bool                                         // the string being read is a key
-	strTold bool                                         // and the watcher hears it
+	wantVal bool  // the watcher asked for the next value
+	partial uint8 // a token cut by the end of a piece
+	strKey  bool  // the string being read is a key
+	strTold bool  // and the watcher hears it
 
 	// Inside a string, when the piece ended within an escape or a UTF-8
 	// sequence, or after a high surrogate.
@@ -66,9 +72,6 @@ type answerScan struct {
 	utfLo    byte
 	utfHi    byte
 
-	// The text of a string the watcher hears, when it is cut by the end
-	// of a piece: up to len(carry) bytes, else carryLong.
-	carry     [64]byte
 	carryLen  int
 	carryLong bool
 
@@ -123,34 +126,42 @@ const (
 	numExpDigit
 )
 
-// reset readies s for a new text, told to w up to depth. Of the member
-// names in plain ASCII (no escape, nothing past ASCII), w hears only those
-// with the length and the first byte of one of words: no other can be one
-// of them (a watcher that folds case passes both cases of a word).
-func (s *answerScan) reset(w answerWatcher, depth int, words ...string) {
-	*s = answerScan{watch: w, watchDepth: depth}
-	for _, word := range words {
-		s.keyLens |= 1 << len(word)
-		s.keyFirst[word[0]>>6] |= 1 << (word[0] & 63)
-	}
+// nameFilter is the plain member names (no escape, nothing past ASCII) a
+// watcher hears: those with the length and the first byte of one of its
+// words, since no other can be one of them.
+type nameFilter struct {
+	lens  uint64    // bit n: names of n bytes
+	first [4]uint64 // bit c: names that start with c
 }
 
-// tellEitherCase makes the names whose first letter is a word's in the
-// other case told as well.
-func (s *answerScan) tellEitherCase() {
-	for c := byte('A'); c <= 'Z'; c++ {
-		lower := c + 'a' - 'A'
-		if s.keyFirst[c>>6]>>(c&63)&1 != 0 || s.keyFirst[lower>>6]>>(lower&63)&1 != 0 {
-			s.keyFirst[c>>6] |= 1 << (c & 63)
-			s.keyFirst[lower>>6] |= 1 << (lower & 63)
+// namesOf is the filter for words; eitherCase lets the first letters
+// through in the other case too, for a watcher that folds case.
+func namesOf(eitherCase bool, words ...string) *nameFilter {
+	f := &nameFilter{}
+	for _, word := range words {
+		f.lens |= 1 << len(word)
+		c := word[0]
+		f.first[c>>6] |= 1 << (c & 63)
+		if eitherCase && ('a' <= c|0x20 && c|0x20 <= 'z') {
+			c ^= 0x20
+			f.first[c>>6] |= 1 << (c & 63)
 		}
 	}
+	return f
+}
+
+// reset readies s for a new text, told to w up to depth, of the plain
+// member names the filter lets through. The nesting bits and the carried
+// text need no clearing: each is written before it is read.
+func (s *answerScan) reset(w answerWatcher, depth int, names *nameFilter) {
+	s.watch, s.watchDepth, s.names = w, depth, *names
+	s.answerScanState = answerScanState{}
 }
 
 // tellsKey reports whether the watcher hears the plain member name raw.
 func (s *answerScan) tellsKey(raw []byte) bool {
 	n := len(raw)
-	return n < 64 && s.keyLens>>n&1 != 0 && s.keyFirst[raw[0]>>6]>>(raw[0]&63)&1 != 0
+	return n < 64 && s.names.lens>>n&1 != 0 && s.names.first[raw[0]>>6]>>(raw[0]&63)&1 != 0
 }
 
 // ok reports whether everything written is one complete, well-formed

@@ -60,8 +60,7 @@ func scanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
 	}()
 	w := &b.watch
 	w.bodyCap = cap(body)
-	b.scan.reset(w, 3, "consumerGroup", "messages", "id", "partitionId", "transactionId")
-	b.scan.tellEitherCase() // encoding/json folds case
+	b.scan.reset(w, 3, popNames)
 	b.scan.write(body)
 	if !b.scan.ok() || !w.isObject || w.declined {
 		return 0, nil, false
@@ -305,3 +304,7 @@ func foldsTo(k []byte, names ...string) bool {
 	}
 	return false
 }
+
+// popNames are the member names BillPop reads, in either case: encoding/json
+// folds case.
+var popNames = namesOf(true, "consumerGroup", "messages", "id", "partitionId", "transactionId")

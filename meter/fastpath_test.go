@@ -43,7 +43,7 @@ func writeInPieces(w interface{ Write([]byte) (int, error) }, body []byte, size 
 // scanVerdict reads body with answerScan in pieces of size (0: whole).
 func scanVerdict(body []byte, size int) bool {
 	var s answerScan
-	s.reset(&messagesWatch{}, 3, "messages")
+	s.reset(&messagesWatch{}, 3, messagesNames)
 	if size <= 0 {
 		s.write(body)
 	} else {

@@ -20,7 +20,7 @@ type PopCount struct {
 // NewPopCount returns a count ready for the first piece of an answer.
 func NewPopCount() *PopCount {
 	p := &PopCount{}
-	p.scan.reset(&p.messages, 3, "messages")
+	p.scan.reset(&p.messages, 3, messagesNames)
 	return p
 }
 
@@ -83,3 +83,6 @@ func (s *messagesWatch) value(depth int, _ byte, _ []byte, _ bool) {
 		s.count++
 	}
 }
+
+// messagesNames is the member name PopCount reads.
+var messagesNames = namesOf(false, "messages")

@@ -31,7 +31,7 @@ func NewPushTally() *PushTally {
 // it is reset (it points into itself).
 func (t *PushTally) Reset() {
 	t.items = statusWatch{}
-	t.scan.reset(&t.items, 2, "status")
+	t.scan.reset(&t.items, 2, pushNames)
 }
 
 // Write takes the next piece of the answer; it never fails, so it can sit
@@ -133,3 +133,6 @@ func unescapedIs(raw []byte, word string) bool {
 	}
 	return string(raw) == word
 }
+
+// pushNames is the member name PushTally reads.
+var pushNames = namesOf(false, "status")

@@ -24,7 +24,7 @@ func NewTxnTally() *TxnTally {
 // is reset (it points into itself).
 func (t *TxnTally) Reset() {
 	t.results = txnWatch{}
-	t.scan.reset(&t.results, 3, "success", "results", "type", "duplicate")
+	t.scan.reset(&t.results, 3, txnNames)
 }
 
 // Write takes the next piece of the answer; it never fails.
@@ -131,3 +131,6 @@ func (s *txnWatch) value(depth int, first byte, raw []byte, _ bool) {
 	}
 	s.member = memberOther
 }
+
+// txnNames are the member names TxnTally reads.
+var txnNames = namesOf(false, "success", "results", "type", "duplicate")
