@@ -183,7 +183,10 @@ func (s *answerScan) isArray(depth int) bool { return s.arrays[depth>>6]>>(depth
 
 // write reads the next piece of the text.
 func (s *answerScan) write(p []byte) {
-	if s.failed {
+	if s.failed || s.watch == nil {
+		// Never reset: a tally that was not readied bills nothing, as
+		// one that read nothing it watches.
+		s.failed = true
 		return
 	}
 	i := 0

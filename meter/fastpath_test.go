@@ -358,3 +358,18 @@ func TestPayloadSizes(t *testing.T) {
 		}
 	}
 }
+
+// TestUnreadiedTalliesBillNothing: a tally used without Reset (its zero
+// value) bills nothing rather than failing, as before answerScan.
+func TestUnreadiedTalliesBillNothing(t *testing.T) {
+	var push PushTally
+	_, _ = push.Write(pushAnswer(2))
+	var txn TxnTally
+	_, _ = txn.Write(txnAnswer(2))
+	if got := push.Outcome(200); got != (PushOutcome{}) {
+		t.Errorf("push: %+v", got)
+	}
+	if got := txn.Billed(200, 3); got != 0 {
+		t.Errorf("transaction: %d", got)
+	}
+}
