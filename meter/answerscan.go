@@ -937,12 +937,13 @@ func hex4(h []byte) (uint16, bool) {
 }
 
 // wordIs reports whether raw, a string's text with escapes intact (nil
-// when too long to have been kept), is word once unescaped.
-func wordIs(raw []byte, word string) bool {
+// when too long to have been kept), is word once unescaped; plain says
+// the reader saw no escape in it.
+func wordIs(raw []byte, plain bool, word string) bool {
 	switch {
 	case raw == nil:
 		return false
-	case len(raw) == len(word):
+	case plain || len(raw) == len(word):
 		return string(raw) == word
 	case len(raw) < len(word) || len(raw) > 6*len(word) || bytes.IndexByte(raw, '\\') < 0:
 		// An escape is six bytes for a character of the words looked for.

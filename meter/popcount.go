@@ -65,11 +65,11 @@ func (s *messagesWatch) close(depth int) {
 	}
 }
 
-func (s *messagesWatch) key(depth int, raw []byte, _ bool) bool {
+func (s *messagesWatch) key(depth int, raw []byte, plain bool) bool {
 	if depth != 1 || !s.isObject {
 		return false
 	}
-	s.pending = wordIs(raw, "messages")
+	s.pending = wordIs(raw, plain, "messages")
 	return s.pending
 }
 

@@ -92,20 +92,20 @@ func (s *statusWatch) close(depth int) {
 	}
 }
 
-func (s *statusWatch) key(depth int, raw []byte, _ bool) bool {
+func (s *statusWatch) key(depth int, raw []byte, plain bool) bool {
 	if depth != 2 || !s.inItem {
 		return false
 	}
 	// A later "status" replaces an earlier one even when its value is
 	// not a string (then the item is not billed).
-	s.afterName = wordIs(raw, "status")
+	s.afterName = wordIs(raw, plain, "status")
 	if s.afterName {
 		s.status = statusOther
 	}
 	return s.afterName
 }
 
-func (s *statusWatch) value(depth int, first byte, raw []byte, _ bool) {
+func (s *statusWatch) value(depth int, first byte, raw []byte, plain bool) {
 	if depth != 2 || !s.inItem || !s.afterName {
 		return
 	}
@@ -113,9 +113,9 @@ func (s *statusWatch) value(depth int, first byte, raw []byte, _ bool) {
 	// The last "status" member wins, as in the broker's JSON library.
 	switch {
 	case first != '"':
-	case wordIs(raw, "queued"):
+	case wordIs(raw, plain, "queued"):
 		s.status = statusQueued
-	case wordIs(raw, "buffered"):
+	case wordIs(raw, plain, "buffered"):
 		s.status = statusBuffered
 	}
 }

@@ -96,19 +96,19 @@ func (s *txnWatch) watched(depth int) bool {
 	return (depth == 1 && s.isObject) || (depth == 3 && s.inResult)
 }
 
-func (s *txnWatch) key(depth int, raw []byte, _ bool) bool {
+func (s *txnWatch) key(depth int, raw []byte, plain bool) bool {
 	s.member = memberOther
 	if !s.watched(depth) {
 		return false
 	}
 	switch {
-	case s.inResult && wordIs(raw, "type"):
+	case s.inResult && wordIs(raw, plain, "type"):
 		s.member, s.resultPush = memberType, false
-	case s.inResult && wordIs(raw, "duplicate"):
+	case s.inResult && wordIs(raw, plain, "duplicate"):
 		s.member, s.resultDup = memberDuplicate, false
-	case !s.inResult && wordIs(raw, "success"):
+	case !s.inResult && wordIs(raw, plain, "success"):
 		s.member, s.success = memberSuccess, false
-	case !s.inResult && wordIs(raw, "results"):
+	case !s.inResult && wordIs(raw, plain, "results"):
 		// A later "results" replaces an earlier one, whatever it is.
 		s.member, s.duplicates = memberResults, 0
 	}
@@ -117,7 +117,7 @@ func (s *txnWatch) key(depth int, raw []byte, _ bool) bool {
 
 // value reads a string, number or literal: only true is true, and only
 // the string "push" a push.
-func (s *txnWatch) value(depth int, first byte, raw []byte, _ bool) {
+func (s *txnWatch) value(depth int, first byte, raw []byte, plain bool) {
 	if !s.watched(depth) {
 		return
 	}
@@ -127,7 +127,7 @@ func (s *txnWatch) value(depth int, first byte, raw []byte, _ bool) {
 	case memberDuplicate:
 		s.resultDup = first == 't'
 	case memberType:
-		s.resultPush = first == '"' && wordIs(raw, "push")
+		s.resultPush = first == '"' && wordIs(raw, plain, "push")
 	}
 	s.member = memberOther
 }
