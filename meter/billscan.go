@@ -1,9 +1,9 @@
 package meter
 
 import (
+	"math"
 	"strings"
-
-	"github.com/queengate/queengate/internal/jsonscan"
+	"sync"
 )
 
 // The fast path below bills the answer of every pop without decoding it
@@ -12,127 +12,213 @@ import (
 // (billDecodedPop), or declines (ok false) on anything out of the
 // ordinary — an escaped key or value, a key that matches a field only
 // case-insensitively, a value of an unexpected type, an element that is
-// not an object, a text jsonscan.Check refuses — and the caller decodes
+// not an object, a text jsonscan.Checker refuses — and the caller decodes
 // the body properly.
 
 // popFields is what one message of a pop answer contributes to billing:
-// the raw contents of its keying members (nil when absent; a null member
-// leaves what an earlier one of the same name set).
+// where the raw contents of its keying members lie in the answer (empty
+// when absent; a null member leaves what an earlier one of the same name
+// set). Offsets rather than slices: a pooled list holds no pointer into
+// an answer, and filling it costs no write barrier.
 type popFields struct {
-	id, partitionID, transactionID, group []byte
+	id, partitionID, transactionID, group span
 }
+
+// span is a stretch of the answer: start and length.
+type span struct{ at, n int32 }
+
+func (s span) of(body []byte) []byte { return body[s.at : s.at+s.n] }
+
+// popBiller is the state of one pop billing, kept in a pool so that a pop
+// allocates its result only, whatever it delivered.
+type popBiller struct {
+	scan  answerScan
+	watch popWatch
+}
+
+var popBillers = sync.Pool{New: func() any { return new(popBiller) }}
+
+// maxPooledMessages bounds the message list a pooled biller keeps.
+const maxPooledMessages = 1 << 16
 
 // scanPopBilling reads a pop answer (a JSON object with a consumerGroup
 // and a messages array of objects) in one pass and returns what BillPop
-// returns for it. The keys are slices of one string, so a pop costs a few
+// returns for it. The keys are slices of one string, so a pop costs two
 // allocations whatever it delivered.
 func scanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
-	if jsonscan.Check(body) != nil {
+	if len(body) > math.MaxInt32 {
+		return 0, nil, false // past what a span holds (far past MaxBilledBody)
+	}
+	b := popBillers.Get().(*popBiller)
+	defer func() {
+		msgs := b.watch.msgs[:0]
+		if cap(msgs) > maxPooledMessages {
+			msgs = nil
+		}
+		b.watch = popWatch{msgs: msgs}
+		popBillers.Put(b)
+	}()
+	w := &b.watch
+	w.bodyCap = cap(body)
+	b.scan.reset(w, 3, popNames)
+	b.scan.write(body)
+	if !b.scan.ok() || !w.isObject || w.declined {
 		return 0, nil, false
 	}
-	i := jsonscan.SkipSpace(body, 0)
-	if i >= len(body) || body[i] != '{' {
-		return 0, nil, false
+	return int64(len(w.msgs)), popKeys(body, w.msgs, w.group), true
+}
+
+// The member whose value popWatch reads next.
+const (
+	popMemberNone uint8 = iota
+	popMemberGroup
+	popMemberMessages
+	popMemberID
+	popMemberPartitionID
+	popMemberTransactionID
+	popMemberMessageGroup
+)
+
+// popWatch reads the top-level consumerGroup and the keying members of
+// each element of the messages array, and declines what the walk cannot
+// promise to read as encoding/json does.
+type popWatch struct {
+	isObject   bool
+	declined   bool
+	seenList   bool
+	inMessages bool // inside the messages array (depth 2)
+	inMessage  bool // inside one of its objects (depth 3)
+	member     uint8
+	group      span
+	message    popFields
+	msgs       []popFields
+	// bodyCap is the answer's capacity: the watcher is told slices of the
+	// answer, one whole piece, and a slice's offset in it is bodyCap less
+	// the slice's capacity.
+	bodyCap int
+}
+
+func (w *popWatch) open(depth int, kind byte) {
+	member := w.member
+	w.member = popMemberNone
+	switch {
+	case depth == 1:
+		w.isObject = kind == '{'
+		w.declined = w.declined || !w.isObject
+	case member == popMemberMessages && kind == '[':
+		w.inMessages = true
+	case member != popMemberNone:
+		// The messages as an object; a consumer group, an id or a
+		// partition as a container.
+		w.declined = true
+	case depth == 3 && w.inMessages:
+		if kind != '{' {
+			w.declined = true
+			return
+		}
+		w.inMessage, w.message = true, popFields{}
 	}
-	var (
-		group    []byte
-		small    [8]popFields
-		msgs     = small[:0]
-		seenList bool
-		declined bool
-	)
-	// decline stops both walks: a member's end at len(body) ends them.
-	decline := func() int {
-		declined = true
-		return len(body)
+}
+
+func (w *popWatch) close(depth int) {
+	switch {
+	case depth == 3 && w.inMessage:
+		w.inMessage = false
+		w.msgs = append(w.msgs, w.message)
+	case depth == 2 && w.inMessages:
+		w.inMessages = false
 	}
-	readMessage := func(at int) int {
-		switch body[at] {
-		case 'n': // a null element: billed, without a key
-			msgs = append(msgs, popFields{})
-			return jsonscan.ValueEnd(body, at)
-		case '{':
+}
+
+func (w *popWatch) key(depth int, raw []byte, plain bool) bool {
+	w.member = popMemberNone
+	if w.declined {
+		return false
+	}
+	switch {
+	case raw == nil:
+		w.declined = true // not kept: cannot happen for one whole body
+	case depth == 1:
+		switch string(raw) {
+		case "consumerGroup":
+			w.member = popMemberGroup
+		case "messages":
+			if w.seenList {
+				w.declined = true // a repeated key: encoding/json merges into the first
+				return false
+			}
+			w.seenList, w.member = true, popMemberMessages
 		default:
-			return decline()
+			w.declined = (!plain && hasEscape(raw)) || foldsTo(raw, "consumerGroup", "messages")
 		}
-		var m popFields
-		end := jsonscan.Members(body, at, func(k []byte, at int) int {
-			end := jsonscan.ValueEnd(body, at)
-			var into *[]byte
-			switch string(k) {
-			case "id":
-				into = &m.id
-			case "partitionId":
-				into = &m.partitionID
-			case "transactionId":
-				into = &m.transactionID
-			case "consumerGroup":
-				into = &m.group
-			default:
-				if hasEscape(k) || foldsTo(k, "id", "partitionId", "transactionId", "consumerGroup") {
-					return decline()
-				}
-				return end
-			}
-			if !readPlain(body[at:end], into) {
-				return decline()
-			}
-			return end
-		})
-		msgs = append(msgs, m)
-		return end
-	}
-	jsonscan.Members(body, i, func(k []byte, at int) int {
-		switch {
-		case string(k) == "consumerGroup":
-			end := jsonscan.ValueEnd(body, at)
-			if !readPlain(body[at:end], &group) {
-				return decline()
-			}
-			return end
-		case string(k) == "messages":
-			if seenList {
-				return decline() // a repeated key: encoding/json merges into the first
-			}
-			seenList = true
-			switch body[at] {
-			case 'n': // null: no messages
-				return jsonscan.ValueEnd(body, at)
-			case '[':
-				return jsonscan.Elements(body, at, readMessage)
-			}
-			return decline()
-		case strings.EqualFold(string(k), "consumerGroup") || strings.EqualFold(string(k), "messages") || hasEscape(k):
-			return decline()
+	case depth == 3 && w.inMessage:
+		switch string(raw) {
+		case "id":
+			w.member = popMemberID
+		case "partitionId":
+			w.member = popMemberPartitionID
+		case "transactionId":
+			w.member = popMemberTransactionID
+		case "consumerGroup":
+			w.member = popMemberMessageGroup
+		default:
+			w.declined = (!plain && hasEscape(raw)) || foldsTo(raw, "id", "partitionId", "transactionId", "consumerGroup")
 		}
-		return jsonscan.ValueEnd(body, at)
-	})
-	if declined {
-		return 0, nil, false
 	}
-	return int64(len(msgs)), popKeys(msgs, group), true
+	return w.member != popMemberNone
 }
 
-// readPlain sets *into to a plain string value's contents and reports
-// whether the value was one; null leaves *into as it was, as encoding/json
-// does.
-func readPlain(v []byte, into *[]byte) bool {
-	if string(v) == "null" {
-		return true
+func (w *popWatch) value(depth int, first byte, raw []byte, plain bool) {
+	member := w.member
+	w.member = popMemberNone
+	if w.declined {
+		return
 	}
-	s, ok := jsonscan.PlainBytes(v)
-	if ok {
-		*into = s // the last of repeated members wins, as in encoding/json
+	var into *span
+	switch member {
+	case popMemberNone:
+		if depth == 2 && w.inMessages {
+			// An element that is not an object: null is billed,
+			// without a key.
+			if first != 'n' {
+				w.declined = true
+				return
+			}
+			w.msgs = append(w.msgs, popFields{})
+		}
+		return
+	case popMemberMessages:
+		w.declined = first != 'n' // null: no messages
+		return
+	case popMemberGroup:
+		into = &w.group
+	case popMemberID:
+		into = &w.message.id
+	case popMemberPartitionID:
+		into = &w.message.partitionID
+	case popMemberTransactionID:
+		into = &w.message.transactionID
+	case popMemberMessageGroup:
+		into = &w.message.group
 	}
-	return ok
+	// null leaves what an earlier member of the name set, as
+	// encoding/json does; a plain string sets it (the last wins).
+	switch {
+	case first == 'n':
+	case first == '"' && raw != nil && (plain || !hasEscape(raw)):
+		*into = span{int32(w.bodyCap - cap(raw)), int32(len(raw))}
+	default:
+		w.declined = true
+	}
 }
 
-// popKeys builds the redelivery keys of BillPop, all in one string.
-func popKeys(msgs []popFields, answerGroup []byte) []string {
+// popKeys builds the redelivery keys of BillPop, all in one string: two
+// allocations, the string and the list.
+func popKeys(body []byte, msgs []popFields, answerGroup span) []string {
 	size, count := 0, 0
 	for i := range msgs {
 		if head, tail, ok := msgs[i].key(); ok {
-			size += len(head) + 1 + len(tail) + 1 + len(msgs[i].groupOr(answerGroup))
+			size += int(head.n) + 1 + int(tail.n) + 1 + int(msgs[i].groupOr(answerGroup).n)
 			count++
 		}
 	}
@@ -141,43 +227,51 @@ func popKeys(msgs []popFields, answerGroup []byte) []string {
 	}
 	var b strings.Builder
 	b.Grow(size)
-	ends := make([]int, 0, count)
+	ids := make([]string, 0, count)
 	for i := range msgs {
 		if head, tail, ok := msgs[i].key(); ok {
-			b.Write(head)
+			if head == idKeyHead {
+				b.WriteString("id")
+			} else {
+				b.Write(head.of(body))
+			}
 			b.WriteByte('/')
-			b.Write(tail)
+			b.Write(tail.of(body))
 			b.WriteByte('/')
-			b.Write(msgs[i].groupOr(answerGroup))
-			ends = append(ends, b.Len())
+			b.Write(msgs[i].groupOr(answerGroup).of(body))
 		}
 	}
 	all := b.String()
-	ids := make([]string, len(ends))
 	start := 0
-	for i, end := range ends {
-		ids[i], start = all[start:end], end
+	for i := range msgs {
+		if head, tail, ok := msgs[i].key(); ok {
+			end := start + int(head.n) + 1 + int(tail.n) + 1 + int(msgs[i].groupOr(answerGroup).n)
+			ids = append(ids, all[start:end])
+			start = end
+		}
 	}
 	return ids
 }
 
-var idKeyHead = []byte("id")
+// idKeyHead stands for the head "id" of a key by id (it is not in the
+// answer): a span no member has.
+var idKeyHead = span{at: -1, n: int32(len("id"))}
 
 // key names the message: partitionId and transactionId when it has both,
 // else "id" and its id; ok false when it has neither. The key is head,
 // tail and the consumer group joined by '/'.
-func (m *popFields) key() (head, tail []byte, ok bool) {
+func (m *popFields) key() (head, tail span, ok bool) {
 	switch {
-	case len(m.partitionID) > 0 && len(m.transactionID) > 0:
+	case m.partitionID.n > 0 && m.transactionID.n > 0:
 		return m.partitionID, m.transactionID, true
-	case len(m.id) > 0:
+	case m.id.n > 0:
 		return idKeyHead, m.id, true
 	}
-	return nil, nil, false
+	return span{}, span{}, false
 }
 
-func (m *popFields) groupOr(answerGroup []byte) []byte {
-	if len(m.group) > 0 {
+func (m *popFields) groupOr(answerGroup span) span {
+	if m.group.n > 0 {
 		return m.group
 	}
 	return answerGroup
@@ -210,3 +304,7 @@ func foldsTo(k []byte, names ...string) bool {
 	}
 	return false
 }
+
+// popNames are the member names BillPop reads, in either case: encoding/json
+// folds case.
+var popNames = namesOf(true, "consumerGroup", "messages", "id", "partitionId", "transactionId")

@@ -1,7 +1,5 @@
 package meter
 
-import "github.com/queengate/queengate/internal/jsonscan"
-
 // PopCount counts the messages of a pop answer as it streams past, without
 // keeping it. The gateway bills a pop from a copy of its answer (BillPop,
 // which also yields the ids the redelivery filter needs) up to
@@ -15,46 +13,41 @@ import "github.com/queengate/queengate/internal/jsonscan"
 // object (jsonscan.Checker's rules), or whose "messages" is not an array,
 // counts 0.
 type PopCount struct {
-	check jsonscan.Checker
-	scan  messagesScan
+	scan     answerScan
+	messages messagesWatch
 }
 
 // NewPopCount returns a count ready for the first piece of an answer.
 func NewPopCount() *PopCount {
 	p := &PopCount{}
-	p.check.Watch = &p.scan
+	p.scan.reset(&p.messages, 3, messagesNames)
 	return p
 }
 
 // Write takes the next piece of the answer; it never fails.
 func (p *PopCount) Write(b []byte) (int, error) {
-	_ = p.check.Write(b)
+	p.scan.write(b)
 	return len(b), nil
 }
 
 // Messages is how many messages the whole answer delivered, for an
 // upstream status.
 func (p *PopCount) Messages(status int) int64 {
-	if !is2xx(status) || p.check.Close() != nil || !p.scan.isObject {
+	if !is2xx(status) || !p.scan.ok() || !p.messages.isObject {
 		return 0
 	}
-	return p.scan.count
+	return p.messages.count
 }
 
-// messagesScan follows the top-level object's members.
-type messagesScan struct {
+// messagesWatch follows the top-level object's members.
+type messagesWatch struct {
 	isObject   bool
 	pending    bool // the member being read is named "messages"
 	inMessages bool // inside the "messages" array
 	count      int64
-
-	readingKey bool
-	text       [16]byte // a top-level member name, when short enough to be "messages"
-	textLen    int
-	textLong   bool
 }
 
-func (s *messagesScan) Open(depth int, kind byte) {
+func (s *messagesWatch) open(depth int, kind byte) {
 	switch {
 	case depth == 1:
 		s.isObject = kind == '{'
@@ -66,31 +59,23 @@ func (s *messagesScan) Open(depth int, kind byte) {
 	}
 }
 
-func (s *messagesScan) Close(depth int) {
+func (s *messagesWatch) close(depth int) {
 	if depth == 2 {
 		s.inMessages = false
 	}
 }
 
-func (s *messagesScan) Scalar(depth int, _ byte) {
-	s.element(depth)
+func (s *messagesWatch) key(depth int, raw []byte, plain bool) bool {
+	if depth != 1 || !s.isObject {
+		return false
+	}
+	s.pending = wordIs(raw, plain, "messages")
+	return s.pending
 }
 
-func (s *messagesScan) StringStart(depth int, key bool) {
-	s.readingKey = false
-	if depth == 1 && key && s.isObject {
-		s.readingKey, s.textLen, s.textLong = true, 0, false
-		return
-	}
-	if !key {
-		s.element(depth)
-	}
-}
-
-// element notes a scalar or string value at depth: an element of the
-// messages array, or the value of a top-level "messages" member that is
-// not an array.
-func (s *messagesScan) element(depth int) {
+// value is a scalar or string: an element of the messages array, or the
+// value of a top-level "messages" member that is not an array.
+func (s *messagesWatch) value(depth int, _ byte, _ []byte, _ bool) {
 	switch {
 	case depth == 1 && s.pending:
 		s.pending, s.count = false, 0
@@ -99,20 +84,5 @@ func (s *messagesScan) element(depth int) {
 	}
 }
 
-func (s *messagesScan) StringPart(raw []byte) {
-	if !s.readingKey || s.textLong {
-		return
-	}
-	if s.textLen+len(raw) > len(s.text) {
-		s.textLong = true
-		return
-	}
-	s.textLen += copy(s.text[s.textLen:], raw)
-}
-
-func (s *messagesScan) StringEnd() {
-	if s.readingKey {
-		s.pending = !s.textLong && unescapedIs(s.text[:s.textLen], "messages")
-		s.readingKey = false
-	}
-}
+// messagesNames is the member name PopCount reads.
+var messagesNames = namesOf(false, "messages")

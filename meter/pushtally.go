@@ -1,10 +1,6 @@
 package meter
 
-import (
-	"encoding/json"
-
-	"github.com/queengate/queengate/internal/jsonscan"
-)
+import "encoding/json"
 
 // PushTally counts the per-item statuses of a POST /api/v1/push answer as
 // it streams past, without keeping it: the answer to a large push can be
@@ -20,8 +16,8 @@ import (
 //
 // Write it the answer in pieces, then read Outcome once.
 type PushTally struct {
-	check jsonscan.Checker
-	scan  statusScan
+	scan  answerScan
+	items statusWatch
 }
 
 // NewPushTally returns a tally ready for the first piece of an answer.
@@ -34,39 +30,30 @@ func NewPushTally() *PushTally {
 // Reset readies t for a new answer. A PushTally must not be copied once
 // it is reset (it points into itself).
 func (t *PushTally) Reset() {
-	*t = PushTally{}
-	t.check.Watch = &t.scan
+	t.items = statusWatch{}
+	t.scan.reset(&t.items, 2, pushNames)
 }
 
 // Write takes the next piece of the answer; it never fails, so it can sit
 // beside the client's writer. An unreadable answer is noted and bills 0.
 func (t *PushTally) Write(p []byte) (int, error) {
-	_ = t.check.Write(p)
+	t.scan.write(p)
 	return len(p), nil
 }
 
 // Outcome is what the whole answer said, for an upstream status.
 func (t *PushTally) Outcome(status int) PushOutcome {
-	if !is2xx(status) || t.check.Close() != nil || !t.scan.isArray {
+	if !is2xx(status) || !t.scan.ok() || !t.items.isArray {
 		return PushOutcome{}
 	}
-	return t.scan.out
+	return t.items.out
 }
 
-// statusScan follows the members of the top-level array's objects.
-type statusScan struct {
-	out     PushOutcome
-	isArray bool // the top-level value is an array
-	inItem  bool // inside an element object (depth 2)
-
-	// The string being read at depth 2, when it may matter: a member
-	// name, or the value of a "status" member. Longer strings cannot spell
-	// a status (six bytes per character at most, escaped), so they are
-	// cut and marked.
-	reading   uint8 // readNothing, readKey or readValue
-	text      [64]byte
-	textLen   int
-	textLong  bool
+// statusWatch follows the members of the top-level array's objects.
+type statusWatch struct {
+	out       PushOutcome
+	isArray   bool // the top-level value is an array
+	inItem    bool // inside an element object (depth 2)
 	afterName bool // the member being read is named "status"
 	status    statusWord
 }
@@ -79,13 +66,7 @@ const (
 	statusBuffered
 )
 
-const (
-	readNothing uint8 = iota
-	readKey
-	readValue
-)
-
-func (s *statusScan) Open(depth int, kind byte) {
+func (s *statusWatch) open(depth int, kind byte) {
 	switch depth {
 	case 1:
 		s.isArray = kind == '['
@@ -96,7 +77,7 @@ func (s *statusScan) Open(depth int, kind byte) {
 	}
 }
 
-func (s *statusScan) Close(depth int) {
+func (s *statusWatch) close(depth int) {
 	if depth != 2 || !s.inItem {
 		return
 	}
@@ -111,61 +92,33 @@ func (s *statusScan) Close(depth int) {
 	}
 }
 
-// Scalar needs nothing: a number or literal is never a status, and the
-// name that preceded it was already cleared (StringEnd of a key).
-func (s *statusScan) Scalar(int, byte) {}
-
-func (s *statusScan) StringStart(depth int, key bool) {
-	s.reading = readNothing
+func (s *statusWatch) key(depth int, raw []byte, plain bool) bool {
 	if depth != 2 || !s.inItem {
-		return
+		return false
 	}
-	switch {
-	case key:
-		s.reading, s.afterName = readKey, false
-	case s.afterName:
-		s.reading = readValue
-	}
-	s.textLen, s.textLong = 0, false
-}
-
-func (s *statusScan) StringPart(raw []byte) {
-	if s.reading == readNothing || s.textLong {
-		return
-	}
-	if s.textLen+len(raw) > len(s.text) {
-		s.textLong = true
-		return
-	}
-	s.textLen += copy(s.text[s.textLen:], raw)
-}
-
-func (s *statusScan) StringEnd() {
-	switch s.reading {
-	case readKey:
-		s.afterName = !s.textLong && s.textIs("status")
-		if s.afterName {
-			// A later "status" replaces an earlier one even when its
-			// value is not a string (then the item is not billed).
-			s.status = statusOther
-		}
-	case readValue:
-		// The last "status" member wins, as in the broker's JSON library.
+	// A later "status" replaces an earlier one even when its value is
+	// not a string (then the item is not billed).
+	s.afterName = wordIs(raw, plain, "status")
+	if s.afterName {
 		s.status = statusOther
-		switch {
-		case s.textLong:
-		case s.textIs("queued"):
-			s.status = statusQueued
-		case s.textIs("buffered"):
-			s.status = statusBuffered
-		}
-		s.afterName = false
 	}
-	s.reading = readNothing
+	return s.afterName
 }
 
-// textIs reports whether the string just read, unescaped, is word.
-func (s *statusScan) textIs(word string) bool { return unescapedIs(s.text[:s.textLen], word) }
+func (s *statusWatch) value(depth int, first byte, raw []byte, plain bool) {
+	if depth != 2 || !s.inItem || !s.afterName {
+		return
+	}
+	s.afterName = false
+	// The last "status" member wins, as in the broker's JSON library.
+	switch {
+	case first != '"':
+	case wordIs(raw, plain, "queued"):
+		s.status = statusQueued
+	case wordIs(raw, plain, "buffered"):
+		s.status = statusBuffered
+	}
+}
 
 // unescapedIs reports whether the raw text of a JSON string (between the
 // quotes, escapes intact) is word once unescaped.
@@ -180,3 +133,6 @@ func unescapedIs(raw []byte, word string) bool {
 	}
 	return string(raw) == word
 }
+
+// pushNames is the member name PushTally reads.
+var pushNames = namesOf(false, "status")

@@ -1,7 +1,5 @@
 package meter
 
-import "github.com/queengate/queengate/internal/jsonscan"
-
 // TxnTally reads a POST /api/v1/transaction answer as it streams past,
 // without keeping it, for BillTransaction's rule (M3): a committed
 // transaction is an object whose last "success" member is true; its push
@@ -11,8 +9,8 @@ import "github.com/queengate/queengate/internal/jsonscan"
 // exactly and the last of duplicated keys wins, as in the broker's JSON
 // library.
 type TxnTally struct {
-	check jsonscan.Checker
-	scan  txnScan
+	scan    answerScan
+	results txnWatch
 }
 
 // NewTxnTally returns a tally ready for the first piece of an answer.
@@ -25,28 +23,29 @@ func NewTxnTally() *TxnTally {
 // Reset readies t for a new answer. A TxnTally must not be copied once it
 // is reset (it points into itself).
 func (t *TxnTally) Reset() {
-	*t = TxnTally{}
-	t.check.Watch = &t.scan
+	t.results = txnWatch{}
+	t.scan.reset(&t.results, 3, txnNames)
 }
 
 // Write takes the next piece of the answer; it never fails.
 func (t *TxnTally) Write(p []byte) (int, error) {
-	_ = t.check.Write(p)
+	t.scan.write(p)
 	return len(p), nil
 }
 
 // Billed is the number of messages to bill, for the upstream status and
 // the push items the gateway counted in the request.
 func (t *TxnTally) Billed(status, countedItems int) int64 {
-	if !is2xx(status) || countedItems <= 0 || t.check.Close() != nil || !t.scan.isObject || !t.scan.success {
+	s := &t.results
+	if !is2xx(status) || countedItems <= 0 || !t.scan.ok() || !s.isObject || !s.success {
 		return 0
 	}
-	return max(int64(countedItems)-t.scan.duplicates, 0)
+	return max(int64(countedItems)-s.duplicates, 0)
 }
 
-// txnScan follows the top-level object's "success" and the objects of its
+// txnWatch follows the top-level object's "success" and the objects of its
 // "results" array.
-type txnScan struct {
+type txnWatch struct {
 	isObject   bool
 	success    bool
 	duplicates int64 // of the last "results" array
@@ -54,13 +53,7 @@ type txnScan struct {
 	inResult   bool  // inside one of its objects (depth 3)
 	resultPush bool
 	resultDup  bool
-
-	member   txnMember // the member whose value comes next
-	reading  bool      // a string that may matter is being read
-	text     [64]byte
-	textLen  int
-	textLong bool
-	readKey  bool
+	member     txnMember // the member whose value comes next
 }
 
 type txnMember uint8
@@ -73,7 +66,7 @@ const (
 	memberDuplicate
 )
 
-func (s *txnScan) Open(depth int, kind byte) {
+func (s *txnWatch) open(depth int, kind byte) {
 	switch {
 	case depth == 1:
 		s.isObject = kind == '{'
@@ -85,7 +78,7 @@ func (s *txnScan) Open(depth int, kind byte) {
 	s.member = memberOther
 }
 
-func (s *txnScan) Close(depth int) {
+func (s *txnWatch) close(depth int) {
 	switch {
 	case depth == 3 && s.inResult:
 		s.inResult = false
@@ -97,76 +90,34 @@ func (s *txnScan) Close(depth int) {
 	}
 }
 
-// watched reports whether strings at depth are members or values the
-// tally reads.
-func (s *txnScan) watched(depth int) bool {
+// watched reports whether members at depth are read: the top-level
+// object's, and those of a "results" entry.
+func (s *txnWatch) watched(depth int) bool {
 	return (depth == 1 && s.isObject) || (depth == 3 && s.inResult)
 }
 
-func (s *txnScan) StringStart(depth int, key bool) {
-	s.reading = false
-	if !s.watched(depth) {
-		return
-	}
-	if !key {
-		// A string value: success is no longer true, duplicate no
-		// longer true; a type is read.
-		switch s.member {
-		case memberSuccess:
-			s.success = false
-		case memberResults:
-			s.duplicates = 0
-		case memberDuplicate:
-			s.resultDup = false
-		case memberType:
-			s.reading = true
-		}
-		if !s.reading {
-			s.member = memberOther
-			return
-		}
-	}
-	s.reading, s.readKey = true, key
-	s.textLen, s.textLong = 0, false
-}
-
-func (s *txnScan) StringPart(raw []byte) {
-	if !s.reading || s.textLong {
-		return
-	}
-	if s.textLen+len(raw) > len(s.text) {
-		s.textLong = true
-		return
-	}
-	s.textLen += copy(s.text[s.textLen:], raw)
-}
-
-func (s *txnScan) StringEnd() {
-	if !s.reading {
-		return
-	}
-	s.reading = false
-	word := func(w string) bool { return !s.textLong && unescapedIs(s.text[:s.textLen], w) }
-	if !s.readKey { // the value of "type"
-		s.resultPush = word("push")
-		s.member = memberOther
-		return
-	}
+func (s *txnWatch) key(depth int, raw []byte, plain bool) bool {
 	s.member = memberOther
+	if !s.watched(depth) {
+		return false
+	}
 	switch {
-	case s.inResult && word("type"):
+	case s.inResult && wordIs(raw, plain, "type"):
 		s.member, s.resultPush = memberType, false
-	case s.inResult && word("duplicate"):
+	case s.inResult && wordIs(raw, plain, "duplicate"):
 		s.member, s.resultDup = memberDuplicate, false
-	case !s.inResult && word("success"):
+	case !s.inResult && wordIs(raw, plain, "success"):
 		s.member, s.success = memberSuccess, false
-	case !s.inResult && word("results"):
+	case !s.inResult && wordIs(raw, plain, "results"):
 		// A later "results" replaces an earlier one, whatever it is.
 		s.member, s.duplicates = memberResults, 0
 	}
+	return s.member != memberOther
 }
 
-func (s *txnScan) Scalar(depth int, first byte) {
+// value reads a string, number or literal: only true is true, and only
+// the string "push" a push.
+func (s *txnWatch) value(depth int, first byte, raw []byte, plain bool) {
 	if !s.watched(depth) {
 		return
 	}
@@ -175,6 +126,11 @@ func (s *txnScan) Scalar(depth int, first byte) {
 		s.success = first == 't'
 	case memberDuplicate:
 		s.resultDup = first == 't'
+	case memberType:
+		s.resultPush = first == '"' && wordIs(raw, plain, "push")
 	}
 	s.member = memberOther
 }
+
+// txnNames are the member names TxnTally reads.
+var txnNames = namesOf(false, "success", "results", "type", "duplicate")

@@ -1,0 +1,953 @@
+package meter
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math/bits"
+	"unicode/utf8"
+
+	"github.com/queengate/queengate/internal/jsonscan"
+)
+
+// answerScan is the reader under the answer tallies: a strict, streaming
+// JSON checker that accepts exactly what jsonscan.Checker accepts (valid
+// UTF-8, no byte-order mark, no half surrogate pair, nesting within
+// jsonscan.DefaultMaxDepth, RFC 8259 otherwise), and tells its watcher
+// only about the few places a tally reads. It is built for speed on what
+// the broker writes: it reads a token at a time rather than a byte at a
+// time, skips plain string text eight bytes at a time, keeps its nesting
+// in a bit set (no allocation, whatever the answer), and says nothing
+// about what lies deeper than the watcher's depth, so a message's payload
+// is checked and passed over. A token cut by the end of a piece is
+// carried on in a little state, so pieces may be of any size.
+//
+// The watcher hears, at depth (the containers open around the event, 1
+// inside the top-level value):
+//   - open, for a container at depth <= watchDepth, or one that is the
+//     value of a member whose key the watcher asked for;
+//   - close, for a container at depth <= watchDepth;
+//   - key, for a member name at depth <= watchDepth that may be one of
+//     the watcher's words (any name with an escape or a byte past ASCII,
+//     or a plain one of a word's length): raw text, escapes intact, nil
+//     when longer than carried across a piece (no word the tallies look
+//     for is that long), and plain when it is known to hold no escape and
+//     nothing past ASCII; it returns whether it wants the member's value;
+//   - value, for a string, number or literal that is the value of a
+//     member it asked for, or an element of an array at depth <=
+//     watchDepth: first is '"' for a string (raw its text, as for key)
+//     or a number's or literal's first byte (raw nil), plain as for key.
+//
+// The reader and the tallies' verdicts are fuzzed against jsonscan.Checker
+// and the tallies as they were before it (FuzzAnswerScanVerdict and the
+// Fuzz*MatchesOracle targets).
+type answerScan struct {
+	watch      answerWatcher
+	watchDepth int
+	names      nameFilter                                   // the plain member names told
+	arrays     [(jsonscan.DefaultMaxDepth + 64) / 64]uint64 // bit d: the container at depth d is an array (set as it opens)
+	// The text of a string the watcher hears, when it is cut by the end
+	// of a piece: up to len(carry) bytes, else carryLong.
+	carry [64]byte
+
+	answerScanState // what reset clears
+}
+
+type answerScanState struct {
+	failed  bool
+	started bool  // the top-level value has started
+	next    uint8 // what may come after the last complete token
+	depth   int
+	wantVal bool  // the watcher asked for the next value
+	partial uint8 // a token cut by the end of a piece
+	strKey  bool  // the string being read is a key
+	strTold bool  // and the watcher hears it
+
+	// Inside a string, when the piece ended within an escape or a UTF-8
+	// sequence, or after a high surrogate.
+	sub      uint8
+	hex      uint16
+	hexLeft  uint8
+	highSurr bool
+	utfLeft  uint8
+	utfLo    byte
+	utfHi    byte
+
+	carryLen  int
+	carryLong bool
+
+	num   uint8  // the number grammar's state, when a number is cut
+	lit   string // the literal being matched, when one is cut
+	litAt int
+}
+
+type answerWatcher interface {
+	open(depth int, kind byte)
+	close(depth int)
+	key(depth int, raw []byte, plain bool) (wantValue bool)
+	value(depth int, first byte, raw []byte, plain bool)
+}
+
+// What may come next, after a complete token.
+const (
+	nextValue        uint8 = iota // at the start, after ':' or after ',' in an array
+	nextValueOrClose              // after '['
+	nextKeyOrClose                // after '{'
+	nextKey                       // after ',' in an object
+	nextColon                     // after a key
+	nextAfter                     // after a value inside a container
+	nextEnd                       // after the top-level value
+)
+
+// Tokens cut by the end of a piece.
+const (
+	partNone uint8 = iota
+	partString
+	partNumber
+	partLiteral
+)
+
+// Sub-states inside a string.
+const (
+	subNone   uint8 = iota
+	subEscape       // after a backslash
+	subHex          // inside \uXXXX
+	subUTF8         // inside a multi-byte sequence
+)
+
+// The number grammar, as in jsonscan.
+const (
+	numMinus uint8 = iota + 1
+	numZero
+	numInt
+	numDot
+	numFrac
+	numExp
+	numExpSign
+	numExpDigit
+)
+
+// nameFilter is the plain member names (no escape, nothing past ASCII) a
+// watcher hears: those with the length and the first byte of one of its
+// words, since no other can be one of them.
+type nameFilter struct {
+	lens  uint64    // bit n: names of n bytes
+	first [4]uint64 // bit c: names that start with c
+}
+
+// namesOf is the filter for words; eitherCase lets the first letters
+// through in the other case too, for a watcher that folds case.
+func namesOf(eitherCase bool, words ...string) *nameFilter {
+	f := &nameFilter{}
+	for _, word := range words {
+		f.lens |= 1 << len(word)
+		c := word[0]
+		f.first[c>>6] |= 1 << (c & 63)
+		if eitherCase && ('a' <= c|0x20 && c|0x20 <= 'z') {
+			c ^= 0x20
+			f.first[c>>6] |= 1 << (c & 63)
+		}
+	}
+	return f
+}
+
+// reset readies s for a new text, told to w up to depth, of the plain
+// member names the filter lets through. The nesting bits and the carried
+// text need no clearing: each is written before it is read.
+func (s *answerScan) reset(w answerWatcher, depth int, names *nameFilter) {
+	s.watch, s.watchDepth, s.names = w, depth, *names
+	s.answerScanState = answerScanState{}
+}
+
+// tellsKey reports whether the watcher hears the plain member name raw.
+func (s *answerScan) tellsKey(raw []byte) bool {
+	n := len(raw)
+	return n < 64 && s.names.lens>>n&1 != 0 && s.names.first[raw[0]>>6]>>(raw[0]&63)&1 != 0
+}
+
+// ok reports whether everything written is one complete, well-formed
+// JSON text.
+func (s *answerScan) ok() bool {
+	if s.failed || !s.started {
+		return false
+	}
+	switch s.partial {
+	case partNone:
+		return s.next == nextEnd
+	case partNumber:
+		return s.depth == 0 && numberDone(s.num)
+	}
+	return false
+}
+
+func (s *answerScan) isArray(depth int) bool { return s.arrays[depth>>6]>>(depth&63)&1 != 0 }
+
+// write reads the next piece of the text.
+func (s *answerScan) write(p []byte) {
+	if s.failed || s.watch == nil {
+		// Never reset: a tally that was not readied bills nothing, as
+		// one that read nothing it watches.
+		s.failed = true
+		return
+	}
+	i := 0
+	switch s.partial {
+	case partString:
+		i = s.resumeString(p)
+	case partNumber:
+		i = s.number(p, 0)
+	case partLiteral:
+		i = s.literal(p, 0)
+	}
+	if i < 0 || s.failed {
+		return
+	}
+	s.tokens(p, i)
+}
+
+// fail marks the text unreadable; it returns -1, for the token readers.
+func (s *answerScan) fail() int {
+	s.failed = true
+	return -1
+}
+
+// afterValue moves on after a complete value.
+func (s *answerScan) afterValue() {
+	if s.depth == 0 {
+		s.next = nextEnd
+	} else {
+		s.next = nextAfter
+	}
+}
+
+// tokens reads p from i, a token at a time. The broker writes compact
+// JSON, so the common path goes from a key to its colon to its value
+// without a turn of the loop.
+func (s *answerScan) tokens(p []byte, i int) {
+	for i < len(p) {
+		c := p[i]
+		switch s.next {
+		case nextKeyOrClose, nextKey:
+			if c == '"' {
+				i = s.members(p, i)
+				break
+			}
+			if c == '}' && s.next == nextKeyOrClose {
+				if !s.closeContainer('}') {
+					return
+				}
+				i++
+				continue
+			}
+			i = s.space(c, i)
+		case nextAfter:
+			switch c {
+			case ',':
+				i++
+				if s.isArray(s.depth) {
+					s.next = nextValue
+				} else {
+					s.next = nextKey
+				}
+			case '}', ']':
+				if !s.closeContainer(c) {
+					return
+				}
+				i++
+			default:
+				i = s.space(c, i)
+			}
+		case nextValue, nextValueOrClose:
+			if c == ']' && s.next == nextValueOrClose {
+				if !s.closeContainer(']') {
+					return
+				}
+				i++
+				continue
+			}
+			if c <= ' ' {
+				i = s.space(c, i)
+				break
+			}
+			i = s.value(p, i, c)
+		case nextColon:
+			if c == ':' {
+				s.next = nextValue
+				i++
+				continue
+			}
+			i = s.space(c, i)
+		default: // nextEnd
+			i = s.space(c, i)
+		}
+		if i < 0 {
+			return
+		}
+	}
+}
+
+// members reads the members of an object from the name whose quote is at
+// p[i], in line while they are plain and compact: the name, its colon, the
+// value (a string nobody reads without a call), and on to the next member
+// or into an object the value opens. It returns where it stopped, for
+// tokens to go on (-1 when cut or refused).
+func (s *answerScan) members(p []byte, i int) int {
+	for {
+		// The name's plain text, as plainLen measures it (in line).
+		text := i + 1
+		q, n := p[text:], 0
+		for len(q) >= 8 {
+			if m := specialBytes(binary.LittleEndian.Uint64(q)); m != 0 {
+				n += bits.TrailingZeros64(m) >> 3
+				goto nameMeasured
+			}
+			q, n = q[8:], n+8
+		}
+		for _, c := range q {
+			if !plainByte[c] {
+				break
+			}
+			n++
+		}
+	nameMeasured:
+		end := text + n
+		if end < len(p) && p[end] == '"' {
+			s.next = nextColon
+			if s.depth <= s.watchDepth && s.tellsKey(p[text:end]) {
+				s.wantVal = s.watch.key(s.depth, p[text:end], true)
+			}
+			i = end + 1
+		} else if i = s.str(p, i, true); i < 0 {
+			return -1
+		}
+		if i+1 >= len(p) || p[i] != ':' || p[i+1] <= ' ' {
+			return i
+		}
+		s.next = nextValue
+		if c := p[i+1]; c != '"' || s.wantVal {
+			if end := scalarEnd(p, i+1); end > 0 && !s.wantVal {
+				s.next = nextAfter // a number or literal nobody reads
+				i = end
+			} else if i = s.value(p, i+1, c); i < 0 {
+				return -1
+			}
+		} else {
+			// The value's plain text, likewise.
+			text = i + 2
+			q, n = p[text:], 0
+			for len(q) >= 8 {
+				if m := specialBytes(binary.LittleEndian.Uint64(q)); m != 0 {
+					n += bits.TrailingZeros64(m) >> 3
+					goto valueMeasured
+				}
+				q, n = q[8:], n+8
+			}
+			for _, c := range q {
+				if !plainByte[c] {
+					break
+				}
+				n++
+			}
+		valueMeasured:
+			end = text + n
+			if end < len(p) && p[end] == '"' {
+				s.next = nextAfter // inside an object
+				i = end + 1
+			} else {
+				s.strTold = false
+				if i = s.str(p, i+1, false); i < 0 {
+					return -1
+				}
+			}
+		}
+		switch {
+		case i+1 < len(p) && s.next == nextAfter && p[i] == ',' && p[i+1] == '"':
+			s.next = nextKey // the value ended its member: the next one
+			i++
+		case i < len(p) && s.next == nextKeyOrClose && p[i] == '"':
+			// The value opened an object: its first member.
+		default:
+			return i
+		}
+	}
+}
+
+// scalarEnd returns the end of the integer, decimal fraction or literal
+// at p[i] when it is one and ends within p, else 0 (value reads it then).
+func scalarEnd(p []byte, i int) int {
+	switch c := p[i]; {
+	case c == 't' || c == 'n':
+		if i+4 < len(p) && (string(p[i:i+4]) == "true" || string(p[i:i+4]) == "null") {
+			return i + 4
+		}
+		return 0
+	case c == 'f':
+		if i+5 < len(p) && string(p[i:i+5]) == "false" {
+			return i + 5
+		}
+		return 0
+	case c == '-':
+		i++
+	}
+	j := i
+	switch {
+	case j < len(p) && p[j] == '0':
+		j++
+	case j < len(p) && '1' <= p[j] && p[j] <= '9':
+		for j++; j < len(p) && '0' <= p[j] && p[j] <= '9'; j++ {
+		}
+	default:
+		return 0
+	}
+	if j+1 < len(p) && p[j] == '.' && '0' <= p[j+1] && p[j+1] <= '9' {
+		for j += 2; j < len(p) && '0' <= p[j] && p[j] <= '9'; j++ {
+		}
+	}
+	if j >= len(p) || p[j] == '.' || p[j] == 'e' || p[j] == 'E' || ('0' <= p[j] && p[j] <= '9') {
+		return 0
+	}
+	return j
+}
+
+// space passes the whitespace c at p[i]; anything else where a token
+// should be is refused.
+func (s *answerScan) space(c byte, i int) int {
+	if c == ' ' || c == '\n' || c == '\r' || c == '\t' {
+		return i + 1
+	}
+	return s.fail()
+}
+
+// value reads the value that starts with c at p[i] and returns where it
+// ended (-1 when it was cut by the end of p, or refused).
+func (s *answerScan) value(p []byte, i int, c byte) int {
+	s.started = true
+	want := s.wantVal
+	s.wantVal = false
+	tell := want || (s.depth <= s.watchDepth && s.depth > 0 && s.isArray(s.depth))
+	switch c {
+	case '"':
+		s.strTold = tell
+		return s.str(p, i, false)
+	case '{', '[':
+		if s.depth >= jsonscan.DefaultMaxDepth {
+			return s.fail()
+		}
+		s.depth++
+		d := s.depth
+		if c == '[' {
+			s.arrays[d>>6] |= 1 << (d & 63)
+			s.next = nextValueOrClose
+		} else {
+			s.arrays[d>>6] &^= 1 << (d & 63)
+			s.next = nextKeyOrClose
+		}
+		if d <= s.watchDepth || want {
+			s.watch.open(d, c)
+		}
+		return i + 1
+	case 't', 'f', 'n':
+		if tell {
+			s.watch.value(s.depth, c, nil, false)
+		}
+		lit := "null"
+		switch c {
+		case 't':
+			lit = "true"
+		case 'f':
+			lit = "false"
+		}
+		if len(p)-i >= len(lit) {
+			if string(p[i:i+len(lit)]) != lit {
+				return s.fail()
+			}
+			s.afterValue()
+			return i + len(lit)
+		}
+		s.lit, s.litAt = lit, 0
+		return s.literal(p, i)
+	}
+	if c != '-' && (c < '0' || c > '9') {
+		return s.fail()
+	}
+	if tell {
+		s.watch.value(s.depth, c, nil, false)
+	}
+	// An integer that ends within p is read here; the rest of the grammar
+	// by number.
+	j := i
+	if c == '-' {
+		j++
+	}
+	if j < len(p) && '1' <= p[j] && p[j] <= '9' {
+		j++
+		for j < len(p) && '0' <= p[j] && p[j] <= '9' {
+			j++
+		}
+		if j+1 < len(p) && p[j] == '.' && '0' <= p[j+1] && p[j+1] <= '9' {
+			j += 2
+			for j < len(p) && '0' <= p[j] && p[j] <= '9' {
+				j++
+			}
+		}
+		if j < len(p) && p[j] != '.' && p[j] != 'e' && p[j] != 'E' {
+			s.afterValue()
+			return j
+		}
+	}
+	s.num = 0
+	return s.number(p, i)
+}
+
+// closeContainer closes the innermost container with c.
+func (s *answerScan) closeContainer(c byte) bool {
+	d := s.depth
+	if d == 0 || (c == ']') != s.isArray(d) {
+		s.failed = true
+		return false
+	}
+	if d <= s.watchDepth {
+		s.watch.close(d)
+	}
+	s.depth--
+	s.afterValue()
+	return true
+}
+
+// literal goes on matching s.lit from p[i].
+func (s *answerScan) literal(p []byte, i int) int {
+	for ; i < len(p); i++ {
+		if p[i] != s.lit[s.litAt] {
+			return s.fail()
+		}
+		s.litAt++
+		if s.litAt == len(s.lit) {
+			s.partial = partNone
+			s.afterValue()
+			return i + 1
+		}
+	}
+	s.partial = partLiteral
+	return -1
+}
+
+// number goes on reading a number from p[i] in state s.num (0 before its
+// first byte).
+func (s *answerScan) number(p []byte, i int) int {
+	st := s.num
+	for ; i < len(p); i++ {
+		c := p[i]
+		if st == numInt || st == numFrac || st == numExpDigit {
+			for i < len(p) && '0' <= p[i] && p[i] <= '9' {
+				i++
+			}
+			if i == len(p) {
+				break
+			}
+			c = p[i]
+		}
+		next, ok := numStep(st, c)
+		if !ok {
+			if !numberDone(st) {
+				return s.fail()
+			}
+			s.partial = partNone
+			s.afterValue()
+			return i // c is read again, as what follows the number
+		}
+		st = next
+	}
+	s.num, s.partial = st, partNumber
+	return -1
+}
+
+func numStep(st uint8, c byte) (uint8, bool) {
+	digit := '0' <= c && c <= '9'
+	switch st {
+	case 0:
+		switch {
+		case c == '-':
+			return numMinus, true
+		case c == '0':
+			return numZero, true
+		case digit:
+			return numInt, true
+		}
+	case numMinus:
+		switch {
+		case c == '0':
+			return numZero, true
+		case digit:
+			return numInt, true
+		}
+	case numZero, numInt:
+		switch {
+		case digit && st == numInt:
+			return numInt, true
+		case c == '.':
+			return numDot, true
+		case c == 'e' || c == 'E':
+			return numExp, true
+		}
+	case numDot, numFrac:
+		switch {
+		case digit:
+			return numFrac, true
+		case st == numFrac && (c == 'e' || c == 'E'):
+			return numExp, true
+		}
+	case numExp:
+		switch {
+		case c == '+' || c == '-':
+			return numExpSign, true
+		case digit:
+			return numExpDigit, true
+		}
+	case numExpSign, numExpDigit:
+		if digit {
+			return numExpDigit, true
+		}
+	}
+	return st, false
+}
+
+func numberDone(st uint8) bool {
+	return st == numZero || st == numInt || st == numFrac || st == numExpDigit
+}
+
+// str reads a string whose opening quote is at p[i]; key tells a member
+// name from a value.
+func (s *answerScan) str(p []byte, i int, key bool) int {
+	s.strKey = key
+	text := i + 1
+	end := text + plainLen(p[text:])
+	if end < len(p) && p[end] == '"' {
+		// The common case: plain text, told only when it may matter.
+		end++
+		if key {
+			s.next = nextColon
+			if s.depth <= s.watchDepth && s.tellsKey(p[text:end-1]) {
+				s.wantVal = s.watch.key(s.depth, p[text:end-1], true)
+			}
+			return end
+		}
+		s.afterValue()
+		if s.strTold {
+			s.watch.value(s.depth, '"', p[text:end-1], true)
+		}
+		return end
+	}
+	if key {
+		s.strTold = s.depth <= s.watchDepth
+	}
+	if end = s.stringText(p, end); end < 0 {
+		if s.failed {
+			return -1
+		}
+		// Cut by the end of the piece: carry the text on if it is told.
+		s.partial = partString
+		s.carryLen, s.carryLong = 0, false
+		if s.strTold {
+			s.keep(p[text:])
+		}
+		return -1
+	}
+	if s.strTold {
+		s.tellString(p[text : end-1])
+	}
+	return end
+}
+
+// resumeString goes on with a string cut by the end of the last piece.
+func (s *answerScan) resumeString(p []byte) int {
+	end := s.stringText(p, 0)
+	if end < 0 {
+		if !s.failed && s.strTold {
+			s.keep(p)
+		}
+		return -1
+	}
+	s.partial = partNone
+	if s.strTold {
+		s.keep(p[:end-1])
+		var raw []byte
+		if !s.carryLong {
+			raw = s.carry[:s.carryLen]
+		}
+		s.tellString(raw)
+	}
+	return end
+}
+
+func (s *answerScan) keep(b []byte) {
+	if s.carryLong || s.carryLen+len(b) > len(s.carry) {
+		s.carryLong = true
+		return
+	}
+	s.carryLen += copy(s.carry[s.carryLen:], b)
+}
+
+// tellString tells the watcher about the string just read.
+func (s *answerScan) tellString(raw []byte) {
+	if s.strKey {
+		s.wantVal = s.watch.key(s.depth, raw, false)
+	} else {
+		s.watch.value(s.depth, '"', raw, false)
+	}
+}
+
+// stringText checks a string's text from p[i] on, in the sub-state left
+// by the last piece, and returns the index past its closing quote (-1
+// when the piece ended first, or the text was refused).
+func (s *answerScan) stringText(p []byte, i int) int {
+	for i < len(p) {
+		if s.sub == subNone {
+			if !s.highSurr {
+				for i+8 <= len(p) {
+					if m := specialBytes(binary.LittleEndian.Uint64(p[i:])); m != 0 {
+						i += bits.TrailingZeros64(m) >> 3
+						goto special
+					}
+					i += 8
+				}
+				for i < len(p) && plainByte[p[i]] {
+					i++
+				}
+				if i == len(p) {
+					return -1
+				}
+			}
+		special:
+			c := p[i]
+			switch {
+			case c == '\\':
+				if i+1 < len(p) {
+					if e := p[i+1]; e != 'u' {
+						if !simpleEscape[e] || s.highSurr {
+							return s.fail()
+						}
+						i += 2
+						continue
+					}
+					if i+6 <= len(p) {
+						v, ok := hex4(p[i+2 : i+6])
+						if !ok || !s.surrogate(v) {
+							return s.fail()
+						}
+						i += 6
+						continue
+					}
+				}
+				s.sub = subEscape
+				i++
+				continue
+			case s.highSurr:
+				return s.fail()
+			case c == '"':
+				if !s.strKey {
+					s.afterValue()
+				} else {
+					s.next = nextColon
+				}
+				return i + 1
+			case c < 0x20:
+				return s.fail()
+			}
+			// A byte past ASCII: a whole sequence is checked at once,
+			// two- and three-byte ones (most text past ASCII) in line.
+			if c >= 0xC2 && c < 0xE0 && i+1 < len(p) {
+				if p[i+1]&0xC0 != 0x80 {
+					return s.fail()
+				}
+				i += 2
+				continue
+			}
+			if c >= 0xE1 && c < 0xF0 && c != 0xED && i+2 < len(p) {
+				if p[i+1]&0xC0 != 0x80 || p[i+2]&0xC0 != 0x80 {
+					return s.fail()
+				}
+				i += 3
+				continue
+			}
+			if utf8.FullRune(p[i:]) {
+				r, n := utf8.DecodeRune(p[i:])
+				if r == utf8.RuneError && n == 1 {
+					return s.fail()
+				}
+				i += n
+				continue
+			}
+			if !s.startRune(c) {
+				return s.fail()
+			}
+			i++
+			continue
+		}
+		c := p[i]
+		i++
+		switch s.sub {
+		case subEscape:
+			switch {
+			case c == 'u':
+				s.sub, s.hex, s.hexLeft = subHex, 0, 4
+			case simpleEscape[c] && !s.highSurr:
+				s.sub = subNone
+			default:
+				return s.fail()
+			}
+		case subHex:
+			d, ok := hexDigit(c)
+			if !ok {
+				return s.fail()
+			}
+			s.hex = s.hex<<4 | uint16(d)
+			s.hexLeft--
+			if s.hexLeft == 0 {
+				s.sub = subNone
+				if !s.surrogate(s.hex) {
+					return s.fail()
+				}
+			}
+		case subUTF8:
+			if c < s.utfLo || c > s.utfHi {
+				return s.fail()
+			}
+			s.utfLo, s.utfHi = 0x80, 0xBF
+			s.utfLeft--
+			if s.utfLeft == 0 {
+				s.sub = subNone
+			}
+		}
+	}
+	return -1
+}
+
+// surrogate takes the code unit of a \u escape: a high surrogate must be
+// followed at once by the escape of a low one.
+func (s *answerScan) surrogate(v uint16) bool {
+	high, low := v >= 0xD800 && v < 0xDC00, v >= 0xDC00 && v < 0xE000
+	switch {
+	case high && !s.highSurr:
+		s.highSurr = true
+	case low && s.highSurr:
+		s.highSurr = false
+	case high, low, s.highSurr:
+		return false
+	}
+	return true
+}
+
+// startRune takes the first byte of a UTF-8 sequence cut by the end of a
+// piece; the bounds of its second byte refuse what utf8.Valid refuses.
+func (s *answerScan) startRune(b byte) bool {
+	s.utfLo, s.utfHi = 0x80, 0xBF
+	switch {
+	case b >= 0xC2 && b <= 0xDF:
+		s.utfLeft = 1
+	case b == 0xE0:
+		s.utfLeft, s.utfLo = 2, 0xA0
+	case b == 0xED:
+		s.utfLeft, s.utfHi = 2, 0x9F
+	case b >= 0xE1 && b <= 0xEF:
+		s.utfLeft = 2
+	case b == 0xF0:
+		s.utfLeft, s.utfLo = 3, 0x90
+	case b >= 0xF1 && b <= 0xF3:
+		s.utfLeft = 3
+	case b == 0xF4:
+		s.utfLeft, s.utfHi = 3, 0x8F
+	default:
+		return false
+	}
+	s.sub = subUTF8
+	return true
+}
+
+// specialBytes has the high bit set in the byte lanes of w that hold a
+// quote, a backslash, a control character or a byte past ASCII (and maybe
+// in lanes above such a one: only the lowest counts). Bit tricks find a
+// zero byte, or a byte below a bound, in every lane at once.
+func specialBytes(w uint64) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	q, bs := w^(ones*'"'), w^(ones*'\\')
+	below := (w - ones*0x20) &^ w
+	quote := (q - ones) &^ q
+	backslash := (bs - ones) &^ bs
+	return (below | quote | backslash | w) & highs
+}
+
+// plainEnd returns the index of the first byte at or after i that is not
+// plain string text, or len(p).
+func plainEnd(p []byte, i int) int { return i + plainLen(p[i:]) }
+
+// plainLen is the length of the plain string text q starts with.
+func plainLen(q []byte) int {
+	n := 0
+	for len(q) >= 8 {
+		if m := specialBytes(binary.LittleEndian.Uint64(q)); m != 0 {
+			return n + bits.TrailingZeros64(m)>>3
+		}
+		q = q[8:]
+		n += 8
+	}
+	for _, c := range q {
+		if !plainByte[c] {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+var simpleEscape = func() (t [256]bool) {
+	for _, c := range `"\/bfnrt` {
+		t[c] = true
+	}
+	return t
+}()
+
+func hexDigit(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+func hex4(h []byte) (uint16, bool) {
+	var v uint16
+	for _, c := range h[:4] {
+		d, ok := hexDigit(c)
+		if !ok {
+			return 0, false
+		}
+		v = v<<4 | uint16(d)
+	}
+	return v, true
+}
+
+// wordIs reports whether raw, a string's text with escapes intact (nil
+// when too long to have been kept), is word once unescaped; plain says
+// the reader saw no escape in it.
+func wordIs(raw []byte, plain bool, word string) bool {
+	switch {
+	case raw == nil:
+		return false
+	case plain || len(raw) == len(word):
+		return string(raw) == word
+	case len(raw) < len(word) || len(raw) > 6*len(word) || bytes.IndexByte(raw, '\\') < 0:
+		// An escape is six bytes for a character of the words looked for.
+		return false
+	}
+	return unescapedIs(raw, word)
+}
