@@ -38,7 +38,9 @@ type requestState struct {
 	// the response wrapper. The state lives as long as anything refers
 	// to it.
 	headers    headerValues
-	bodyReader bodyReader
+	held       heldBody        // the buffered body, pooled once nothing reads it (bodybuffer.go)
+	bodyReader bodyReader      // r.Body once the body is buffered
+	forwarded  bool            // the request went on to the proxy, its body with it
 	detached   detachedContext // a produce route's exchange: the client's context without its cancellation
 	ctx        clusterContext
 	rw         meteredResponse
@@ -52,6 +54,21 @@ func startRequest(w http.ResponseWriter, r *http.Request) *requestState {
 	st.headers.set(w.Header(), headerRequestID, slotResponseRequestID, st.rid)
 	caddyhttp.SetVar(r.Context(), varRequestID, (*requestIDVar)(st))
 	return st
+}
+
+// releaseBody gives up the pipeline's hold on the buffered body, and the
+// reader's too when the body never went on to the proxy: nobody else
+// holds that reader. A forwarded body's reader is the transport's to
+// close, when it has sent the body.
+func (st *requestState) releaseBody() {
+	if st.held.buf == nil {
+		return
+	}
+	st.body = nil
+	if !st.forwarded {
+		_ = st.bodyReader.Close()
+	}
+	st.held.release()
 }
 
 // requestIDVar and clusterSlugVar are the request id and the cluster slug
@@ -79,6 +96,7 @@ func (v *clusterSlugVar) String() string { return v.Slug }
 // credential names the cluster (shared hosts, x-queen-act-cluster).
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	st := startRequest(w, r)
+	defer st.releaseBody()
 	if g.serveHealth(w, r) {
 		return nil
 	}
@@ -204,6 +222,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	st.rw.tallyAnswers(rule)
 	rw := &st.rw
 	var err error
+	st.forwarded = true
 	if detach {
 		var aborted bool
 		if aborted, err = relay(next, rw, r); aborted {
