@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -87,8 +88,9 @@ type meteredResponse struct {
 	detached   bool
 	clientGone bool // a write to the client failed: the rest is only read
 	status     int
-	written    int64 // bytes the client was sent
-	body       []byte
+	written    int64        // bytes the client was sent
+	body       []byte       // the kept copy: *kept, while there is one
+	kept       *[]byte      // the pooled buffer holding it
 	tally      *answerTally // pushes and transactions only: every request's state stays small
 	// countPops: a pop's answer too large to keep is counted as it
 	// streams on (pops, from the copy's overflow on).
@@ -180,11 +182,45 @@ func (w *meteredResponse) read(b []byte) {
 				_, _ = w.pops.Write(w.body)
 				_, _ = w.pops.Write(b[:n])
 			}
-			w.keep, w.body = false, nil
+			w.keep = false
+			w.releaseKept()
 		} else {
-			w.body = append(w.body, b[:n]...)
+			w.keepAnswer(b[:n])
 		}
 	}
+}
+
+// keepAnswer appends to the copy billing reads, in a pooled buffer sized
+// from the answer's Content-Length when it has one, so that a pop's copy
+// is allocated once (and reused), not grown and copied as it streams.
+func (w *meteredResponse) keepAnswer(b []byte) {
+	if w.kept == nil {
+		hint := minPooledBody
+		if v := w.Header()["Content-Length"]; len(v) == 1 {
+			if n, err := strconv.Atoi(v[0]); err == nil && n > 0 && n <= meter.MaxBilledBody {
+				hint = n
+			}
+		}
+		w.kept = getBodyBuffer(max(hint, len(b)))
+	}
+	if len(w.body)+len(b) > cap(*w.kept) {
+		grown := getBodyBuffer(max(2*cap(*w.kept), len(w.body)+len(b)))
+		*grown = append(*grown, w.body...)
+		putBodyBuffer(w.kept)
+		w.kept = grown
+	}
+	*w.kept = append((*w.kept)[:len(w.body)], b...)
+	w.body = *w.kept
+}
+
+// releaseKept gives the kept copy back to the pool: billing is done with
+// it (what it takes from it, the redelivery keys among them, are copies).
+func (w *meteredResponse) releaseKept() {
+	if w.kept != nil {
+		putBodyBuffer(w.kept)
+		w.kept = nil
+	}
+	w.body = nil
 }
 
 // recordUsage books one forwarded request from what the cell answered.

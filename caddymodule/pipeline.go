@@ -56,11 +56,13 @@ func startRequest(w http.ResponseWriter, r *http.Request) *requestState {
 	return st
 }
 
-// releaseBody gives up the pipeline's hold on the buffered body, and the
-// reader's too when the body never went on to the proxy: nobody else
-// holds that reader. A forwarded body's reader is the transport's to
-// close, when it has sent the body.
-func (st *requestState) releaseBody() {
+// releaseBuffers ends the request's use of its pooled buffers: the kept
+// copy of the answer (billing is done), and the pipeline's hold on the
+// buffered body, with the reader's too when the body never went on to the
+// proxy (nobody else holds that reader). A forwarded body's reader is the
+// transport's to close, when it has sent the body.
+func (st *requestState) releaseBuffers() {
+	st.rw.releaseKept()
 	if st.held.buf == nil {
 		return
 	}
@@ -96,7 +98,7 @@ func (v *clusterSlugVar) String() string { return v.Slug }
 // credential names the cluster (shared hosts, x-queen-act-cluster).
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	st := startRequest(w, r)
-	defer st.releaseBody()
+	defer st.releaseBuffers()
 	if g.serveHealth(w, r) {
 		return nil
 	}
