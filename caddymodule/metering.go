@@ -92,10 +92,11 @@ type meteredResponse struct {
 	body       []byte       // the kept copy: *kept, while there is one
 	kept       *[]byte      // the pooled buffer holding it
 	tally      *answerTally // pushes and transactions only: every request's state stays small
-	// countPops: a pop's answer too large to keep is counted as it
-	// streams on (pops, from the copy's overflow on).
+	// countPops: a pop's answer too large to keep is read as it streams
+	// on (pops, from the copy's overflow on): its count and its
+	// redelivery keys.
 	countPops bool
-	pops      *meter.PopCount
+	pops      *meter.PopKeys
 	onHead    func()
 }
 
@@ -178,7 +179,7 @@ func (w *meteredResponse) read(b []byte) {
 	if w.keep {
 		if len(w.body)+n > meter.MaxBilledBody {
 			if w.countPops {
-				w.pops = meter.NewPopCount()
+				w.pops = meter.NewPopKeys()
 				_, _ = w.pops.Write(w.body)
 				_, _ = w.pops.Write(b[:n])
 			}
@@ -249,15 +250,13 @@ func (g *Gateway) recordUsage(r *http.Request, st *requestState, c *tenancy.Clus
 	s.BytesOut = rw.written
 	status := rw.status
 	if rule == billPop && rw.pops != nil && status < 500 {
-		// Too large to keep: the count is exact, but without the ids the
-		// redelivery filter needs, so every message is taken from the
-		// message bucket as a first delivery.
-		g.logger.Warn("pop answer too large to keep; billed from its streamed message count",
+		// Too large to keep: counted and keyed as it streamed, so the
+		// redelivery filter sees it as any other pop.
+		g.logger.Warn("pop answer too large to keep; billed from its streamed messages and keys",
 			zap.String("request_id", st.rid), zap.String("cluster", c.Slug), zap.Int64("bytes", rw.written))
-		s.Msgs = rw.pops.Messages(status)
-		if s.Msgs > 0 {
-			g.app.limits.buckets.DebitDeliveries(c.ID, c.Limits, s.Msgs)
-		}
+		n, keys := rw.pops.Result(status)
+		s.Msgs = n
+		g.debitDeliveries(c, n, keys)
 		record(s)
 		return
 	}
@@ -287,11 +286,7 @@ func (g *Gateway) recordUsage(r *http.Request, st *requestState, c *tenancy.Clus
 	case billPop:
 		n, ids := meter.BillPop(status, body)
 		s.Msgs = n
-		if n > 0 {
-			ls := g.app.limits
-			first := ls.redeliveries.FirstDeliveries(c.ID, ids)
-			ls.buckets.DebitDeliveries(c.ID, c.Limits, int64(first))
-		}
+		g.debitDeliveries(c, n, ids)
 	case billCycle:
 		if n := meter.BillCycle(status, body, cycleGroups(st)); n > 0 {
 			record(meter.Sample{ClusterID: c.ID, Op: meter.OpPush, Msgs: n})
@@ -306,6 +301,21 @@ func (g *Gateway) recordUsage(r *http.Request, st *requestState, c *tenancy.Clus
 		}
 	}
 	record(s)
+}
+
+// debitDeliveries takes a pop's first deliveries from the message bucket:
+// those of its keys the redelivery filter has not seen, and every message
+// it could not key (nothing recognises those as redelivered, so they are
+// charged: the filter fails closed).
+func (g *Gateway) debitDeliveries(c *tenancy.Cluster, messages int64, keys []string) {
+	if messages <= 0 {
+		return
+	}
+	ls := g.app.limits
+	first := int64(ls.redeliveries.FirstDeliveries(c.ID, keys)) + messages - int64(len(keys))
+	if first > 0 {
+		ls.buckets.DebitDeliveries(c.ID, c.Limits, first)
+	}
 }
 
 // recordUnanswered bills a produce request whose answer never came whole:
