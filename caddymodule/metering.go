@@ -92,12 +92,15 @@ type meteredResponse struct {
 	body       []byte       // the kept copy: *kept, while there is one
 	kept       *[]byte      // the pooled buffer holding it
 	tally      *answerTally // pushes and transactions only: every request's state stays small
-	// countPops: a pop's answer too large to keep is read as it streams
-	// on (pops, from the copy's overflow on): its count and its
-	// redelivery keys.
-	countPops bool
-	pops      *meter.PopKeys
-	onHead    func()
+	// rule is the route's billing. An answer too large to keep is read
+	// as it streams on, from the copy's overflow on: a pop's count and
+	// redelivery keys (pops), a cycle's or a replay's billed members
+	// (cycle, replay).
+	rule   billing
+	pops   *meter.PopKeys
+	cycle  *meter.CycleAnswer
+	replay *meter.ReplayAnswer
+	onHead func()
 }
 
 // answerTally reads a push or a transaction answer as it streams; one
@@ -173,15 +176,22 @@ func (w *meteredResponse) read(b []byte) {
 	if w.tally != nil {
 		w.tally.Write(b[:n])
 	}
-	if w.pops != nil {
-		_, _ = w.pops.Write(b[:n])
+	if s := w.streamed(); s != nil {
+		_, _ = s.Write(b[:n])
 	}
 	if w.keep {
 		if len(w.body)+n > meter.MaxBilledBody {
-			if w.countPops {
+			switch w.rule {
+			case billPop:
 				w.pops = meter.NewPopKeys()
-				_, _ = w.pops.Write(w.body)
-				_, _ = w.pops.Write(b[:n])
+			case billCycle:
+				w.cycle = meter.NewCycleAnswer()
+			case billReplay:
+				w.replay = meter.NewReplayAnswer()
+			}
+			if s := w.streamed(); s != nil {
+				_, _ = s.Write(w.body)
+				_, _ = s.Write(b[:n])
 			}
 			w.keep = false
 			w.releaseKept()
@@ -189,6 +199,19 @@ func (w *meteredResponse) read(b []byte) {
 			w.keepAnswer(b[:n])
 		}
 	}
+}
+
+// streamed is the reader of an answer too large to keep, or nil.
+func (w *meteredResponse) streamed() interface{ Write([]byte) (int, error) } {
+	switch {
+	case w.pops != nil:
+		return w.pops
+	case w.cycle != nil:
+		return w.cycle
+	case w.replay != nil:
+		return w.replay
+	}
+	return nil
 }
 
 // keepAnswer appends to the copy billing reads, in a pooled buffer sized
@@ -260,7 +283,7 @@ func (g *Gateway) recordUsage(r *http.Request, st *requestState, c *tenancy.Clus
 		record(s)
 		return
 	}
-	copyLost := rule != billPlain && rw.tally == nil && !rw.keep
+	copyLost := rule != billPlain && rw.tally == nil && !rw.keep && rw.streamed() == nil
 	if status >= 500 || copyLost {
 		if copyLost && status < 500 {
 			g.logger.Warn("response too large to bill; recorded as a request only",
@@ -288,11 +311,31 @@ func (g *Gateway) recordUsage(r *http.Request, st *requestState, c *tenancy.Clus
 		s.Msgs = n
 		g.debitDeliveries(c, n, ids)
 	case billCycle:
-		if n := meter.BillCycle(status, body, cycleGroups(st)); n > 0 {
+		var n int64
+		if rw.cycle != nil {
+			var overflow bool
+			if n, overflow = rw.cycle.Bill(status, cycleGroups(st)); overflow {
+				// Its push results alone are past what billing reads: the
+				// admitted sink items are billed, as for no answer.
+				n = int64(st.cycle.Items)
+				record(meter.Sample{ClusterID: c.ID, Op: meter.OpPush, Msgs: n, Unanswered: n})
+				g.logger.Warn("cycle answer's push results too large to read; its admitted sink items are billed as unanswered",
+					zap.String("request_id", st.rid), zap.String("cluster", c.Slug), zap.Int64("items", n))
+				n = 0
+			}
+		} else {
+			n = meter.BillCycle(status, body, cycleGroups(st))
+		}
+		if n > 0 {
 			record(meter.Sample{ClusterID: c.ID, Op: meter.OpPush, Msgs: n})
 		}
 	case billReplay:
-		stored, readable := meter.BillReplay(status, body)
+		var stored, readable bool
+		if rw.replay != nil {
+			stored, readable = rw.replay.Bill(status)
+		} else {
+			stored, readable = meter.BillReplay(status, body)
+		}
 		if stored {
 			record(meter.Sample{ClusterID: c.ID, Op: meter.OpPush, Msgs: 1})
 		} else if !readable && status < 300 {

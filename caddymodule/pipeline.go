@@ -220,7 +220,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// 6. Relay the answer as it comes, and meter it from what it says.
 	client := st.scrub.attach(w, r, g.logger, &st.rid)
 	st.rw = meteredResponse{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: client},
-		keep: rule != billPlain, countPops: rule == billPop, detached: detach, onHead: release}
+		keep: rule != billPlain, rule: rule, detached: detach, onHead: release}
 	st.rw.tallyAnswers(rule)
 	rw := &st.rw
 	var err error
