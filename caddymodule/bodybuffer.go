@@ -28,6 +28,7 @@ const (
 	maxPooledBody   = 4 << 20 // larger bodies are allocated for themselves and not pooled
 	bodyClassCount  = 14      // 512 B, 1 KiB, ..., 4 MiB
 	chunkedBodyStep = 64 << 10
+	eagerBody       = 1 << 20 // read before a larger declared length is reserved
 )
 
 // bodyClasses holds the pooled buffers, by power-of-two capacity.
@@ -75,17 +76,28 @@ func putBodyBuffer(box *[]byte) {
 
 // readBody reads a whole body into a buffer held once: of exactly the
 // declared length when there is one (the server stops the body there),
-// else grown a class at a time.
+// else grown a class at a time. A declared length over eagerBody is
+// reserved only once that much has come: a client that declares a large
+// body and sends nothing holds no more than eagerBody of the gateway's
+// memory, and the one copy it costs is eagerBody's.
 func readBody(body io.Reader, declared int64) (*[]byte, error) {
 	if declared > 0 {
-		box := getBodyBuffer(int(declared))
-		buf := (*box)[:declared]
-		if _, err := io.ReadFull(body, buf); err != nil {
+		first := min(declared, eagerBody)
+		box := getBodyBuffer(int(first))
+		buf := (*box)[:first]
+		if err := readFull(body, buf); err != nil {
 			putBodyBuffer(box)
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
 			return nil, err
+		}
+		if declared > first {
+			whole := getBodyBuffer(int(declared))
+			*whole = append(*whole, buf...)
+			putBodyBuffer(box)
+			box, buf = whole, (*whole)[:declared]
+			if err := readFull(body, buf[first:]); err != nil {
+				putBodyBuffer(box)
+				return nil, err
+			}
 		}
 		// The declared length is all the server hands on; a reader that
 		// has more (a test's, or another handler's) is refused as the
@@ -117,6 +129,17 @@ func readBody(body io.Reader, declared int64) (*[]byte, error) {
 			return nil, err
 		}
 	}
+}
+
+// readFull is io.ReadFull, a body cut short being io.ErrUnexpectedEOF.
+func readFull(body io.Reader, buf []byte) error {
+	if _, err := io.ReadFull(body, buf); err != nil {
+		if errors.Is(err, io.EOF) {
+			return io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	return nil
 }
 
 var (

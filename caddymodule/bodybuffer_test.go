@@ -131,6 +131,17 @@ func TestReadBody(t *testing.T) {
 	if err != nil || string(*box) != big {
 		t.Fatalf("chunked: %v", err)
 	}
+	// A large declared length is reserved only once its first MiB came.
+	allocs := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(allocs)
+	before := allocs[0].Value.Uint64()
+	if _, err := readBody(strings.NewReader(strings.Repeat("a", 100)), 8<<20); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("8 MiB declared, 100 bytes sent: %v", err)
+	}
+	metrics.Read(allocs)
+	if got := allocs[0].Value.Uint64() - before; got > 2<<20 {
+		t.Fatalf("a body declared 8 MiB that sent 100 bytes cost %d bytes", got)
+	}
 	large, err := readBody(strings.NewReader(strings.Repeat("z", maxPooledBody+1)), maxPooledBody+1)
 	if err != nil || cap(*large) != maxPooledBody+1 {
 		t.Fatalf("a body over the pooled sizes gets a buffer of its own size: %v", err)
