@@ -12,8 +12,9 @@ import (
 // A request body the gateway enforces is buffered once, whole, before
 // anything is forwarded (the limits read it; the cell gets it byte for
 // byte). It is held once: a body that declares its length is read into a
-// buffer of exactly that size, never grown and copied; a chunked one grows
-// by size classes. Buffers up to maxPooledBody go back to a pool, but only
+// buffer of exactly that size (reserved once its first eagerBody bytes
+// came, which are copied over once), never grown; a chunked one grows by
+// size classes. Buffers up to maxPooledBody go back to a pool, but only
 // once nothing can read them any more: the pipeline is done with the
 // request, and every reader handed to the proxy (r.Body, and what GetBody
 // returns for a retry) has been closed. net/http's transport may still be
