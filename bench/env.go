@@ -33,7 +33,8 @@ type env struct {
 	moduleRoot string
 	gomaxprocs int
 
-	broker   *proc // nil when the upstream is the operator's own (-upstream)
+	broker   *proc        // nil when the upstream is the operator's own (-upstream)
+	front    *http.Server // the batch modes' upstream, in front of the fake broker (front.go)
 	bare     *proc
 	gateway  *proc
 	pg       *pgserver.Server
@@ -243,6 +244,14 @@ func setup(ctx context.Context, o options) (*env, error) {
 		if err := waitHTTP(e.broker, "http://"+e.upstreamAddr+"/health", "", 200); err != nil {
 			return nil, err
 		}
+		if o.mode == "batch" {
+			var addr string
+			if e.front, addr, err = startBatchFront(e.upstreamAddr); err != nil {
+				return nil, err
+			}
+			logf("batch front %s answers the batch workloads in front of the fake broker", addr)
+			e.upstreamAddr = addr
+		}
 	}
 
 	logf("starting PostgreSQL (pg_stat_statements preloaded) ...")
@@ -426,6 +435,9 @@ func (e *env) close(keep bool) {
 				logf("%v", err)
 			}
 		}
+	}
+	if e.front != nil {
+		_ = e.front.Close()
 	}
 	if e.pool != nil {
 		e.pool.Close()

@@ -69,6 +69,7 @@ type result struct {
 	errors    int64
 	delivered int64 // pops that returned a message
 	pops      int64
+	popped    int64 // messages the batch pops took
 	elapsed   time.Duration
 	hist      *histogram
 	firstErr  string
@@ -84,6 +85,9 @@ type loadSpec struct {
 	duration    time.Duration
 	payload     int
 	rate        float64 // requests per second over all workers; 0 = closed loop
+	// shape, when set, replaces the alternating push and pop of one
+	// message with one batch request repeated (batch.go).
+	shape *batchShape
 }
 
 // run puts load on one target: concurrency workers, each on its own
@@ -99,7 +103,13 @@ func run(t target, spec loadSpec) *result {
 	for w := range spec.concurrency {
 		wg.Go(func() {
 			wr := worker{t: t, id: w, hist: newHistogram()}
-			wr.push, wr.pop = requests(t, w, spec.payload)
+			popOnly := false
+			if spec.shape != nil {
+				wr.push, wr.pop = spec.shape.requests(t, w)
+				popOnly = spec.shape.pops
+			} else {
+				wr.push, wr.pop = requests(t, w, spec.payload)
+			}
 			var interval time.Duration
 			next := start
 			if spec.rate > 0 {
@@ -123,7 +133,11 @@ func run(t target, spec loadSpec) *result {
 				if sent.After(end) {
 					break
 				}
-				wr.do(i%2 == 1, sent)
+				if spec.shape != nil {
+					wr.do(popOnly, sent)
+				} else {
+					wr.do(i%2 == 1, sent)
+				}
 			}
 			wr.close()
 			mu.Lock()
@@ -131,6 +145,7 @@ func run(t target, spec loadSpec) *result {
 			res.errors += wr.errors
 			res.delivered += wr.delivered
 			res.pops += wr.pops
+			res.popped += wr.popped
 			res.hist.merge(wr.hist)
 			if res.firstErr == "" {
 				res.firstErr = wr.firstErr
@@ -156,8 +171,8 @@ type worker struct {
 	body      bytes.Buffer
 	hist      *histogram
 
-	requests, errors, delivered, pops int64
-	firstErr                          string
+	requests, errors, delivered, pops, popped int64
+	firstErr                                  string
 }
 
 func (w *worker) fail(err string) {
@@ -222,6 +237,7 @@ func (w *worker) do(pop bool, sent time.Time) {
 		if bytes.Contains(w.body.Bytes(), []byte(`"messages":[{`)) {
 			w.delivered++
 		}
+		w.popped += int64(bytes.Count(w.body.Bytes(), []byte(`"transactionId":`)))
 	}
 	if resp.Close {
 		w.close()

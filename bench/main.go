@@ -3,8 +3,9 @@
 // alone, and how many parked long-poll pops one gateway holds.
 //
 //	go run ./bench                  # load: throughput, latency, database statements
+//	go run ./bench -mode batch      # batched pushes and pops: queengate / bare Caddy ratios
 //	go run ./bench -mode parked     # 5,000 parked long-poll pops: RSS, goroutines, fds
-//	go run ./bench -mode all        # both
+//	go run ./bench -mode all        # load and parked
 //
 // It builds ./cmd/caddy and ./cmd/fakebroker, starts the fake broker as a
 // fast in-memory upstream, a throwaway PostgreSQL (internal/pgserver), a
@@ -43,6 +44,7 @@ type options struct {
 	parked      int
 	keep        bool
 	profileDir  string
+	batch       string // the batch workloads -mode batch runs
 	// upstream, when set, is an operator's broker (http://host:port) to
 	// measure instead of the fake broker; upstreamSecret its bearer token.
 	upstream       string
@@ -51,7 +53,8 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.mode, "mode", "load", "load, parked or all")
+	flag.StringVar(&o.mode, "mode", "load", "load, batch, parked or all")
+	flag.StringVar(&o.batch, "batch", "push100,push1000,pop100", "the workloads of -mode batch, comma-separated")
 	flag.IntVar(&o.concurrency, "c", 16, "concurrent keep-alive connections (workers)")
 	flag.DurationVar(&o.duration, "d", 4*time.Second, "length of one measured run")
 	flag.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured run of each target before the rounds")
@@ -84,9 +87,9 @@ func logf(format string, args ...any) {
 
 func benchmark(ctx context.Context, o options) error {
 	switch o.mode {
-	case "load", "parked", "all":
+	case "load", "batch", "parked", "all":
 	default:
-		return fmt.Errorf("-mode must be load, parked or all, not %q", o.mode)
+		return fmt.Errorf("-mode must be load, batch, parked or all, not %q", o.mode)
 	}
 	e, err := setup(ctx, o)
 	if err != nil {
@@ -94,12 +97,17 @@ func benchmark(ctx context.Context, o options) error {
 	}
 	defer e.close(o.keep)
 	printMachine(o, e)
-	if o.mode != "parked" {
+	if o.mode == "load" || o.mode == "all" {
 		if err := loadBenchmark(ctx, e, o); err != nil {
 			return err
 		}
 	}
-	if o.mode != "load" {
+	if o.mode == "batch" {
+		if err := batchBenchmark(ctx, e, o); err != nil {
+			return err
+		}
+	}
+	if o.mode == "parked" || o.mode == "all" {
 		if e.gateway == nil {
 			if err := e.startGateway(o.parked); err != nil {
 				return err
@@ -189,6 +197,7 @@ func (s *series) merged() *result {
 		m.requests += r.requests
 		m.errors += r.errors
 		m.pops += r.pops
+		m.popped += r.popped
 		m.delivered += r.delivered
 		m.elapsed += r.elapsed
 		m.hist.merge(r.hist)

@@ -1,7 +1,6 @@
 package caddymodule
 
 import (
-	"bytes"
 	"net/http"
 	"strconv"
 	"strings"
@@ -41,12 +40,12 @@ type cellErrorScrub struct {
 	log    *zap.Logger
 	rid    *string
 	status int32
-	want   int32 // the answer's Content-Length (at most maxInspectedAnswer), -1 when unknown
-	head   bool  // a HEAD request: no body will come
-	seen   bool  // the response head has been handed to us
-	held   bool  // holding the head and body until the answer is complete
-	gone   bool  // the answer was replaced: whatever else comes is dropped
-	buf    *bytes.Buffer
+	want   int32   // the answer's Content-Length (at most maxInspectedAnswer), -1 when unknown
+	head   bool    // a HEAD request: no body will come
+	seen   bool    // the response head has been handed to us
+	held   bool    // holding the head and body until the answer is complete
+	gone   bool    // the answer was replaced: whatever else comes is dropped
+	buf    *[]byte // an answer that comes in pieces, in a pooled buffer (bodybuffer.go)
 }
 
 // attach readies the scrub for one request and returns the writer the
@@ -145,21 +144,31 @@ func (s *cellErrorScrub) Write(b []byte) (int, error) {
 		return len(b), s.relay(b)
 	}
 	if s.buf == nil {
-		s.buf = new(bytes.Buffer)
+		// Sized from the announced length, so it is not grown and copied
+		// as the pieces come; given back once the answer is relayed.
+		s.buf = getBodyBuffer(max(int(s.want), len(b), minPooledBody))
 	}
-	s.buf.Write(b)
+	*s.buf = append(*s.buf, b...)
 	switch {
-	case s.want > 0 && s.buf.Len() >= int(s.want):
-		return len(b), s.relay(s.buf.Bytes())
-	case s.buf.Len() > maxInspectedAnswer:
+	case s.want > 0 && len(*s.buf) >= int(s.want):
+		return len(b), s.relay(*s.buf)
+	case len(*s.buf) > maxInspectedAnswer:
 		// Longer than any error answer: a normal one, send it on as it comes.
 		s.held = false
 		s.w.WriteHeader(int(s.status))
-		_, err := s.w.Write(s.buf.Bytes())
-		s.buf = nil
+		_, err := s.w.Write(*s.buf)
+		s.dropBuffer()
 		return len(b), err
 	}
 	return len(b), nil
+}
+
+// dropBuffer gives the held pieces' buffer back to the pool.
+func (s *cellErrorScrub) dropBuffer() {
+	if s.buf != nil {
+		putBodyBuffer(s.buf)
+		s.buf = nil
+	}
 }
 
 // finish relays an answer still held when the cell is done (one whose
@@ -168,7 +177,7 @@ func (s *cellErrorScrub) finish() {
 	if s.held {
 		var body []byte
 		if s.buf != nil {
-			body = s.buf.Bytes()
+			body = *s.buf
 		}
 		_ = s.relay(body)
 	}
@@ -184,11 +193,12 @@ func (s *cellErrorScrub) relay(body []byte) error {
 		e := errCellInternal
 		e.Status = int(s.status)
 		apierror.Write(s.w, &e, *s.rid)
-		s.buf, s.gone = nil, true
+		s.dropBuffer()
+		s.gone = true
 		return nil
 	}
 	s.w.WriteHeader(int(s.status))
 	_, err := s.w.Write(body)
-	s.buf = nil
+	s.dropBuffer()
 	return err
 }

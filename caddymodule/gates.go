@@ -1,9 +1,7 @@
 package caddymodule
 
 import (
-	"bytes"
 	"errors"
-	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -158,16 +156,19 @@ func (g *Gateway) bufferBody(r *http.Request, st *requestState) ([]byte, *apierr
 		st.buffered = true
 		return nil, nil
 	}
-	body, err := io.ReadAll(r.Body)
+	box, err := readBody(r.Body, r.ContentLength)
 	_ = r.Body.Close()
 	if err != nil {
 		return nil, g.unreadableBody(st, err)
 	}
+	body := *box
 	st.body, st.buffered = body, true
-	st.bodyReader.Reset(body)
+	st.held.box, st.held.buf = box, body
+	st.held.holds.Store(2) // the pipeline's, and r.Body's
+	st.bodyReader.reset(&st.held)
 	r.Body = &st.bodyReader
 	r.ContentLength = int64(len(body))
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	r.GetBody = st.held.reader
 	// Whoever reads the body first refuses what no reader may see.
 	if e := bodyTextRefusal(body); e != nil {
 		return nil, e
@@ -186,12 +187,6 @@ func (g *Gateway) unreadableBody(st *requestState, err error) *apierror.Error {
 	g.logger.Debug("request body unreadable", zap.String("request_id", st.rid), zap.Error(err))
 	return errBodyUnreadable
 }
-
-// bodyReader reads a buffered request body again; it lives in the request
-// state (io.NopCloser(bytes.NewReader(body)) without the two allocations).
-type bodyReader struct{ bytes.Reader }
-
-func (*bodyReader) Close() error { return nil }
 
 // cellBearers remembers "Bearer <secret>" per cell secret, so that the
 // value is not built again for every request. The map is replaced, never

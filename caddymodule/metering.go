@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -87,14 +88,19 @@ type meteredResponse struct {
 	detached   bool
 	clientGone bool // a write to the client failed: the rest is only read
 	status     int
-	written    int64 // bytes the client was sent
-	body       []byte
+	written    int64        // bytes the client was sent
+	body       []byte       // the kept copy: *kept, while there is one
+	kept       *[]byte      // the pooled buffer holding it
 	tally      *answerTally // pushes and transactions only: every request's state stays small
-	// countPops: a pop's answer too large to keep is counted as it
-	// streams on (pops, from the copy's overflow on).
-	countPops bool
-	pops      *meter.PopCount
-	onHead    func()
+	// rule is the route's billing. An answer too large to keep is read
+	// as it streams on, from the copy's overflow on: a pop's count and
+	// redelivery keys (pops), a cycle's or a replay's billed members
+	// (cycle, replay).
+	rule   billing
+	pops   *meter.PopKeys
+	cycle  *meter.CycleAnswer
+	replay *meter.ReplayAnswer
+	onHead func()
 }
 
 // answerTally reads a push or a transaction answer as it streams; one
@@ -170,21 +176,75 @@ func (w *meteredResponse) read(b []byte) {
 	if w.tally != nil {
 		w.tally.Write(b[:n])
 	}
-	if w.pops != nil {
-		_, _ = w.pops.Write(b[:n])
+	if s := w.streamed(); s != nil {
+		_, _ = s.Write(b[:n])
 	}
 	if w.keep {
 		if len(w.body)+n > meter.MaxBilledBody {
-			if w.countPops {
-				w.pops = meter.NewPopCount()
-				_, _ = w.pops.Write(w.body)
-				_, _ = w.pops.Write(b[:n])
+			switch w.rule {
+			case billPop:
+				w.pops = meter.NewPopKeys()
+			case billCycle:
+				w.cycle = meter.NewCycleAnswer()
+			case billReplay:
+				w.replay = meter.NewReplayAnswer()
 			}
-			w.keep, w.body = false, nil
+			if s := w.streamed(); s != nil {
+				_, _ = s.Write(w.body)
+				_, _ = s.Write(b[:n])
+			}
+			w.keep = false
+			w.releaseKept()
 		} else {
-			w.body = append(w.body, b[:n]...)
+			w.keepAnswer(b[:n])
 		}
 	}
+}
+
+// streamed is the reader of an answer too large to keep, or nil.
+func (w *meteredResponse) streamed() interface{ Write([]byte) (int, error) } {
+	switch {
+	case w.pops != nil:
+		return w.pops
+	case w.cycle != nil:
+		return w.cycle
+	case w.replay != nil:
+		return w.replay
+	}
+	return nil
+}
+
+// keepAnswer appends to the copy billing reads, in a pooled buffer sized
+// from the answer's Content-Length when it has one, so that a pop's copy
+// is allocated once (and reused), not grown and copied as it streams.
+func (w *meteredResponse) keepAnswer(b []byte) {
+	if w.kept == nil {
+		hint := minPooledBody
+		if v := w.Header()["Content-Length"]; len(v) == 1 {
+			if n, err := strconv.Atoi(v[0]); err == nil && n > 0 && n <= meter.MaxBilledBody {
+				hint = n
+			}
+		}
+		w.kept = getBodyBuffer(max(hint, len(b)))
+	}
+	if len(w.body)+len(b) > cap(*w.kept) {
+		grown := getBodyBuffer(max(2*cap(*w.kept), len(w.body)+len(b)))
+		*grown = append(*grown, w.body...)
+		putBodyBuffer(w.kept)
+		w.kept = grown
+	}
+	*w.kept = append((*w.kept)[:len(w.body)], b...)
+	w.body = *w.kept
+}
+
+// releaseKept gives the kept copy back to the pool: billing is done with
+// it (what it takes from it, the redelivery keys among them, are copies).
+func (w *meteredResponse) releaseKept() {
+	if w.kept != nil {
+		putBodyBuffer(w.kept)
+		w.kept = nil
+	}
+	w.body = nil
 }
 
 // recordUsage books one forwarded request from what the cell answered.
@@ -213,19 +273,17 @@ func (g *Gateway) recordUsage(r *http.Request, st *requestState, c *tenancy.Clus
 	s.BytesOut = rw.written
 	status := rw.status
 	if rule == billPop && rw.pops != nil && status < 500 {
-		// Too large to keep: the count is exact, but without the ids the
-		// redelivery filter needs, so every message is taken from the
-		// message bucket as a first delivery.
-		g.logger.Warn("pop answer too large to keep; billed from its streamed message count",
+		// Too large to keep: counted and keyed as it streamed, so the
+		// redelivery filter sees it as any other pop.
+		g.logger.Warn("pop answer too large to keep; billed from its streamed messages and keys",
 			zap.String("request_id", st.rid), zap.String("cluster", c.Slug), zap.Int64("bytes", rw.written))
-		s.Msgs = rw.pops.Messages(status)
-		if s.Msgs > 0 {
-			g.app.limits.buckets.DebitDeliveries(c.ID, c.Limits, s.Msgs)
-		}
+		n, keys := rw.pops.Result(status)
+		s.Msgs = n
+		g.debitDeliveries(c, n, keys)
 		record(s)
 		return
 	}
-	copyLost := rule != billPlain && rw.tally == nil && !rw.keep
+	copyLost := rule != billPlain && rw.tally == nil && !rw.keep && rw.streamed() == nil
 	if status >= 500 || copyLost {
 		if copyLost && status < 500 {
 			g.logger.Warn("response too large to bill; recorded as a request only",
@@ -251,17 +309,33 @@ func (g *Gateway) recordUsage(r *http.Request, st *requestState, c *tenancy.Clus
 	case billPop:
 		n, ids := meter.BillPop(status, body)
 		s.Msgs = n
-		if n > 0 {
-			ls := g.app.limits
-			first := ls.redeliveries.FirstDeliveries(c.ID, ids)
-			ls.buckets.DebitDeliveries(c.ID, c.Limits, int64(first))
-		}
+		g.debitDeliveries(c, n, ids)
 	case billCycle:
-		if n := meter.BillCycle(status, body, cycleGroups(st)); n > 0 {
+		var n int64
+		if rw.cycle != nil {
+			var overflow bool
+			if n, overflow = rw.cycle.Bill(status, cycleGroups(st)); overflow {
+				// Its push results alone are past what billing reads: the
+				// admitted sink items are billed, as for no answer.
+				n = int64(st.cycle.Items)
+				record(meter.Sample{ClusterID: c.ID, Op: meter.OpPush, Msgs: n, Unanswered: n})
+				g.logger.Warn("cycle answer's push results too large to read; its admitted sink items are billed as unanswered",
+					zap.String("request_id", st.rid), zap.String("cluster", c.Slug), zap.Int64("items", n))
+				n = 0
+			}
+		} else {
+			n = meter.BillCycle(status, body, cycleGroups(st))
+		}
+		if n > 0 {
 			record(meter.Sample{ClusterID: c.ID, Op: meter.OpPush, Msgs: n})
 		}
 	case billReplay:
-		stored, readable := meter.BillReplay(status, body)
+		var stored, readable bool
+		if rw.replay != nil {
+			stored, readable = rw.replay.Bill(status)
+		} else {
+			stored, readable = meter.BillReplay(status, body)
+		}
 		if stored {
 			record(meter.Sample{ClusterID: c.ID, Op: meter.OpPush, Msgs: 1})
 		} else if !readable && status < 300 {
@@ -270,6 +344,21 @@ func (g *Gateway) recordUsage(r *http.Request, st *requestState, c *tenancy.Clus
 		}
 	}
 	record(s)
+}
+
+// debitDeliveries takes a pop's first deliveries from the message bucket:
+// those of its keys the redelivery filter has not seen, and every message
+// it could not key (nothing recognises those as redelivered, so they are
+// charged: the filter fails closed).
+func (g *Gateway) debitDeliveries(c *tenancy.Cluster, messages int64, keys []string) {
+	if messages <= 0 {
+		return
+	}
+	ls := g.app.limits
+	first := int64(ls.redeliveries.FirstDeliveries(c.ID, keys)) + messages - int64(len(keys))
+	if first > 0 {
+		ls.buckets.DebitDeliveries(c.ID, c.Limits, first)
+	}
 }
 
 // recordUnanswered bills a produce request whose answer never came whole:

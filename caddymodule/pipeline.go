@@ -39,7 +39,9 @@ type requestState struct {
 	// the response wrapper. The state lives as long as anything refers
 	// to it.
 	headers    headerValues
-	bodyReader bodyReader
+	held       heldBody        // the buffered body, pooled once nothing reads it (bodybuffer.go)
+	bodyReader bodyReader      // r.Body once the body is buffered
+	forwarded  bool            // the request went on to the proxy, its body with it
 	detached   detachedContext // a produce route's exchange: the client's context without its cancellation
 	ctx        clusterContext
 	rw         meteredResponse
@@ -53,6 +55,23 @@ func startRequest(w http.ResponseWriter, r *http.Request) *requestState {
 	st.headers.set(w.Header(), headerRequestID, slotResponseRequestID, st.rid)
 	caddyhttp.SetVar(r.Context(), varRequestID, (*requestIDVar)(st))
 	return st
+}
+
+// releaseBuffers ends the request's use of its pooled buffers: the kept
+// copy of the answer (billing is done), and the pipeline's hold on the
+// buffered body, with the reader's too when the body never went on to the
+// proxy (nobody else holds that reader). A forwarded body's reader is the
+// transport's to close, when it has sent the body.
+func (st *requestState) releaseBuffers() {
+	st.rw.releaseKept()
+	if st.held.buf == nil {
+		return
+	}
+	st.body = nil
+	if !st.forwarded {
+		_ = st.bodyReader.Close()
+	}
+	st.held.release()
 }
 
 // requestIDVar and clusterSlugVar are the request id and the cluster slug
@@ -80,6 +99,7 @@ func (v *clusterSlugVar) String() string { return v.Slug }
 // credential names the cluster (shared hosts, x-queen-act-cluster).
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	st := startRequest(w, r)
+	defer st.releaseBuffers()
 	if g.serveHealth(w, r) {
 		return nil
 	}
@@ -203,10 +223,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// 6. Relay the answer as it comes, and meter it from what it says.
 	client := st.scrub.attach(w, r, g.logger, &st.rid)
 	st.rw = meteredResponse{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: client},
-		keep: rule != billPlain, countPops: rule == billPop, detached: detach, onHead: release}
+		keep: rule != billPlain, rule: rule, detached: detach, onHead: release}
 	st.rw.tallyAnswers(rule)
 	rw := &st.rw
 	var err error
+	st.forwarded = true
 	if detach {
 		var aborted bool
 		if aborted, err = relay(next, rw, r); aborted {

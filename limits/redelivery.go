@@ -27,10 +27,11 @@ const redeliveryShardCount = 16
 // Memory is bounded three ways: at most perCluster keys per cluster (least
 // recently delivered evicted first), at most maxClusters clusters and at
 // most maxIDs keys in all (least recently active cluster's oldest keys
-// evicted first). A key costs about 50 bytes whatever its length, because
-// only a 64-bit fingerprint of it is kept, so the defaults (50,000 per
-// cluster, 4,096 clusters, 2,000,000 in all) hold at most about 100 MB. The
-// work per key is O(1). Clusters and the global budgets are split over 16
+// evicted first). A key costs 45 to 70 bytes whatever its length (its
+// node, and its slot in a table kept 3/8 to 3/4 full), because only a
+// 64-bit fingerprint of it is kept, so the defaults (50,000 per cluster,
+// 4,096 clusters, 2,000,000 in all) hold at most about 140 MB. The work per
+// key is O(1). Clusters and the global budgets are split over 16
 // shards by cluster id (each shard gets 1/16 of maxClusters and maxIDs, at
 // least one cluster and perCluster keys).
 //
@@ -116,7 +117,7 @@ func (r *Redeliveries) FirstDeliveries(clusterID string, ids []string) int {
 			continue
 		}
 		fp := maphash.String(r.seed, id)
-		if i, ok := set.index[fp]; ok {
+		if i, ok := set.index.get(fp); ok {
 			set.nodes[i].at = now
 			set.moveToFront(i)
 			continue
@@ -205,12 +206,11 @@ func (s *redeliveryShard) add(clusterID string, perCluster int) *seenSet {
 		s.remove(s.tail)
 	}
 	set := &seenSet{
-		id:    strings.Clone(clusterID),
-		index: make(map[uint64]int32),
-		max:   perCluster,
-		head:  -1,
-		tail:  -1,
-		free:  -1,
+		id:   strings.Clone(clusterID),
+		max:  perCluster,
+		head: -1,
+		tail: -1,
+		free: -1,
 	}
 	s.clusters[set.id] = set
 	s.pushFront(set)
@@ -291,13 +291,13 @@ func (s *redeliveryShard) evictOne(current *seenSet) bool {
 	return true
 }
 
-// seenSet is one cluster's remembered keys: a map from fingerprint to a
+// seenSet is one cluster's remembered keys: a table from fingerprint to a
 // node index, and the nodes in a doubly linked list ordered by delivery
 // time (head newest), kept in one slice with a free list so that steady
 // state allocates nothing.
 type seenSet struct {
 	id         string
-	index      map[uint64]int32
+	index      fpTable
 	nodes      []seenNode
 	head, tail int32 // -1 when empty
 	free       int32 // first free node, -1 when none
@@ -330,7 +330,7 @@ func (c *seenSet) push(fp uint64, at int64) {
 	if c.tail < 0 {
 		c.tail = i
 	}
-	c.index[fp] = i
+	c.index.put(fp, i)
 	c.len++
 }
 
@@ -356,7 +356,7 @@ func (c *seenSet) moveToFront(i int32) {
 func (c *seenSet) dropTail() {
 	i := c.tail
 	n := &c.nodes[i]
-	delete(c.index, n.fp)
+	c.index.remove(n.fp)
 	c.tail = n.prev
 	if c.tail >= 0 {
 		c.nodes[c.tail].next = -1

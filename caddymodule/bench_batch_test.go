@@ -1,0 +1,125 @@
+package caddymodule
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// The batch workloads of `go run ./bench -mode batch`, in process: the
+// plugin's own work for a push of 100 items of 100 bytes, of 1,000 items
+// of 1 KiB, and a pop of 100 messages, each answered as the broker does.
+
+// batchPushBody is a push of items messages of about payload bytes each,
+// spelled as the load generator spells them.
+func batchPushBody(items, payload int) string {
+	filler := strings.Repeat("x", max(1, payload-36))
+	var b strings.Builder
+	b.WriteString(`{"items":[`)
+	for i := range items {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"queue":"orders","payload":{"worker":3,"seq":%d,"data":%q}}`, i, filler)
+	}
+	b.WriteString(`]}`)
+	return b.String()
+}
+
+func batchPushAnswer(items int) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i := range items {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"index":%d,"message_id":"019a8c6e-5b2f-7c3a-9d41-%012x","partition_id":"7d3f0a52-9c1e-4b8a-8f2d-6e1c4a9b0d3e","queueName":"orders","status":"queued","trace_id":null,"transaction_id":"3c9e1f7a-2b4d-4e6f-8a0c-%012x"}`, i, i, i)
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+// batchPopAnswers returns the answer of the nth pop of batch messages,
+// each message new (so the redelivery filter records every one).
+func batchPopAnswer(n, batch int) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"consumerGroup":"__QUEUE_MODE__","leaseId":null,"messages":[`)
+	for i := range batch {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		seq := n*batch + i
+		fmt.Fprintf(&b, `{"consumerGroup":"__QUEUE_MODE__","createdAt":"2026-11-30T07:00:00.000000Z","data":{"seq":%d,"data":"%s"},"id":"019a8c6e-5b2f-7c3a-9d41-%012x","leaseId":null,"partition":"Default","partitionId":"7d3f0a52-9c1e-4b8a-8f2d-6e1c4a9b0d3e","producerSub":null,"traceId":null,"transactionId":"3c9e1f7a-2b4d-4e6f-8a0c-%012x"}`,
+			seq, strings.Repeat("x", 64), seq, seq)
+	}
+	b.WriteString(`],"partition":"Default","partitionId":"7d3f0a52-9c1e-4b8a-8f2d-6e1c4a9b0d3e","partitionsClaimed":1,"queue":"orders","success":true}`)
+	return b.Bytes()
+}
+
+// transportCell is cell reading the forwarded body to its end and closing
+// it first, as reverse_proxy's transport does (which gives the gateway's
+// body buffer back to its pool).
+func transportCell(status int, answer string) caddyhttp.Handler {
+	body := []byte(answer)
+	return caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		if r.Body != nil {
+			if _, err := io.Copy(io.Discard, r.Body); err != nil {
+				return err
+			}
+			_ = r.Body.Close()
+		}
+		w.WriteHeader(status)
+		_, err := w.Write(body)
+		return err
+	})
+}
+
+func benchmarkBatchPush(b *testing.B, items, payload int) {
+	env := newBenchEnv(b)
+	env.g.MaxBodyBytes = 16 << 20 // the default; the test gateway's is 1 MiB
+	body := batchPushBody(items, payload)
+	req := newBenchRequest("POST", "/api/v1/push", body)
+	w := &discardWriter{h: http.Header{}}
+	next := transportCell(http.StatusOK, batchPushAnswer(items))
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := env.g.ServeHTTP(w.reset(), req.reset(), next); err != nil || w.status != http.StatusOK {
+			b.Fatalf("status %d, %v", w.status, err)
+		}
+	}
+}
+
+func BenchmarkPipelinePush100x100B(b *testing.B) { benchmarkBatchPush(b, 100, 100) }
+func BenchmarkPipelinePush1000x1KB(b *testing.B) { benchmarkBatchPush(b, 1000, 1024) }
+
+// BenchmarkPipelinePop100 is a pop of 100 new messages: billed, each one
+// remembered by the redelivery filter, taken from the bucket.
+func BenchmarkPipelinePop100(b *testing.B) {
+	env := newBenchEnv(b)
+	req := newBenchRequest("GET", "/api/v1/pop/queue/orders?batch=100&autoAck=true", "")
+	w := &discardWriter{h: http.Header{}}
+	answers := make([][]byte, 64)
+	for i := range answers {
+		answers[i] = batchPopAnswer(i, 100)
+	}
+	n := 0
+	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		w.WriteHeader(http.StatusOK)
+		_, err := w.Write(answers[n%len(answers)])
+		n++
+		return err
+	})
+	b.SetBytes(int64(len(answers[0])))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := env.g.ServeHTTP(w.reset(), req.reset(), next); err != nil || w.status != http.StatusOK {
+			b.Fatalf("status %d, %v", w.status, err)
+		}
+	}
+}

@@ -1,0 +1,301 @@
+package meter
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+
+	"github.com/queengate/queengate/internal/jsonscan"
+)
+
+// PopKeys reads a pop answer too large to keep (over MaxBilledBody) as it
+// streams past: it counts its messages as PopCount does and takes the
+// redelivery key of each, as BillPop spells them, so that the redelivery
+// filter sees an oversized pop as it sees any other.
+//
+// It fails closed: a message whose key it cannot read exactly as BillPop
+// would (a field that is not a plain string: escaped, not a string, longer
+// than maxPopKeyField; or a message that is not an object) gets no key, and
+// a message without a key is billed as a first delivery and not
+// remembered. Only the first maxStreamedPopKeys messages are keyed; the
+// rest are billed as first deliveries too. The parts it keeps are a few
+// short strings per message, never the payloads.
+type PopKeys struct {
+	check jsonscan.Checker
+	scan  popKeyScan
+}
+
+const (
+	// maxPopKeyField is the longest id, partition id, transaction id or
+	// consumer group a key is built from; the broker's are UUIDs and short
+	// names.
+	maxPopKeyField = 512
+	// maxStreamedPopKeys bounds the messages one oversized pop keys.
+	maxStreamedPopKeys = 1 << 17
+)
+
+// NewPopKeys returns a reader ready for the first piece of an answer.
+func NewPopKeys() *PopKeys {
+	p := &PopKeys{}
+	p.check.Watch = &p.scan
+	return p
+}
+
+// Write takes the next piece of the answer; it never fails.
+func (p *PopKeys) Write(b []byte) (int, error) {
+	_ = p.check.Write(b)
+	return len(b), nil
+}
+
+// Result is how many messages the whole answer delivered, for an upstream
+// status, and the redelivery keys of those it could key (at most one per
+// message, in their order; len(keys) ≤ messages). An answer that is not
+// one well-formed JSON object, or whose "messages" is not an array, bills
+// nothing.
+func (p *PopKeys) Result(status int) (messages int64, keys []string) {
+	s := &p.scan
+	if !is2xx(status) || p.check.Close() != nil || !s.isObject {
+		return 0, nil
+	}
+	for i := range s.msgs {
+		if k, ok := s.msgs[i].key(s.topGroup, s.topGroupBad); ok {
+			keys = append(keys, k)
+		}
+	}
+	return s.count, keys
+}
+
+// popKeyFields are what one message's key is built from.
+type popKeyFields struct {
+	id, partitionID, transactionID, group string
+	unkeyable                             bool // a field was not read exactly, or the message is no object
+}
+
+// key is BillPop's key for the message: partitionId/transactionId/group,
+// else id/<id>/group, with the answer's top-level group when the message
+// names none.
+func (m *popKeyFields) key(topGroup string, topGroupBad bool) (string, bool) {
+	if m.unkeyable {
+		return "", false
+	}
+	group := m.group
+	if group == "" {
+		if topGroupBad {
+			return "", false
+		}
+		group = topGroup
+	}
+	switch {
+	case m.partitionID != "" && m.transactionID != "":
+		return m.partitionID + "/" + m.transactionID + "/" + group, true
+	case m.id != "":
+		return "id/" + m.id + "/" + group, true
+	}
+	return "", false
+}
+
+// The member a string is being read into.
+const (
+	fieldNone = iota
+	fieldTopKey
+	fieldTopGroup
+	fieldMsgKey
+	fieldID
+	fieldPartitionID
+	fieldTransactionID
+	fieldGroup
+)
+
+// popKeyScan follows the top-level members and the message objects.
+type popKeyScan struct {
+	isObject    bool
+	pending     bool // the top-level member being read is "messages"
+	groupNext   bool // the top-level member being read is "consumerGroup"
+	inMessages  bool
+	count       int64
+	msgs        []popKeyFields
+	inMsg       bool // inside a message object (depth 3) being keyed
+	msgField    int  // the message member whose value comes next
+	topGroup    string
+	topGroupBad bool
+
+	reading int // what the current string is read into
+	text    []byte
+	long    bool
+}
+
+func (s *popKeyScan) Open(depth int, kind byte) {
+	switch {
+	case depth == 1:
+		s.isObject = kind == '{'
+	case depth == 2:
+		s.topValue()
+		if s.pending {
+			s.pending = false
+			s.count, s.msgs = 0, s.msgs[:0]
+			s.inMessages = kind == '['
+		}
+	case depth == 3 && s.inMessages:
+		s.count++
+		s.inMsg = kind == '{' && len(s.msgs) < maxStreamedPopKeys
+		if s.inMsg {
+			s.msgs = append(s.msgs, popKeyFields{})
+		} else if len(s.msgs) < maxStreamedPopKeys {
+			s.msgs = append(s.msgs, popKeyFields{unkeyable: true})
+		}
+		s.msgField = fieldNone
+	case depth == 4 && s.inMsg:
+		s.msgValue(false)
+	}
+}
+
+func (s *popKeyScan) Close(depth int) {
+	switch depth {
+	case 2:
+		s.inMessages = false
+	case 3:
+		s.inMsg = false
+	}
+}
+
+func (s *popKeyScan) Scalar(depth int, _ byte) {
+	switch {
+	case depth == 1:
+		s.topValue()
+		if s.pending {
+			s.pending, s.count, s.msgs = false, 0, s.msgs[:0]
+		}
+	case depth == 2 && s.inMessages:
+		s.count++
+		if len(s.msgs) < maxStreamedPopKeys {
+			s.msgs = append(s.msgs, popKeyFields{unkeyable: true})
+		}
+	case depth == 3 && s.inMsg:
+		s.msgValue(false)
+	}
+}
+
+// topValue notes a top-level member's value that is not a string: a
+// "consumerGroup" that is not one cannot be read as BillPop reads it.
+func (s *popKeyScan) topValue() {
+	if s.groupNext {
+		s.groupNext, s.topGroup, s.topGroupBad = false, "", true
+	}
+}
+
+// msgValue notes a message member's value that is not a plain string.
+func (s *popKeyScan) msgValue(isString bool) {
+	if s.msgField != fieldNone && !isString {
+		s.msgs[len(s.msgs)-1].unkeyable = true
+	}
+	if !isString {
+		s.msgField = fieldNone
+	}
+}
+
+func (s *popKeyScan) StringStart(depth int, key bool) {
+	s.reading = fieldNone
+	switch {
+	case depth == 1 && key && s.isObject:
+		s.reading = fieldTopKey
+	case depth == 1 && !key:
+		if s.pending {
+			s.pending, s.count, s.msgs = false, 0, s.msgs[:0]
+		}
+		if s.groupNext {
+			s.groupNext = false
+			s.reading = fieldTopGroup
+		}
+	case depth == 2 && !key && s.inMessages:
+		s.count++
+		if len(s.msgs) < maxStreamedPopKeys {
+			s.msgs = append(s.msgs, popKeyFields{unkeyable: true})
+		}
+	case depth == 3 && key && s.inMsg:
+		s.reading = fieldMsgKey
+	case depth == 3 && !key && s.inMsg:
+		s.reading = s.msgField
+		s.msgField = fieldNone
+	}
+	s.text, s.long = s.text[:0], false
+}
+
+func (s *popKeyScan) StringPart(raw []byte) {
+	if s.reading == fieldNone || s.long {
+		return
+	}
+	if len(s.text)+len(raw) > maxPopKeyField {
+		s.long = true
+		return
+	}
+	s.text = append(s.text, raw...)
+}
+
+func (s *popKeyScan) StringEnd() {
+	field := s.reading
+	s.reading = fieldNone
+	plain := !s.long && bytes.IndexByte(s.text, '\\') < 0
+	switch field {
+	case fieldTopKey:
+		// Member names are compared decoded, as the broker's library
+		// reads them (and PopCount counts).
+		s.pending = !s.long && nameIs(s.text, "messages")
+		s.groupNext = !s.long && nameFolds(s.text, "consumerGroup")
+	case fieldTopGroup:
+		s.topGroup, s.topGroupBad = string(s.text), !plain
+	case fieldMsgKey:
+		s.msgField = fieldNone
+		if s.long {
+			return
+		}
+		for _, f := range [...]struct {
+			name  string
+			field int
+		}{{"id", fieldID}, {"partitionId", fieldPartitionID}, {"transactionId", fieldTransactionID}, {"consumerGroup", fieldGroup}} {
+			if nameFolds(s.text, f.name) {
+				s.msgField = f.field
+			}
+		}
+	case fieldID, fieldPartitionID, fieldTransactionID, fieldGroup:
+		m := &s.msgs[len(s.msgs)-1]
+		if !plain {
+			m.unkeyable = true
+			return
+		}
+		v := string(s.text)
+		switch field {
+		case fieldID:
+			m.id = v
+		case fieldPartitionID:
+			m.partitionID = v
+		case fieldTransactionID:
+			m.transactionID = v
+		case fieldGroup:
+			m.group = v
+		}
+	}
+}
+
+// nameIs reports whether a member name's raw text (escapes intact) spells
+// word once decoded (the "messages" member, matched as PopCount does).
+func nameIs(raw []byte, word string) bool {
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw) == word
+	}
+	quoted := make([]byte, 0, len(raw)+2)
+	quoted = append(append(append(quoted, '"'), raw...), '"')
+	var text string
+	return json.Unmarshal(quoted, &text) == nil && text == word
+}
+
+// nameFolds is nameIs in any letter case, as encoding/json (and so BillPop)
+// matches the fields a key is built from.
+func nameFolds(raw []byte, word string) bool {
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return bytes.EqualFold(raw, []byte(word))
+	}
+	quoted := make([]byte, 0, len(raw)+2)
+	quoted = append(append(append(quoted, '"'), raw...), '"')
+	var text string
+	return json.Unmarshal(quoted, &text) == nil && strings.EqualFold(text, word)
+}
