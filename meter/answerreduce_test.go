@@ -7,7 +7,7 @@ import (
 	"github.com/queengate/queengate/internal/jsonscan"
 )
 
-func inPieces(w interface{ Write([]byte) (int, error) }, body []byte, piece int) {
+func streamInPieces(w interface{ Write([]byte) (int, error) }, body []byte, piece int) {
 	for len(body) > 0 {
 		n := min(piece, len(body))
 		_, _ = w.Write(body[:n])
@@ -17,14 +17,14 @@ func inPieces(w interface{ Write([]byte) (int, error) }, body []byte, piece int)
 
 func streamedCycle(status int, body []byte, groups []CycleGroup, piece int) int64 {
 	a := NewCycleAnswer()
-	inPieces(a, body, piece)
+	streamInPieces(a, body, piece)
 	n, _ := a.Bill(status, groups)
 	return n
 }
 
 func streamedReplay(status int, body []byte, piece int) (bool, bool) {
 	a := NewReplayAnswer()
-	inPieces(a, body, piece)
+	streamInPieces(a, body, piece)
 	return a.Bill(status)
 }
 
