@@ -55,7 +55,9 @@ func TestOverviewAndUsage(t *testing.T) {
 	for _, d := range daily {
 		m := d.(map[string]any)
 		switch {
-		case m["day"] == now.Format(time.DateOnly) && m["op"] == "push":
+		// The day of the pushes' minute, not of now: two minutes after
+		// midnight they are yesterday's.
+		case m["day"] == minute.Format(time.DateOnly) && m["op"] == "push":
 			pushToday = m["msgs"].(float64)
 		case m["day"] == day.Format(time.DateOnly) && m["op"] == "push":
 			pushOld = m["msgs"].(float64)
