@@ -183,7 +183,7 @@ func specialBytes(w uint64) uint64 {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	q := w ^ (ones * '"')
 	s := w ^ (ones * '\\')
-	return ((q - ones) & ^q | (s - ones) & ^s | (w - ones*0x20) | w) & highs
+	return ((q-ones) & ^q | (s-ones) & ^s | (w - ones*0x20) | w) & highs
 }
 
 // skipString checks a string from b[i] (past its opening quote, or inside
