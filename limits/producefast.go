@@ -91,6 +91,38 @@ func firstMember(body []byte, i int, closing byte) (next int, more bool) {
 	return i, true
 }
 
+// knownPushField recognises, by their bytes, the push item members as
+// the SDKs write them: a name without escapes and a colon right after it.
+// It returns the field's index in pushFields and where its value starts,
+// or at -1 for any other text there (which memberName then reads).
+func knownPushField(body []byte, i int) (field, at int) {
+	rest := body[i:]
+	if len(rest) < 16 {
+		return -1, -1
+	}
+	switch rest[1] {
+	case 'q':
+		if string(rest[:8]) == `"queue":` {
+			return 0, i + 8
+		}
+	case 'p':
+		if string(rest[:12]) == `"partition":` {
+			return 1, i + 12
+		}
+		if string(rest[:10]) == `"payload":` {
+			return 3, i + 10
+		}
+	case 't':
+		if string(rest[:16]) == `"transactionId":` {
+			return 2, i + 16
+		}
+		if string(rest[:10]) == `"traceId":` {
+			return 4, i + 10
+		}
+	}
+	return -1, -1
+}
+
 // pushField is the index in pushFields of the member named name, or -1.
 func pushField(name []byte) int {
 	switch string(name) {
@@ -174,15 +206,22 @@ func fastFields(body []byte, i, depth int, v *pushFields) int {
 		if !more {
 			return i
 		}
-		name, at := memberName(body, i)
+		f, at := knownPushField(body, i)
 		if at < 0 {
-			return -1
+			var name []byte
+			if name, at = memberName(body, i); at < 0 {
+				return -1
+			}
+			f = pushField(name)
+		}
+		if c := byteAt(body, at); c <= ' ' {
+			at = jsonscan.SkipSpace(body, at)
 		}
 		end := jsonscan.SkipValid(body, at, depth, true)
 		if end < 0 {
 			return -1
 		}
-		if f := pushField(name); f >= 0 {
+		if f >= 0 {
 			v[f] = body[at:end]
 		}
 		if i, more = nextMember(body, end, '}'); i < 0 {

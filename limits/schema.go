@@ -55,6 +55,9 @@ func traceIDStorable(v []byte) bool {
 		return false
 	}
 	s := v[1 : len(v)-1]
+	if canonicalUUID(s) {
+		return true // the form every SDK sends, read in one look
+	}
 	if len(s) > len(`"{01234567-89ab-cdef-0123-456789abcdef}"`)*6 {
 		return false // longer than any escaped form of a uuid
 	}
@@ -147,6 +150,31 @@ func uuidText(s []byte) bool {
 	}
 	return digits == 32
 }
+
+// canonicalUUID reports whether s is a uuid in the usual 8-4-4-4-12
+// form, which uuidText accepts too; it is a shortcut, not a rule.
+func canonicalUUID(s []byte) bool {
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return false
+	}
+	bad := byte(0)
+	for _, group := range [...][2]int{{0, 8}, {9, 13}, {14, 18}, {19, 23}, {24, 36}} {
+		for _, c := range s[group[0]:group[1]] {
+			bad |= notHex[c]
+		}
+	}
+	return bad == 0
+}
+
+// notHex is 1 for every byte that is not a hex digit.
+var notHex = func() (t [256]byte) {
+	for c := range t {
+		if !isHex(byte(c)) {
+			t[c] = 1
+		}
+	}
+	return t
+}()
 
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'

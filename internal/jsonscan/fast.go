@@ -28,6 +28,29 @@ import (
 // refuseNUL refuses the escape \u0000, as CheckStored does. It reads
 // nothing past the value.
 func SkipValid(b []byte, i, outer int, refuseNUL bool) int {
+	// Scalars, most of the values a reader hands here, without the
+	// container machinery.
+	if i >= len(b) {
+		return -1
+	}
+	switch c := b[i]; {
+	case c == '"':
+		return skipString(b, i+1, refuseNUL)
+	case c-'1' < 9:
+		i = digits(b, i+1)
+		if i < len(b) && (b[i] == '.' || b[i]|0x20 == 'e') {
+			return skipFraction(b, i)
+		}
+		return i
+	case c == '{' || c == '[':
+		return skipContainer(b, i, outer, refuseNUL)
+	}
+	return skipContainer(b, i, outer, refuseNUL) // a literal, or a number with a sign or a zero
+}
+
+// skipContainer is SkipValid for any value, containers above all: it
+// keeps the kind of every open container in a bit stack.
+func skipContainer(b []byte, i, outer int, refuseNUL bool) int {
 	var objects [(DefaultMaxDepth + 63) / 64]uint64 // bit d set: level d is an object
 	d := 0                                          // containers open inside the value
 	var c byte
@@ -38,9 +61,35 @@ value:
 	c = b[i]
 	switch {
 	case c == '"':
-		i = skipString(b, i+1, refuseNUL)
+		// The fast loop: most strings end in its first eight bytes.
+		i++
+		for len(b)-i >= 8 {
+			if m := specialBytes(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				goto special
+			}
+			i += 8
+		}
+		for i < len(b) && plain[b[i]] {
+			i++
+		}
+	special:
+		if i < len(b) && b[i] == '"' {
+			i++
+			break
+		}
+		i = skipString(b, i, refuseNUL)
 		if i < 0 {
 			return -1
+		}
+	case c-'1' < 9:
+		// The common number, a plain integer: no sign, no leading zero.
+		i = digits(b, i+1)
+		if i < len(b) && (b[i] == '.' || b[i]|0x20 == 'e') {
+			i = skipFraction(b, i)
+			if i < 0 {
+				return -1
+			}
 		}
 	case c == '{' || c == '[':
 		if outer+d >= DefaultMaxDepth {
@@ -141,9 +190,19 @@ func SkipValidString(b []byte, i int, refuseNUL bool) (end int, escaped bool) {
 	if i >= len(b) || b[i] != '"' {
 		return -1, false
 	}
-	start := i + 1
 	// Most strings hold no escape: the fast loop alone finds their end.
-	i = plainRun(b, start)
+	i++
+	for len(b)-i >= 8 {
+		if m := specialBytes(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+			i += bits.TrailingZeros64(m) >> 3
+			goto special
+		}
+		i += 8
+	}
+	for i < len(b) && plain[b[i]] {
+		i++
+	}
+special:
 	if i < len(b) && b[i] == '"' {
 		return i + 1, false
 	}
@@ -158,21 +217,6 @@ func hasByte(b []byte, c byte) bool {
 		}
 	}
 	return false
-}
-
-// plainRun returns the index of the first byte at or after i that is a
-// quote, a backslash, a control byte or past ASCII (len(b) when none is).
-func plainRun(b []byte, i int) int {
-	for len(b)-i >= 8 {
-		if m := specialBytes(binary.LittleEndian.Uint64(b[i:])); m != 0 {
-			return i + bits.TrailingZeros64(m)>>3
-		}
-		i += 8
-	}
-	for i < len(b) && plain[b[i]] {
-		i++
-	}
-	return i
 }
 
 // specialBytes has the high bit of every byte lane of w that holds a
@@ -191,7 +235,17 @@ func specialBytes(w uint64) uint64 {
 // quote, or -1.
 func skipString(b []byte, i int, refuseNUL bool) int {
 	for {
-		i = plainRun(b, i)
+		for len(b)-i >= 8 {
+			if m := specialBytes(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				goto special
+			}
+			i += 8
+		}
+		for i < len(b) && plain[b[i]] {
+			i++
+		}
+	special:
 		if i >= len(b) {
 			return -1
 		}
@@ -294,6 +348,12 @@ func skipNumber(b []byte, i int) int {
 	default:
 		return -1
 	}
+	return skipFraction(b, i)
+}
+
+// skipFraction checks the fraction and exponent, if any, of a number
+// whose integer part ends at b[i], and returns the index past the number.
+func skipFraction(b []byte, i int) int {
 	if i < len(b) && b[i] == '.' {
 		j := digits(b, i+1)
 		if j == i+1 {
