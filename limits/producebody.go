@@ -234,29 +234,47 @@ func (n *nameBuf) addPushItem(b *ProduceBatch, body []byte, at int, ref itemRef)
 	}
 	var v pushFields
 	end := memberValues(body, at, pushItemFields[:], v[:])
-	return end, n.countPushItem(b, &v, ref)
+	return end, n.countPushItem(b, &v, 0, ref)
 }
 
 // pushItemFields are the members of a push item the gateway reads, in the
 // order of pushFields.
 var pushItemFields = [...]string{"queue", "partition", "transactionId", "payload", "traceId"}
 
+// The bits of countPushItem's plain.
+const (
+	plainQueue     uint8 = 1 << 0
+	plainPartition uint8 = 1 << 1
+)
+
 // pushFields are the raw values (nil when absent) of a push item's
 // queue, partition, transactionId, payload and traceId.
 type pushFields [len(pushItemFields)][]byte
 
 // countPushItem counts the push item whose members are v, or says why the
-// broker would refuse it or could not store it.
-func (n *nameBuf) countPushItem(b *ProduceBatch, v *pushFields, ref itemRef) error {
+// broker would refuse it or could not store it. plain says which of the
+// queue (bit 0) and partition (bit 1) are known to be checked strings
+// without escapes, whose text is their raw bytes.
+func (n *nameBuf) countPushItem(b *ProduceBatch, v *pushFields, plain uint8, ref itemRef) error {
 	queue, part, txn, payload, trace := v[0], v[1], v[2], v[3], v[4]
 	if queue == nil {
 		return &BodyError{ref.String() + " has no queue"}
 	}
-	q, isString := n.text(0, queue)
+	q, isString := queue, true
+	if plain&plainQueue != 0 {
+		q = queue[1 : len(queue)-1]
+	} else {
+		q, isString = n.text(0, queue)
+	}
 	if !isString {
 		return &BodyError{ref.String() + ": queue must be a string"}
 	}
-	p, isString := n.partition(part)
+	p := part
+	if plain&plainPartition != 0 {
+		p = part[1 : len(part)-1]
+	} else {
+		p, isString = n.partition(part)
+	}
 	if !isString {
 		return &BodyError{ref.String() + ": partition must be a string"}
 	}

@@ -188,8 +188,9 @@ func (n *nameBuf) fastItems(b *ProduceBatch, body []byte, i, depth, op int) int 
 			return -1
 		}
 		var v pushFields
-		end := fastFields(body, i, depth, &v)
-		if end < 0 || n.countPushItem(b, &v, itemRef{op: op, item: b.Items}) != nil {
+		var plain uint8
+		end := fastFields(body, i, depth, &v, &plain)
+		if end < 0 || n.countPushItem(b, &v, plain, itemRef{op: op, item: b.Items}) != nil {
 			return -1
 		}
 		if i, more = nextMember(body, end, ']'); i < 0 {
@@ -199,9 +200,10 @@ func (n *nameBuf) fastItems(b *ProduceBatch, body []byte, i, depth, op int) int 
 }
 
 // fastFields checks the object at body[i], whose values are at depth,
-// sets v to its push item members (the last of a repeated one), and
-// returns the index just past it, or -1.
-func fastFields(body []byte, i, depth int, v *pushFields) int {
+// sets v to its push item members (the last of a repeated one) and plain
+// to which of its queue and partition are strings without escapes (as
+// countPushItem takes it), and returns the index just past it, or -1.
+func fastFields(body []byte, i, depth int, v *pushFields, plain *uint8) int {
 	for i, more := firstMember(body, i, '}'); ; {
 		if !more {
 			return i
@@ -217,12 +219,25 @@ func fastFields(body []byte, i, depth int, v *pushFields) int {
 		if c := byteAt(body, at); c <= ' ' {
 			at = jsonscan.SkipSpace(body, at)
 		}
-		end := jsonscan.SkipValid(body, at, depth, true)
+		var end int
+		escaped := true
+		if byteAt(body, at) == '"' {
+			end, escaped = jsonscan.SkipValidString(body, at, true)
+		} else {
+			end = jsonscan.SkipValid(body, at, depth, true)
+		}
 		if end < 0 {
 			return -1
 		}
 		if f >= 0 {
 			v[f] = body[at:end]
+			if f <= 1 { // the queue or the partition: plainQueue, plainPartition
+				bit := uint8(1) << f
+				*plain &^= bit
+				if !escaped {
+					*plain |= bit
+				}
+			}
 		}
 		if i, more = nextMember(body, end, '}'); i < 0 {
 			return -1
@@ -369,7 +384,7 @@ func (n *nameBuf) settleOperation(b *ProduceBatch, end, op int, typ, items []byt
 	if v[0] == nil { // no queue: not the flat form
 		return end
 	}
-	if n.countPushItem(b, v, itemRef{op: op, item: -1}) != nil {
+	if n.countPushItem(b, v, 0, itemRef{op: op, item: -1}) != nil {
 		return -1
 	}
 	return end

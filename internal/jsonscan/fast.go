@@ -166,8 +166,22 @@ key:
 	if i >= len(b) || b[i] != '"' {
 		return -1
 	}
-	i = skipString(b, i+1, refuseNUL)
-	if i < 0 {
+	// The fast loop again: member names are short and plain.
+	i++
+	for len(b)-i >= 8 {
+		if m := specialBytes(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+			i += bits.TrailingZeros64(m) >> 3
+			goto keySpecial
+		}
+		i += 8
+	}
+	for i < len(b) && plain[b[i]] {
+		i++
+	}
+keySpecial:
+	if i < len(b) && b[i] == '"' {
+		i++
+	} else if i = skipString(b, i, refuseNUL); i < 0 {
 		return -1
 	}
 	if i < len(b) && b[i] == ':' {
