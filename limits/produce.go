@@ -49,6 +49,14 @@ type ProduceBatch struct {
 
 type sizeRecord struct{ index, bytes int }
 
+// The first capacities of a batch's lists: one allocation each serves
+// the usual batch, whatever its length (its items go to a few pairs, and
+// their payload sizes set few new records).
+const (
+	initialRecords = 8
+	initialPairs   = 4
+)
+
 // produceLinearPairs is how many pairs are searched linearly before an index
 // map is built: most bodies write to one or a few pairs.
 const produceLinearPairs = 8
@@ -76,6 +84,11 @@ func (b *ProduceBatch) count(payloadBytes, index int) {
 	b.PayloadBytes += int64(payloadBytes)
 	if b.Heaviest.Index < 0 || payloadBytes > b.Heaviest.Bytes {
 		b.Heaviest.Index, b.Heaviest.Bytes = index, payloadBytes
+		if b.records == nil {
+			// Payload sizes vary little in a real batch: a few records
+			// serve it, whatever its length.
+			b.records = make([]sizeRecord, 0, initialRecords)
+		}
 		b.records = append(b.records, sizeRecord{index, payloadBytes})
 	}
 }
@@ -88,7 +101,11 @@ func (b *ProduceBatch) addPair(queue, partition []byte) {
 				return
 			}
 		}
-		b.Pairs = append(b.Pairs, QueuePartition{string(queue), partitionName(partition)})
+		if b.Pairs == nil {
+			b.Pairs = make([]QueuePartition, 0, initialPairs)
+			b.PairItems = make([]int, 0, initialPairs)
+		}
+		b.Pairs = append(b.Pairs, QueuePartition{b.queueName(queue), partitionName(partition)})
 		b.PairItems = append(b.PairItems, 1)
 		if len(b.Pairs) > produceLinearPairs {
 			b.pairIdx = make(map[string]int, 2*len(b.Pairs))
@@ -103,7 +120,7 @@ func (b *ProduceBatch) addPair(queue, partition []byte) {
 		b.PairItems[i]++
 		return
 	}
-	b.Pairs = append(b.Pairs, QueuePartition{string(queue), partitionName(partition)})
+	b.Pairs = append(b.Pairs, QueuePartition{b.queueName(queue), partitionName(partition)})
 	b.PairItems = append(b.PairItems, 1)
 	b.pairIdx[string(key)] = len(b.Pairs) - 1
 }
@@ -112,6 +129,15 @@ func (b *ProduceBatch) addPair(queue, partition []byte) {
 // partitions of one body often differ only there (customer-1, customer-2).
 func sameName(name string, raw []byte) bool {
 	return len(name) == len(raw) && (len(raw) == 0 || name[len(name)-1] == raw[len(raw)-1]) && name == string(raw)
+}
+
+// queueName is string(queue), without a copy when the last pair names
+// the same queue (a batch's pairs are mostly partitions of one queue).
+func (b *ProduceBatch) queueName(queue []byte) string {
+	if n := len(b.Pairs); n > 0 && b.Pairs[n-1].Queue == string(queue) {
+		return b.Pairs[n-1].Queue
+	}
+	return string(queue)
 }
 
 // partitionName is string(partition), without a copy for the partition
