@@ -49,9 +49,7 @@ type ProduceBatch struct {
 
 type sizeRecord struct{ index, bytes int }
 
-// The first capacities of a batch's lists: one allocation each serves
-// the usual batch, whatever its length (its items go to a few pairs, and
-// their payload sizes set few new records).
+// The first capacities of a batch's lists (batchRoom).
 const (
 	initialRecords = 8
 	initialPairs   = 4
@@ -85,9 +83,7 @@ func (b *ProduceBatch) count(payloadBytes, index int) {
 	if b.Heaviest.Index < 0 || payloadBytes > b.Heaviest.Bytes {
 		b.Heaviest.Index, b.Heaviest.Bytes = index, payloadBytes
 		if b.records == nil {
-			// Payload sizes vary little in a real batch: a few records
-			// serve it, whatever its length.
-			b.records = make([]sizeRecord, 0, initialRecords)
+			b.makeRoom()
 		}
 		b.records = append(b.records, sizeRecord{index, payloadBytes})
 	}
@@ -102,10 +98,9 @@ func (b *ProduceBatch) addPair(queue, partition []byte) {
 			}
 		}
 		if b.Pairs == nil {
-			b.Pairs = make([]QueuePartition, 0, initialPairs)
-			b.PairItems = make([]int, 0, initialPairs)
+			b.makeRoom()
 		}
-		b.Pairs = append(b.Pairs, QueuePartition{b.queueName(queue), partitionName(partition)})
+		b.Pairs = append(b.Pairs, b.newPair(queue, partition))
 		b.PairItems = append(b.PairItems, 1)
 		if len(b.Pairs) > produceLinearPairs {
 			b.pairIdx = make(map[string]int, 2*len(b.Pairs))
@@ -120,7 +115,7 @@ func (b *ProduceBatch) addPair(queue, partition []byte) {
 		b.PairItems[i]++
 		return
 	}
-	b.Pairs = append(b.Pairs, QueuePartition{b.queueName(queue), partitionName(partition)})
+	b.Pairs = append(b.Pairs, b.newPair(queue, partition))
 	b.PairItems = append(b.PairItems, 1)
 	b.pairIdx[string(key)] = len(b.Pairs) - 1
 }
@@ -131,13 +126,35 @@ func sameName(name string, raw []byte) bool {
 	return len(name) == len(raw) && (len(raw) == 0 || name[len(name)-1] == raw[len(raw)-1]) && name == string(raw)
 }
 
-// queueName is string(queue), without a copy when the last pair names
-// the same queue (a batch's pairs are mostly partitions of one queue).
-func (b *ProduceBatch) queueName(queue []byte) string {
+// newPair is the pair's names as strings, in one allocation at most: the
+// queue is the last pair's when it names the same one (a batch's pairs are
+// mostly partitions of one queue), the default partition is the constant,
+// and otherwise both names share one string.
+func (b *ProduceBatch) newPair(queue, partition []byte) QueuePartition {
 	if n := len(b.Pairs); n > 0 && b.Pairs[n-1].Queue == string(queue) {
-		return b.Pairs[n-1].Queue
+		return QueuePartition{b.Pairs[n-1].Queue, partitionName(partition)}
 	}
-	return string(queue)
+	if string(partition) == DefaultPartition {
+		return QueuePartition{string(queue), DefaultPartition}
+	}
+	var room [64]byte
+	both := string(append(append(room[:0], queue...), partition...))
+	return QueuePartition{both[:len(queue)], both[len(queue):]}
+}
+
+// batchRoom is a batch's first room for its pairs, their counts and its
+// size records, in one allocation: a usual batch needs no more, whatever
+// its length (its items go to a few pairs, and their payload sizes set
+// few new records).
+type batchRoom struct {
+	pairs   [initialPairs]QueuePartition
+	counts  [initialPairs]int
+	records [initialRecords]sizeRecord
+}
+
+func (b *ProduceBatch) makeRoom() {
+	r := new(batchRoom)
+	b.Pairs, b.PairItems, b.records = r.pairs[:0], r.counts[:0], r.records[:0]
 }
 
 // partitionName is string(partition), without a copy for the partition

@@ -200,30 +200,32 @@ func benchAgainstValid(b *testing.B, body []byte, read func([]byte) error) {
 // BenchmarkReadingParts is each step of the reading of a 100-item push
 // against json.Valid, to show where the time goes.
 func BenchmarkReadingParts(b *testing.B) {
-	for _, large := range []bool{false, true} {
-		body := sdkPush(100, large)
-		r := newRequestReader(limits.ParsePush, 100)
-		pairs := []limits.QueuePartition{{Queue: "orders", Partition: "customer-0"}, {Queue: "orders", Partition: "customer-1"},
-			{Queue: "orders", Partition: "customer-2"}, {Queue: "orders", Partition: "customer-3"}}
-		for _, part := range []struct {
-			name string
-			read func([]byte) error
-		}{
-			{"utf8", func(b []byte) error { jsonscan.InvalidUTF8(b); return nil }},
-			{"reserved", func(b []byte) error { tenancy.BodyNamesReserved(b); return nil }},
-			{"check", jsonscan.CheckStored},
-			{"parse", func(b []byte) error { _, err := limits.ParsePush(b); return err }},
-			{"admit", func([]byte) error {
-				_, _, err := r.admission.Admit(context.Background(), benchCluster, pairs, r.lim)
-				return err
-			}},
-			{"all", r.read},
-		} {
-			size := "100B"
-			if large {
-				size = "1KB"
+	for _, n := range []int{1, 100} {
+		for _, large := range []bool{false, true} {
+			body := sdkPush(n, large)
+			r := newRequestReader(limits.ParsePush, n)
+			pairs := []limits.QueuePartition{{Queue: "orders", Partition: "customer-0"}, {Queue: "orders", Partition: "customer-1"},
+				{Queue: "orders", Partition: "customer-2"}, {Queue: "orders", Partition: "customer-3"}}[:min(n, 4)]
+			for _, part := range []struct {
+				name string
+				read func([]byte) error
+			}{
+				{"utf8", func(b []byte) error { jsonscan.InvalidUTF8(b); return nil }},
+				{"reserved", func(b []byte) error { tenancy.BodyNamesReserved(b); return nil }},
+				{"check", jsonscan.CheckStored},
+				{"parse", func(b []byte) error { _, err := limits.ParsePush(b); return err }},
+				{"admit", func([]byte) error {
+					_, _, err := r.admission.Admit(context.Background(), benchCluster, pairs, r.lim)
+					return err
+				}},
+				{"all", r.read},
+			} {
+				size := "100B"
+				if large {
+					size = "1KB"
+				}
+				b.Run(strconv.Itoa(n)+"x"+size+"/"+part.name, func(b *testing.B) { benchAgainstValid(b, body, part.read) })
 			}
-			b.Run(size+"/"+part.name, func(b *testing.B) { benchAgainstValid(b, body, part.read) })
 		}
 	}
 }
