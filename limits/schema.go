@@ -2,6 +2,7 @@ package limits
 
 import (
 	"bytes"
+	"encoding/binary"
 	"strconv"
 	"unicode/utf8"
 
@@ -152,29 +153,32 @@ func uuidText(s []byte) bool {
 }
 
 // canonicalUUID reports whether s is a uuid in the usual 8-4-4-4-12
-// form, which uuidText accepts too; it is a shortcut, not a rule.
+// form, which uuidText accepts too; it is a shortcut, not a rule. The 32
+// digits are looked at eight at a time.
 func canonicalUUID(s []byte) bool {
 	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
 		return false
 	}
-	bad := byte(0)
-	for _, group := range [...][2]int{{0, 8}, {9, 13}, {14, 18}, {19, 23}, {24, 36}} {
-		for _, c := range s[group[0]:group[1]] {
-			bad |= notHex[c]
-		}
-	}
-	return bad == 0
+	le := binary.LittleEndian
+	return hexWord(le.Uint64(s[0:8])) &&
+		hexWord(uint64(le.Uint32(s[9:13]))|uint64(le.Uint32(s[14:18]))<<32) &&
+		hexWord(uint64(le.Uint32(s[19:23]))|uint64(le.Uint32(s[24:28]))<<32) &&
+		hexWord(le.Uint64(s[28:36]))
 }
 
-// notHex is 1 for every byte that is not a hex digit.
-var notHex = func() (t [256]byte) {
-	for c := range t {
-		if !isHex(byte(c)) {
-			t[c] = 1
-		}
+// hexWord reports whether all eight bytes of w are hex digits: below 0x80
+// and at least 0x20, and, with the letter case bit set, in '0'–'9' or
+// 'a'–'f' (no lane carries into the next, since every lane is below 0x80).
+func hexWord(w uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	if w&highs != 0 || (w-ones*0x20)&highs != 0 {
+		return false
 	}
-	return t
-}()
+	x := w | ones*0x20
+	digit := (x + ones*(0x80-'0')) &^ (x + ones*(0x80-'9'-1))
+	letter := (x + ones*(0x80-'a')) &^ (x + ones*(0x80-'f'-1))
+	return (digit|letter)&highs == highs
+}
 
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
