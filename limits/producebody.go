@@ -245,6 +245,9 @@ var pushItemFields = [...]string{"queue", "partition", "transactionId", "payload
 const (
 	plainQueue     uint8 = 1 << 0
 	plainPartition uint8 = 1 << 1
+	// canonicalTrace: the traceId is a canonical uuid in quotes, which
+	// the broker stores.
+	canonicalTrace uint8 = 1 << 2
 )
 
 // pushFields are the raw values (nil when absent) of a push item's
@@ -254,7 +257,8 @@ type pushFields [len(pushItemFields)][]byte
 // countPushItem counts the push item whose members are v, or says why the
 // broker would refuse it or could not store it. plain says which of the
 // queue (bit 0) and partition (bit 1) are known to be checked strings
-// without escapes, whose text is their raw bytes.
+// without escapes, whose text is their raw bytes, and whether the traceId
+// is known to be a canonical uuid (bit 2).
 func (n *nameBuf) countPushItem(b *ProduceBatch, v *pushFields, plain uint8, ref itemRef) error {
 	queue, part, txn, payload, trace := v[0], v[1], v[2], v[3], v[4]
 	if queue == nil {
@@ -280,6 +284,9 @@ func (n *nameBuf) countPushItem(b *ProduceBatch, v *pushFields, plain uint8, ref
 	}
 	if txn != nil && !isNull(txn) && txn[0] != '"' {
 		return &BodyError{ref.String() + ": transactionId must be a string"}
+	}
+	if plain&canonicalTrace != 0 {
+		trace = nil // storable, as traceIDStorable would find again
 	}
 	if err := storableIDs(ref, q, p, txn, trace); err != nil {
 		return err

@@ -220,9 +220,18 @@ func fastFields(body []byte, i, depth int, v *pushFields, plain *uint8) int {
 			at = jsonscan.SkipSpace(body, at)
 		}
 		var end int
-		escaped := true
+		escaped, uuid := true, false
 		if byteAt(body, at) == '"' {
-			end, escaped = jsonscan.SkipValidString(body, at, true)
+			if f == 2 && jsonscan.PlainString36(body, at) {
+				// The transactionId every SDK writes (a uuid): 36 bytes no
+				// string must escape, in one look instead of the loop.
+				end, escaped = at+quotedUUIDLen, false
+			} else if uuid = f == 4 && quotedCanonicalUUID(body, at); uuid {
+				// The traceId: a canonical uuid, which the broker stores too.
+				end, escaped = at+quotedUUIDLen, false
+			} else {
+				end, escaped = jsonscan.SkipValidString(body, at, true)
+			}
 		} else {
 			end = jsonscan.SkipValid(body, at, depth, true)
 		}
@@ -231,6 +240,12 @@ func fastFields(body []byte, i, depth int, v *pushFields, plain *uint8) int {
 		}
 		if f >= 0 {
 			v[f] = body[at:end]
+			if f == 4 {
+				*plain &^= canonicalTrace
+				if uuid {
+					*plain |= canonicalTrace
+				}
+			}
 			if f <= 1 { // the queue or the partition: plainQueue, plainPartition
 				bit := uint8(1) << f
 				*plain &^= bit
@@ -394,4 +409,15 @@ func (n *nameBuf) settleOperation(b *ProduceBatch, end, op int, typ, items []byt
 func (n *nameBuf) isAck(typ []byte) bool {
 	t, isString := n.text(0, typ)
 	return isString && string(t) == "ack"
+}
+
+// quotedUUIDLen is the length of a canonical uuid in quotes.
+const quotedUUIDLen = 38
+
+// quotedCanonicalUUID reports whether body[at:] starts with a canonical
+// uuid in quotes: 36 bytes of hex digits and hyphens, none of which a
+// string must escape, so the string ends at the quote after them.
+func quotedCanonicalUUID(body []byte, at int) bool {
+	return len(body)-at >= quotedUUIDLen && body[at+quotedUUIDLen-1] == '"' &&
+		canonicalUUID(body[at+1:at+quotedUUIDLen-1])
 }

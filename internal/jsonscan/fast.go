@@ -224,6 +224,19 @@ special:
 	return end, end >= 0 && hasByte(b[i:end], '\\')
 }
 
+// PlainString36 reports whether b[i:] starts with a string of 36 bytes
+// (the length of a uuid) in quotes that need no look: no quote,
+// backslash, control byte or byte past ASCII. Such a string is valid, ends
+// at i+38 and holds no escape. The five words are looked at together.
+func PlainString36(b []byte, i int) bool {
+	if len(b)-i < 38 || b[i] != '"' || b[i+37] != '"' {
+		return false
+	}
+	le := binary.LittleEndian
+	return specialBytes(le.Uint64(b[i+1:]))|specialBytes(le.Uint64(b[i+9:]))|specialBytes(le.Uint64(b[i+17:]))|
+		specialBytes(le.Uint64(b[i+25:]))|specialBytes(le.Uint64(b[i+29:])) == 0
+}
+
 func hasByte(b []byte, c byte) bool {
 	for _, x := range b {
 		if x == c {
