@@ -252,9 +252,14 @@ func hasByte(b []byte, c byte) bool {
 // lowest is always exact, and it is the only one used.
 func specialBytes(w uint64) uint64 {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	// A lane is a quote or a backslash when it is zero after the xor, and
+	// subtracting one then sets its high bit. So does it for a lane past
+	// ASCII (the usual &^x guarding against that is not needed: such a
+	// lane is marked by w itself), and a borrow comes only out of a lane
+	// that is itself marked.
 	q := w ^ (ones * '"')
 	s := w ^ (ones * '\\')
-	return ((q-ones) & ^q | (s-ones) & ^s | (w - ones*0x20) | w) & highs
+	return ((q - ones) | (s - ones) | (w - ones*0x20) | w) & highs
 }
 
 // skipString checks a string from b[i] (past its opening quote, or inside
