@@ -1,6 +1,11 @@
 package limits
 
-import "github.com/queengate/queengate/internal/jsonscan"
+import (
+	"encoding/binary"
+	"math/bits"
+
+	"github.com/queengate/queengate/internal/jsonscan"
+)
 
 // The one-pass readers of push and transaction bodies. The reference
 // readers (parsePushReference, parseTransactionReference) check the whole
@@ -193,6 +198,10 @@ func (n *nameBuf) fastItems(b *ProduceBatch, body []byte, i, depth, op int) int 
 		if end < 0 || n.countPushItem(b, &v, plain, itemRef{op: op, item: b.Items}) != nil {
 			return -1
 		}
+		if c := byteAt(body, end); c == ',' && byteAt(body, end+1) == '{' {
+			i, more = end+1, true // the next item, as the SDKs write it
+			continue
+		}
 		if i, more = nextMember(body, end, ']'); i < 0 {
 			return -1
 		}
@@ -229,6 +238,8 @@ func fastFields(body []byte, i, depth int, v *pushFields, plain *uint8) int {
 			} else if uuid = f == 4 && quotedCanonicalUUID(body, at); uuid {
 				// The traceId: a canonical uuid, which the broker stores too.
 				end, escaped = at+quotedUUIDLen, false
+			} else if e := shortPlainString(body, at); e > 0 {
+				end, escaped = e, false
 			} else {
 				end, escaped = jsonscan.SkipValidString(body, at, true)
 			}
@@ -253,6 +264,10 @@ func fastFields(body []byte, i, depth int, v *pushFields, plain *uint8) int {
 					*plain |= bit
 				}
 			}
+		}
+		if c := byteAt(body, end); c == ',' && byteAt(body, end+1) == '"' {
+			i, more = end+1, true // the next member, as the SDKs write it
+			continue
 		}
 		if i, more = nextMember(body, end, '}'); i < 0 {
 			return -1
@@ -421,3 +436,25 @@ func quotedCanonicalUUID(body []byte, at int) bool {
 	return len(body)-at >= quotedUUIDLen && body[at+quotedUUIDLen-1] == '"' &&
 		canonicalUUID(body[at+1:at+quotedUUIDLen-1])
 }
+
+// shortPlainString is the index just past the string whose opening quote
+// is at body[at] when it ends within its first sixteen bytes and none of
+// them needs a look (a queue or a partition as the SDKs name them), else
+// 0; it is written to be inlined where a call would cost more than the
+// look.
+func shortPlainString(body []byte, at int) int {
+	if len(body)-at < 17 {
+		return 0
+	}
+	k := at + 1
+	m := jsonscan.SpecialBytes(binary.LittleEndian.Uint64(body[k:]))
+	if m == 0 {
+		k += 8
+		m = jsonscan.SpecialBytes(binary.LittleEndian.Uint64(body[k:]))
+	}
+	if k += bits.TrailingZeros64(m) >> 3; m != 0 && body[k] == '"' {
+		return k + 1
+	}
+	return 0
+}
+

@@ -237,6 +237,11 @@ func PlainString36(b []byte, i int) bool {
 		specialBytes(le.Uint64(b[i+25:]))|specialBytes(le.Uint64(b[i+29:])) == 0
 }
 
+// SpecialBytes is specialBytes, for readers that scan their own strings:
+// the lowest marked lane of w, if any, is the first byte of the eight that
+// is a quote, a backslash, a control byte or past ASCII.
+func SpecialBytes(w uint64) uint64 { return specialBytes(w) }
+
 func hasByte(b []byte, c byte) bool {
 	for _, x := range b {
 		if x == c {
