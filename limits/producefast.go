@@ -457,4 +457,3 @@ func shortPlainString(body []byte, at int) int {
 	}
 	return 0
 }
-
