@@ -2,6 +2,8 @@ package jsonscan
 
 import (
 	"bytes"
+	"math/bits"
+	"math/rand"
 	"strings"
 	"testing"
 )
@@ -121,6 +123,57 @@ func TestFastEveryByteEveryLane(t *testing.T) {
 				body := append(append([]byte(prefix), run...), `"]`...)
 				fastAgrees(t, body)
 			}
+		}
+	}
+}
+
+// TestSpecialBytesLowestLaneExact holds the string loop's word test to a
+// byte-by-byte reading: the lowest marked lane of specialBytes is the
+// first byte of the eight that needs a look, and no lane is marked when
+// none does, on random words rich in the bytes near the edges (quote,
+// backslash, 0x1f/0x20, 0x7f/0x80) and on every pair of bytes at both
+// ends of a word.
+func TestSpecialBytesLowestLaneExact(t *testing.T) {
+	needsLook := func(c byte) bool { return c == '"' || c == '\\' || c < 0x20 || c >= 0x80 }
+	check := func(w uint64) {
+		t.Helper()
+		want := -1
+		for k := 0; k < 8; k++ {
+			if needsLook(byte(w >> (8 * k))) {
+				want = k
+				break
+			}
+		}
+		got := -1
+		if m := specialBytes(w); m != 0 {
+			got = bits.TrailingZeros64(m) >> 3
+		}
+		if got != want {
+			t.Fatalf("%016x: lowest marked lane %d, want %d", w, got, want)
+		}
+	}
+	const edges = "\"\\\x00\x01\x1f\x20\x21\x23\x5b\x5c\x5d\x7f\x80\xa2\xdc\xff"
+	r := rand.New(rand.NewSource(26))
+	for n := 0; n < 2_000_000; n++ {
+		var w uint64
+		for k := 0; k < 8; k++ {
+			var c byte
+			switch r.Intn(4) {
+			case 0:
+				c = byte(r.Intn(256))
+			case 1:
+				c = edges[r.Intn(len(edges))]
+			default:
+				c = byte(0x20 + r.Intn(0x60))
+			}
+			w |= uint64(c) << (8 * k)
+		}
+		check(w)
+	}
+	for a := 0; a < 256; a++ {
+		for b := 0; b < 256; b++ {
+			check(uint64(a) | uint64(b)<<8 | 0x4141414141410000)
+			check(0x0000414141414141 | uint64(a)<<48 | uint64(b)<<56)
 		}
 	}
 }
