@@ -20,7 +20,7 @@ func (n *nameBuf) text(slot int, v []byte) ([]byte, bool) {
 	// Names are used in place unless they hold escapes or invalid UTF-8,
 	// which encoding/json turns into U+FFFD like the rest of the body's text.
 	inner := v[1 : len(v)-1]
-	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+	if plainASCII(inner) || bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
 		return inner, true
 	}
 	var s string

@@ -49,6 +49,12 @@ type ProduceBatch struct {
 
 type sizeRecord struct{ index, bytes int }
 
+// The first capacities of a batch's lists (batchRoom).
+const (
+	initialRecords = 8
+	initialPairs   = 4
+)
+
 // produceLinearPairs is how many pairs are searched linearly before an index
 // map is built: most bodies write to one or a few pairs.
 const produceLinearPairs = 8
@@ -76,6 +82,9 @@ func (b *ProduceBatch) count(payloadBytes, index int) {
 	b.PayloadBytes += int64(payloadBytes)
 	if b.Heaviest.Index < 0 || payloadBytes > b.Heaviest.Bytes {
 		b.Heaviest.Index, b.Heaviest.Bytes = index, payloadBytes
+		if b.records == nil {
+			b.makeRoom()
+		}
 		b.records = append(b.records, sizeRecord{index, payloadBytes})
 	}
 }
@@ -83,12 +92,15 @@ func (b *ProduceBatch) count(payloadBytes, index int) {
 func (b *ProduceBatch) addPair(queue, partition []byte) {
 	if b.pairIdx == nil {
 		for i, p := range b.Pairs {
-			if p.Queue == string(queue) && p.Partition == string(partition) {
+			if sameName(p.Partition, partition) && p.Queue == string(queue) {
 				b.PairItems[i]++
 				return
 			}
 		}
-		b.Pairs = append(b.Pairs, QueuePartition{string(queue), partitionName(partition)})
+		if b.Pairs == nil {
+			b.makeRoom()
+		}
+		b.Pairs = append(b.Pairs, b.newPair(queue, partition))
 		b.PairItems = append(b.PairItems, 1)
 		if len(b.Pairs) > produceLinearPairs {
 			b.pairIdx = make(map[string]int, 2*len(b.Pairs))
@@ -103,9 +115,46 @@ func (b *ProduceBatch) addPair(queue, partition []byte) {
 		b.PairItems[i]++
 		return
 	}
-	b.Pairs = append(b.Pairs, QueuePartition{string(queue), partitionName(partition)})
+	b.Pairs = append(b.Pairs, b.newPair(queue, partition))
 	b.PairItems = append(b.PairItems, 1)
 	b.pairIdx[string(key)] = len(b.Pairs) - 1
+}
+
+// sameName is name == string(raw), looking at the last byte first: the
+// partitions of one body often differ only there (customer-1, customer-2).
+func sameName(name string, raw []byte) bool {
+	return len(name) == len(raw) && (len(raw) == 0 || name[len(name)-1] == raw[len(raw)-1]) && name == string(raw)
+}
+
+// newPair is the pair's names as strings, in one allocation at most: the
+// queue is the last pair's when it names the same one (a batch's pairs are
+// mostly partitions of one queue), the default partition is the constant,
+// and otherwise both names share one string.
+func (b *ProduceBatch) newPair(queue, partition []byte) QueuePartition {
+	if n := len(b.Pairs); n > 0 && b.Pairs[n-1].Queue == string(queue) {
+		return QueuePartition{b.Pairs[n-1].Queue, partitionName(partition)}
+	}
+	if string(partition) == DefaultPartition {
+		return QueuePartition{string(queue), DefaultPartition}
+	}
+	var room [64]byte
+	both := string(append(append(room[:0], queue...), partition...))
+	return QueuePartition{both[:len(queue)], both[len(queue):]}
+}
+
+// batchRoom is a batch's first room for its pairs, their counts and its
+// size records, in one allocation: a usual batch needs no more, whatever
+// its length (its items go to a few pairs, and their payload sizes set
+// few new records).
+type batchRoom struct {
+	pairs   [initialPairs]QueuePartition
+	counts  [initialPairs]int
+	records [initialRecords]sizeRecord
+}
+
+func (b *ProduceBatch) makeRoom() {
+	r := new(batchRoom)
+	b.Pairs, b.PairItems, b.records = r.pairs[:0], r.counts[:0], r.records[:0]
 }
 
 // partitionName is string(partition), without a copy for the partition

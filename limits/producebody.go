@@ -95,6 +95,20 @@ func ParsePush(body []byte) (ProduceBatch, error) {
 	var b ProduceBatch
 	b.reset()
 	var names nameBuf
+	if fastPush(body, &b, &names) {
+		return b, nil
+	}
+	return parsePushReference(body)
+}
+
+// parsePushReference is ParsePush's reading in two passes (the check,
+// then the walk): the reference fastPush is held to, and the reader of
+// every body fastPush does not decide, which it refuses with the right
+// message.
+func parsePushReference(body []byte) (ProduceBatch, error) {
+	var b ProduceBatch
+	b.reset()
+	var names nameBuf
 	var itemsErr error
 	seen, isArray := false, false
 	isObj, err := walkTop(body, "items", func(at int) int {
@@ -133,6 +147,18 @@ func ParsePush(body []byte) (ProduceBatch, error) {
 // payload); anything else adds nothing. Items are numbered across
 // operations.
 func ParseTransaction(body []byte) (ProduceBatch, error) {
+	var b ProduceBatch
+	b.reset()
+	var names nameBuf
+	if fastTransaction(body, &b, &names) {
+		return b, nil
+	}
+	return parseTransactionReference(body)
+}
+
+// parseTransactionReference is ParseTransaction's reading in two passes,
+// as parsePushReference is ParsePush's.
+func parseTransactionReference(body []byte) (ProduceBatch, error) {
 	var b ProduceBatch
 	b.reset()
 	var names nameBuf
@@ -206,32 +232,71 @@ func (n *nameBuf) addPushItem(b *ProduceBatch, body []byte, at int, ref itemRef)
 	if body[at] != '{' {
 		return jsonscan.ValueEnd(body, at), &BodyError{ref.String() + " is not an object"}
 	}
-	var v [5][]byte
-	end := memberValues(body, at, []string{"queue", "partition", "transactionId", "payload", "traceId"}, v[:])
+	var v pushFields
+	end := memberValues(body, at, pushItemFields[:], v[:])
+	return end, n.countPushItem(b, &v, 0, ref)
+}
+
+// pushItemFields are the members of a push item the gateway reads, in the
+// order of pushFields.
+var pushItemFields = [...]string{"queue", "partition", "transactionId", "payload", "traceId"}
+
+// The bits of countPushItem's plain.
+const (
+	plainQueue     uint8 = 1 << 0
+	plainPartition uint8 = 1 << 1
+	// canonicalTrace: the traceId is a canonical uuid in quotes, which
+	// the broker stores.
+	canonicalTrace uint8 = 1 << 2
+)
+
+// pushFields are the raw values (nil when absent) of a push item's
+// queue, partition, transactionId, payload and traceId.
+type pushFields [len(pushItemFields)][]byte
+
+// countPushItem counts the push item whose members are v, or says why the
+// broker would refuse it or could not store it. plain says which of the
+// queue (bit 0) and partition (bit 1) are known to be checked strings
+// without escapes, whose text is their raw bytes, and whether the traceId
+// is known to be a canonical uuid (bit 2).
+func (n *nameBuf) countPushItem(b *ProduceBatch, v *pushFields, plain uint8, ref itemRef) error {
 	queue, part, txn, payload, trace := v[0], v[1], v[2], v[3], v[4]
 	if queue == nil {
-		return end, &BodyError{ref.String() + " has no queue"}
+		return &BodyError{ref.String() + " has no queue"}
 	}
-	q, isString := n.text(0, queue)
-	if !isString {
-		return end, &BodyError{ref.String() + ": queue must be a string"}
+	q, isString := queue, true
+	if plain&plainQueue != 0 {
+		q = queue[1 : len(queue)-1]
+	} else {
+		q, isString = n.text(0, queue)
 	}
-	p, isString := n.partition(part)
 	if !isString {
-		return end, &BodyError{ref.String() + ": partition must be a string"}
+		return &BodyError{ref.String() + ": queue must be a string"}
+	}
+	p := part
+	if plain&plainPartition != 0 {
+		p = part[1 : len(part)-1]
+	} else {
+		p, isString = n.partition(part)
+	}
+	if !isString {
+		return &BodyError{ref.String() + ": partition must be a string"}
 	}
 	if txn != nil && !isNull(txn) && txn[0] != '"' {
-		return end, &BodyError{ref.String() + ": transactionId must be a string"}
+		return &BodyError{ref.String() + ": transactionId must be a string"}
+	}
+	if plain&canonicalTrace != 0 {
+		trace = nil // storable, as traceIDStorable would find again
 	}
 	if err := storableIDs(ref, q, p, txn, trace); err != nil {
-		return end, err
+		return err
 	}
 	size := len(payload)
 	if payload == nil {
 		size = missingPayloadBytes
 	}
 	b.add(q, p, size, b.Items)
-	return end, nil
+	return nil
 }
 
 // storableIDs applies the schema's rules to an item's decoded queue and

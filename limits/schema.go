@@ -2,6 +2,7 @@ package limits
 
 import (
 	"bytes"
+	"encoding/binary"
 	"strconv"
 	"unicode/utf8"
 
@@ -55,6 +56,9 @@ func traceIDStorable(v []byte) bool {
 		return false
 	}
 	s := v[1 : len(v)-1]
+	if canonicalUUID(s) {
+		return true // the form every SDK sends, read in one look
+	}
 	if len(s) > len(`"{01234567-89ab-cdef-0123-456789abcdef}"`)*6 {
 		return false // longer than any escaped form of a uuid
 	}
@@ -146,6 +150,34 @@ func uuidText(s []byte) bool {
 		digits++
 	}
 	return digits == 32
+}
+
+// canonicalUUID reports whether s is a uuid in the usual 8-4-4-4-12
+// form, which uuidText accepts too; it is a shortcut, not a rule. The 32
+// digits are looked at eight at a time.
+func canonicalUUID(s []byte) bool {
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return false
+	}
+	le := binary.LittleEndian
+	return hexWord(le.Uint64(s[0:8])) &&
+		hexWord(uint64(le.Uint32(s[9:13]))|uint64(le.Uint32(s[14:18]))<<32) &&
+		hexWord(uint64(le.Uint32(s[19:23]))|uint64(le.Uint32(s[24:28]))<<32) &&
+		hexWord(le.Uint64(s[28:36]))
+}
+
+// hexWord reports whether all eight bytes of w are hex digits: below 0x80
+// and at least 0x20, and, with the letter case bit set, in '0'–'9' or
+// 'a'–'f' (no lane carries into the next, since every lane is below 0x80).
+func hexWord(w uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	if w&highs != 0 || (w-ones*0x20)&highs != 0 {
+		return false
+	}
+	x := w | ones*0x20
+	digit := (x + ones*(0x80-'0')) &^ (x + ones*(0x80-'9'-1))
+	letter := (x + ones*(0x80-'a')) &^ (x + ones*(0x80-'f'-1))
+	return (digit|letter)&highs == highs
 }
 
 func isHex(c byte) bool {

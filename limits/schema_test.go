@@ -231,3 +231,36 @@ func TestSchemaRulesAllocateNothingPerItem(t *testing.T) {
 		t.Fatalf("1 item: %v allocations, 100 items: %v", a1, a100)
 	}
 }
+
+// The canonical-form shortcut accepts exactly the canonical uuids: every
+// byte value at every position of one, against a byte-by-byte reading.
+func TestCanonicalUUIDEveryByteEveryPosition(t *testing.T) {
+	const good = "3f1c2b9a-5d4e-4a6b-9C8D-7e6f5a4b3c2d"
+	naive := func(s []byte) bool {
+		if len(s) != 36 {
+			return false
+		}
+		for i, c := range s {
+			if i == 8 || i == 13 || i == 18 || i == 23 {
+				if c != '-' {
+					return false
+				}
+			} else if !isHex(c) {
+				return false
+			}
+		}
+		return true
+	}
+	for pos := range len(good) {
+		for c := range 256 {
+			s := []byte(good)
+			s[pos] = byte(c)
+			if got, want := canonicalUUID(s), naive(s); got != want {
+				t.Fatalf("%q: canonicalUUID %v, byte by byte %v", s, got, want)
+			}
+			if canonicalUUID(s) && !uuidText(s) {
+				t.Fatalf("%q: the shortcut accepts what uuidText refuses", s)
+			}
+		}
+	}
+}

@@ -50,15 +50,15 @@ func URLNamesReserved(raw string) bool {
 }
 
 // anchorAt is where the fast path's anchor letter stands in the prefix:
-// the "b" of "probe", a letter the keys of a push body ("queue",
-// "partition", "payload", "transactionId") never hold, so the SIMD byte
-// search rarely stops.
-const anchorAt = 23
+// the first "g" of "queengate", a letter neither the keys of a push body
+// ("queue", "partition", "payload", "transactionId", "traceId") nor a
+// uuid's hex digits hold, so the SIMD byte search rarely stops.
+const anchorAt = 5
 
 // bytesMentionPrefix is the fast path: a case-insensitive search anchored
 // on a rare letter of the prefix.
 func bytesMentionPrefix(b []byte) bool {
-	for _, anchor := range [2]byte{'b', 'B'} {
+	for _, anchor := range [2]byte{'g', 'G'} {
 		for from := anchorAt; from < len(b); {
 			i := bytes.IndexByte(b[from:], anchor)
 			if i < 0 {
@@ -78,7 +78,7 @@ func bytesMentionPrefix(b []byte) bool {
 }
 
 func stringMentionsPrefix(s string) bool {
-	for _, anchor := range [2]byte{'b', 'B'} {
+	for _, anchor := range [2]byte{'g', 'G'} {
 		for from := anchorAt; from < len(s); {
 			i := strings.IndexByte(s[from:], anchor)
 			if i < 0 {

@@ -191,10 +191,10 @@ func BenchmarkBodyNamesReserved(b *testing.B) {
 // TestAnchorIsThePrefixLetter keeps the fast path's anchor in step with
 // the prefix.
 func TestAnchorIsThePrefixLetter(t *testing.T) {
-	if ProbeQueuePrefix[anchorAt] != 'b' || strings.Count(ProbeQueuePrefix, "b") != 1 {
+	if ProbeQueuePrefix[anchorAt] != 'g' || strings.Count(ProbeQueuePrefix, "g") != 1 {
 		t.Fatalf("anchor %d is %q in %q", anchorAt, ProbeQueuePrefix[anchorAt], ProbeQueuePrefix)
 	}
-	for _, s := range []string{ProbeQueuePrefix, "x" + ProbeQueuePrefix, ProbeQueuePrefix[:25], "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb" + strings.ToUpper(ProbeQueuePrefix) + "bbb"} {
+	for _, s := range []string{ProbeQueuePrefix, "x" + ProbeQueuePrefix, ProbeQueuePrefix[:25], "gggggGGGGGbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb" + strings.ToUpper(ProbeQueuePrefix) + "gGg"} {
 		if got, want := bytesMentionPrefix([]byte(s)), strings.Contains(strings.ToLower(s), ProbeQueuePrefix); got != want || stringMentionsPrefix(s) != want {
 			t.Fatalf("%q: fast path says %v, want %v", s, got, want)
 		}

@@ -123,6 +123,10 @@ func (e *SyntaxError) Error() string {
 // Check reports whether b is exactly one well-formed JSON text (surrounding
 // whitespace allowed) within DefaultMaxDepth.
 func Check(b []byte) error {
+	if validWhole(b, false) {
+		return nil
+	}
+	// The Checker says what is wrong, and where.
 	var c Checker
 	if err := c.Write(b); err != nil {
 		return err
@@ -134,6 +138,9 @@ func Check(b []byte) error {
 // refuses the escape \u0000 as well (raw control bytes, U+0000 among them,
 // are invalid JSON already).
 func CheckStored(b []byte) error {
+	if validWhole(b, true) {
+		return nil
+	}
 	c := Checker{RefuseNUL: true}
 	if err := c.Write(b); err != nil {
 		return err

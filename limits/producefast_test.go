@@ -1,0 +1,146 @@
+package limits
+
+import (
+	"bytes"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/queengate/queengate/internal/jsonscan"
+)
+
+// fastProduceSeeds are bodies at the one-pass readers' edges: member order,
+// repeated members, escaped names, nesting at the limit at every level the
+// readers track by hand, space everywhere, and the shapes they hand back
+// to the reference reader.
+var fastProduceSeeds = []string{
+	`{"items":[{"queue":"q","partition":"p","payload":{"a":1},"transactionId":"t","traceId":"3f1c2b9a-5d4e-4a6b-9c8d-7e6f5a4b3c2d"}]}`,
+	` { "items" : [ { "queue" : "q" , "payload" : [ 1 , 2 ] } , { "queue" : "r" } ] , "x" : { } } `,
+	`{"items":[{"queue":"q","queue":"r","payload":1,"payload":"xx"}]}`,
+	`{"items":[{"queue":1,"queue":"r"}]}`,
+	`{"items":[{"queue":"r","queue":1}]}`,
+	`{"items":[{"\u0071ueue":"q"}]}`,
+	`{"\u0069tems":[{"queue":"q"}]}`,
+	`{"items":[{"queue":"q\u00e9","partition":"\u0070"}]}`,
+	`{"items":[{"queue":"q"}],"items":[]}`,
+	`{"items":{},"items":[{"queue":"q"}]}`,
+	`{"items":[{"queue":"q"},1]}`,
+	`{"items":[{"queue":"q","traceId":"bad"}]}`,
+	`{"items":[{"queue":"q","traceId":null,"transactionId":null,"partition":null}]}`,
+	`{"items":[{"queue":"q","payload":1}]}x`,
+	`{"items":[{"queue":"q","payload":1}]`,
+	`{"items":[{"queue":"q","payload":1},]}`,
+	`{"items":[{"queue":"q","payload":"\u0000"}]}`,
+	`{"items":[]}`, `{}`, `[]`, `{"items":[{}]}`,
+	`{"items":[{"queue":"q","payload":` + strings.Repeat("[", jsonscan.DefaultMaxDepth-3) + strings.Repeat("]", jsonscan.DefaultMaxDepth-3) + `}]}`,
+	`{"items":[{"queue":"q","payload":` + strings.Repeat("[", jsonscan.DefaultMaxDepth-2) + strings.Repeat("]", jsonscan.DefaultMaxDepth-2) + `}]}`,
+	`{"x":` + strings.Repeat("[", jsonscan.DefaultMaxDepth-1) + strings.Repeat("]", jsonscan.DefaultMaxDepth-1) + `,"items":[]}`,
+	`{"x":` + strings.Repeat("[", jsonscan.DefaultMaxDepth) + strings.Repeat("]", jsonscan.DefaultMaxDepth) + `,"items":[]}`,
+	`{"operations":[{"type":"push","items":[{"queue":"q","payload":` + strings.Repeat("[", jsonscan.DefaultMaxDepth-5) + strings.Repeat("]", jsonscan.DefaultMaxDepth-5) + `}]}]}`,
+	`{"operations":[{"type":"push","items":[{"queue":"q","payload":` + strings.Repeat("[", jsonscan.DefaultMaxDepth-4) + strings.Repeat("]", jsonscan.DefaultMaxDepth-4) + `}]}]}`,
+	`{"operations":[{"type":"push","queue":"q","payload":` + strings.Repeat("[", jsonscan.DefaultMaxDepth-3) + strings.Repeat("]", jsonscan.DefaultMaxDepth-3) + `}]}`,
+	`{"operations":[{"type":"push","queue":"q","payload":` + strings.Repeat("[", jsonscan.DefaultMaxDepth-2) + strings.Repeat("]", jsonscan.DefaultMaxDepth-2) + `}]}`,
+	`{"operations":[` + strings.Repeat("[", jsonscan.DefaultMaxDepth-2) + strings.Repeat("]", jsonscan.DefaultMaxDepth-2) + `]}`,
+	`{"operations":[` + strings.Repeat("[", jsonscan.DefaultMaxDepth-1) + strings.Repeat("]", jsonscan.DefaultMaxDepth-1) + `]}`,
+	`{"operations":[{"type":"push","items":[{"queue":"a","payload":1}]},{"type":"ack","items":[{"payload":1}]}]}`,
+	`{"operations":[{"items":[{"queue":"a","payload":1}],"type":"ack"},{"items":[{"queue":"b"}],"type":"push"}]}`,
+	`{"operations":[{"type":"push","items":[{"queue":"a"}],"type":"ack"}]}`,
+	`{"operations":[{"type":"ack","type":"push","items":[{"queue":"a"}]}]}`,
+	`{"operations":[{"type":"push","items":[{"queue":"a"}],"items":[]}]}`,
+	`{"operations":[{"type":"\u0061ck","items":[{"queue":"a"}]}]}`,
+	`{"operations":[{"type":"push","items":{},"queue":"z","partition":"p","payload":[1]}]}`,
+	`{"operations":[{"queue":"z","type":7}]}`,
+	`{"operations":[1,"x",null,[],{}]}`,
+	`{"operations":[{"type":"push","items":[{"queue":"q"}]}],"operations":[]}`,
+	`{"operations":[]}`,
+}
+
+// FuzzFastProduceAgrees holds the one-pass readers to the reference
+// readers on every input: the same verdict, the same refusal, the same
+// counts, pairs and size records.
+func FuzzFastProduceAgrees(f *testing.F) {
+	for _, s := range fastProduceSeeds {
+		f.Add([]byte(s))
+	}
+	for _, s := range issue14Examples() {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) { fastProduceAgrees(t, body) })
+}
+
+func TestFastProduceSeedsAgree(t *testing.T) {
+	for _, s := range fastProduceSeeds {
+		fastProduceAgrees(t, []byte(s))
+	}
+	for _, s := range issue14Examples() {
+		fastProduceAgrees(t, []byte(s))
+	}
+}
+
+func fastProduceAgrees(t *testing.T, body []byte) {
+	t.Helper()
+	orig := bytes.Clone(body)
+	for _, r := range []struct {
+		what           string
+		parse, reading func([]byte) (ProduceBatch, error)
+		fast           func([]byte, *ProduceBatch, *nameBuf) bool
+	}{
+		{"push", ParsePush, parsePushReference, fastPush},
+		{"transaction", ParseTransaction, parseTransactionReference, fastTransaction},
+	} {
+		got, err := r.parse(body)
+		want, wantErr := r.reading(body)
+		if (err == nil) != (wantErr == nil) || (err != nil && err.Error() != wantErr.Error()) {
+			t.Fatalf("%s %q: %v, the reference %v", r.what, body, err, wantErr)
+		}
+		sameBatch(t, r.what, body, got, want)
+		// The one-pass reader alone: it never accepts what the reference
+		// refuses, and what it accepts it counts the same.
+		var b ProduceBatch
+		b.reset()
+		var names nameBuf
+		if r.fast(body, &b, &names) {
+			if wantErr != nil {
+				t.Fatalf("%s %q: the one-pass reader accepted what the reference refuses: %v", r.what, body, wantErr)
+			}
+			sameBatch(t, r.what+" one pass", body, b, want)
+		}
+	}
+	if !bytes.Equal(body, orig) {
+		t.Fatal("the body was modified")
+	}
+}
+
+func sameBatch(t *testing.T, what string, body []byte, got, want ProduceBatch) {
+	t.Helper()
+	describe := func(b ProduceBatch) string {
+		return fmt.Sprintf("items=%d bytes=%d heaviest=%+v pairs=%q counts=%v records=%v", b.Items, b.PayloadBytes,
+			b.Heaviest, b.Pairs, b.PairItems, b.records)
+	}
+	if got.Items != want.Items || got.PayloadBytes != want.PayloadBytes || got.Heaviest != want.Heaviest ||
+		len(got.Pairs) != len(want.Pairs) || (len(got.Pairs) > 0 && !reflect.DeepEqual(got.Pairs, want.Pairs)) ||
+		!reflect.DeepEqual(append([]int{}, got.PairItems...), append([]int{}, want.PairItems...)) ||
+		!reflect.DeepEqual(append([]sizeRecord{}, got.records...), append([]sizeRecord{}, want.records...)) {
+		t.Fatalf("%s %q:\n got  %s\n want %s", what, body, describe(got), describe(want))
+	}
+}
+
+// The one-pass readers decide the bodies producers send: the SDK's
+// shapes never fall back to the reference reader.
+func TestFastProduceDecidesSDKBodies(t *testing.T) {
+	bodies := map[string]func([]byte, *ProduceBatch, *nameBuf) bool{
+		`{"items":[{"queue":"sdk-orders","partition":"Default","payload":{"orderId":2},"transactionId":"01a22ac0-cdf8-75d8-a2e3-6df0297938b5","traceId":"3f1c2b9a-5d4e-4a6b-9c8d-7e6f5a4b3c2d"},{"queue":"sdk-orders","partition":"Default","payload":{"orderId":3},"transactionId":"01a22ac0-cdf8-75d8-a2e3-710715c0ef90"}]}`:                    fastPush,
+		`{"items": [{"queue": "cat-orders", "partition": "p1", "payload": {"orderId": 1, "amount": 9.5, "note": "caf\u00e9 \"x\""}, "transactionId": "tx-1"}]}`:                                                                                                                                                                                   fastPush,
+		`{"operations": [{"type": "ack", "transactionId": "tx-9", "partitionId": "e2e25fb6-3992-491d-bc97-e488082bce43", "status": "completed"}, {"type": "push", "items": [{"queue": "cat-next", "partition": "Default", "payload": {"processed": 9}, "transactionId": "tx-n9"}]}], "requiredLeases": ["01a22ac1-1857-7000-b13e-11121ff4f283"]}`: fastTransaction,
+		`{"operations":[{"items":[{"queue":"a","payload":1}],"type":"push"},{"type":"push","queue":"q","payload":"abc"}]}`:                                                                                                                                                                                                                        fastTransaction,
+	}
+	for body, fast := range bodies {
+		var b ProduceBatch
+		b.reset()
+		var names nameBuf
+		if !fast([]byte(body), &b, &names) {
+			t.Errorf("%s: the one-pass reader did not decide", body)
+		}
+	}
+}
