@@ -323,7 +323,7 @@ func (s *answerScan) members(p []byte, i int) int {
 			return i
 		}
 		s.next = nextValue
-		if c := p[i+1]; c != '"' || s.wantVal {
+		if c := p[i+1]; c != '"' {
 			if end := scalarEnd(p, i+1); end > 0 && !s.wantVal {
 				s.next = nextAfter // a number or literal nobody reads
 				i = end
@@ -351,13 +351,44 @@ func (s *answerScan) members(p []byte, i int) int {
 			end = text + n
 			if end < len(p) && p[end] == '"' {
 				s.next = nextAfter // inside an object
+				if s.wantVal {
+					s.wantVal = false
+					s.watch.value(s.depth, '"', p[text:end], true)
+				}
 				i = end + 1
 			} else {
-				s.strTold = false
+				s.strTold, s.wantVal = s.wantVal, false
 				if i = s.str(p, i+1, false); i < 0 {
 					return -1
 				}
 			}
+		}
+		if i < len(p) && s.next == nextAfter && p[i] == '}' {
+			// The value ended its object: close it, and on to the next
+			// member or element when it is an object's member again.
+			if !s.closeContainer('}') {
+				return -1
+			}
+			i++
+			if s.next != nextAfter || i+2 >= len(p) || p[i] != ',' {
+				return i
+			}
+			if s.isArray(s.depth) {
+				if p[i+1] != '{' || p[i+2] != '"' {
+					return i
+				}
+				s.next = nextValue
+				if i = s.value(p, i+1, '{'); i < 0 {
+					return -1
+				}
+				continue
+			}
+			if p[i+1] != '"' {
+				return i
+			}
+			s.next = nextKey
+			i++
+			continue
 		}
 		switch {
 		case i+1 < len(p) && s.next == nextAfter && p[i] == ',' && p[i+1] == '"':

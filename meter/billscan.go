@@ -149,7 +149,7 @@ func (w *popWatch) key(depth int, raw []byte, plain bool) bool {
 			}
 			w.seenList, w.member = true, popMemberMessages
 		default:
-			w.declined = (!plain && hasEscape(raw)) || foldsTo(raw, "consumerGroup", "messages")
+			w.declined = (!plain && hasEscape(raw)) || foldsTo(raw, plain, "consumerGroup", "messages")
 		}
 	case depth == 3 && w.inMessage:
 		switch string(raw) {
@@ -162,7 +162,7 @@ func (w *popWatch) key(depth int, raw []byte, plain bool) bool {
 		case "consumerGroup":
 			w.member = popMemberMessageGroup
 		default:
-			w.declined = (!plain && hasEscape(raw)) || foldsTo(raw, "id", "partitionId", "transactionId", "consumerGroup")
+			w.declined = (!plain && hasEscape(raw)) || foldsTo(raw, plain, "id", "partitionId", "transactionId", "consumerGroup")
 		}
 	}
 	return w.member != popMemberNone
@@ -289,16 +289,24 @@ func hasEscape(k []byte) bool {
 // foldsTo reports whether encoding/json would take k for one of names
 // (it matches field names case-insensitively, with Unicode folding: only
 // a key with non-ASCII bytes can fold to a name of another length).
-func foldsTo(k []byte, names ...string) bool {
-	ascii := true
-	for _, c := range k {
-		if c >= 0x80 {
-			ascii = false
-			break
+func foldsTo(k []byte, plain bool, names ...string) bool {
+	ascii := plain // a plain key is ASCII
+	if !plain {
+		ascii = true
+		for _, c := range k {
+			if c >= 0x80 {
+				ascii = false
+				break
+			}
 		}
 	}
 	for _, n := range names {
-		if (!ascii || len(k) == len(n)) && strings.EqualFold(string(k), n) {
+		// The names start with letters: a key whose first byte is
+		// another letter in neither case cannot fold to one.
+		if ascii && (len(k) != len(n) || k[0]|0x20 != n[0]|0x20) {
+			continue
+		}
+		if strings.EqualFold(string(k), n) {
 			return true
 		}
 	}

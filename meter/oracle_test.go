@@ -519,7 +519,7 @@ func oldScanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
 			case "consumerGroup":
 				into = &m.group
 			default:
-				if hasEscape(k) || foldsTo(k, "id", "partitionId", "transactionId", "consumerGroup") {
+				if hasEscape(k) || foldsTo(k, false, "id", "partitionId", "transactionId", "consumerGroup") {
 					return decline()
 				}
 				return end

@@ -101,6 +101,28 @@ func (s *txnWatch) key(depth int, raw []byte, plain bool) bool {
 	if !s.watched(depth) {
 		return false
 	}
+	if plain {
+		// No escape: the name is its text, one switch tells it.
+		switch string(raw) {
+		case "type":
+			if s.inResult {
+				s.member, s.resultPush = memberType, false
+			}
+		case "duplicate":
+			if s.inResult {
+				s.member, s.resultDup = memberDuplicate, false
+			}
+		case "success":
+			if !s.inResult {
+				s.member, s.success = memberSuccess, false
+			}
+		case "results":
+			if !s.inResult {
+				s.member, s.duplicates = memberResults, 0
+			}
+		}
+		return s.member != memberOther
+	}
 	switch {
 	case s.inResult && wordIs(raw, plain, "type"):
 		s.member, s.resultPush = memberType, false
