@@ -519,48 +519,16 @@ Step 3 (and --force) checks each cluster that is the keeper of a cell not
 known to scope, as below.
 ` + keeperNote,
 	}
-	del.Flags().Bool("purged", false, "step 3: the clusters are purged on their cells; delete the tenant")
-	del.Flags().Bool("force", false, "delete at once without stopping traffic or purging the brokers")
-	keeperFlags(del)
-	del.RunE = action(exactly(1), func(r *run, args []string) error {
-		purged, _ := r.cmd.Flags().GetBool("purged")
-		force, _ := r.cmd.Flags().GetBool("force")
-		if purged && force {
-			return refused("give --purged or --force, not both")
-		}
-		pool, err := r.db()
-		if err != nil {
-			return err
-		}
-		if !purged && !force {
-			plan, err := controlplane.BeginTenantDeletion(r.ctx, pool, args[0])
-			if err != nil {
-				return err
-			}
-			return r.emit(plan, func() error { printDeletionPlan(r, plan); return nil })
-		}
-		d, err := controlplane.DeleteTenant(r.ctx, pool, args[0], force, r.keeperReleaser())
-		if err != nil {
-			return hint(err, controlplane.WrongState, fmt.Sprintf(
-				"run \"caddy queen tenant delete %s\" (step 1) and purge its clusters (step 2) first", strings.TrimSpace(args[0])))
-		}
-		return r.emit(d, func() error {
-			r.printf("deleted tenant %q: %d cluster(s), %d user(s), %d API key(s) (%d revoked now), %d audit row(s)",
-				d.TenantSlug, d.Counts["clusters"], d.Counts["users"], d.Counts["api_keys"],
-				d.Counts["api_keys_revoked"], d.Counts["operations"])
-			for _, k := range d.Released {
-				r.printf("cluster %q was the keeper of cell %q; its queues there are gone, and the next cluster on the cell is its keeper now",
-					k.ClusterSlug, k.CellSlug)
-			}
-			if d.Forced && d.StatusWas != controlplane.TenantDeleting {
-				r.printf("forced: the broker data of these clusters was not purged and stays on their cells:")
-				for _, c := range d.Clusters {
-					r.printf("  %s  broker tenant %s", c.Slug, c.BrokerTenantUUID)
-				}
-			}
-			return nil
-		})
-	})
+	threeStepDeletion[controlplane.DeletionPlan, controlplane.Deletion]{
+		what:       "tenant",
+		purgedHelp: "step 3: the clusters are purged on their cells; delete the tenant",
+		forceHelp:  "delete at once without stopping traffic or purging the brokers",
+		stepTwo:    "its clusters",
+		begin:      controlplane.BeginTenantDeletion,
+		showPlan:   printDeletionPlan,
+		finish:     controlplane.DeleteTenant,
+		report:     reportTenantDeletion,
+	}.attach(del)
 	cmd.AddCommand(create, list, suspend, resume, del)
 	return cmd
 }
@@ -605,4 +573,21 @@ func printDeletionPlan(r *run, p controlplane.DeletionPlan) {
 		_ = t.WriteText(r.out)
 	}
 	r.printf("step 3 of 3: caddy queen tenant delete %s --purged", p.Tenant.Slug)
+}
+
+// reportTenantDeletion is step 3's (or --force's) report.
+func reportTenantDeletion(r *run, d controlplane.Deletion) {
+	r.printf("deleted tenant %q: %d cluster(s), %d user(s), %d API key(s) (%d revoked now), %d audit row(s)",
+		d.TenantSlug, d.Counts["clusters"], d.Counts["users"], d.Counts["api_keys"],
+		d.Counts["api_keys_revoked"], d.Counts["operations"])
+	for _, k := range d.Released {
+		r.printf("cluster %q was the keeper of cell %q; its queues there are gone, and the next cluster on the cell is its keeper now",
+			k.ClusterSlug, k.CellSlug)
+	}
+	if d.Forced && d.StatusWas != controlplane.TenantDeleting {
+		r.printf("forced: the broker data of these clusters was not purged and stays on their cells:")
+		for _, c := range d.Clusters {
+			r.printf("  %s  broker tenant %s", c.Slug, c.BrokerTenantUUID)
+		}
+	}
 }

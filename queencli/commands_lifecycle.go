@@ -2,7 +2,6 @@ package queencli
 
 import (
 	"bufio"
-	"fmt"
 	"strings"
 	"time"
 
@@ -87,44 +86,16 @@ Step 3 (and --force) checks whether the cluster is the keeper of a cell not
 known to scope, as below.
 ` + keeperNote,
 	}
-	del.Flags().Bool("purged", false, "step 3: the cluster is purged on its cell; delete it")
-	del.Flags().Bool("force", false, "delete at once without stopping traffic or purging the broker")
-	keeperFlags(del)
-	del.RunE = action(exactly(1), func(r *run, args []string) error {
-		purged, _ := r.cmd.Flags().GetBool("purged")
-		force, _ := r.cmd.Flags().GetBool("force")
-		if purged && force {
-			return refused("give --purged or --force, not both")
-		}
-		pool, err := r.db()
-		if err != nil {
-			return err
-		}
-		if !purged && !force {
-			plan, err := controlplane.BeginClusterDeletion(r.ctx, pool, args[0])
-			if err != nil {
-				return err
-			}
-			return r.emit(plan, func() error { printClusterDeletionPlan(r, plan); return nil })
-		}
-		d, err := controlplane.DeleteCluster(r.ctx, pool, args[0], force, r.keeperReleaser())
-		if err != nil {
-			return hint(err, controlplane.WrongState, fmt.Sprintf(
-				"run \"caddy queen cluster delete %s\" (step 1) and purge it on its cell (step 2) first", strings.TrimSpace(args[0])))
-		}
-		return r.emit(d, func() error {
-			r.printf("deleted cluster %q: %d API key(s) (%d revoked now), %d role(s), %d registered queue(s)",
-				d.ClusterSlug, d.Counts["api_keys"], d.Counts["api_keys_revoked"], d.Counts["cluster_roles"], d.Counts["queues"])
-			if d.Released != nil {
-				r.printf("it was the keeper of cell %q; its queues there are gone, and the next cluster on the cell is its keeper now",
-					d.Released.CellSlug)
-			}
-			if d.Forced && d.StatusWas != controlplane.ClusterDeleting {
-				r.printf("forced: its broker data was not purged and stays on its cell: broker tenant %s", d.BrokerTenantUUID)
-			}
-			return nil
-		})
-	})
+	threeStepDeletion[controlplane.ClusterDeletionPlan, controlplane.ClusterDeletion]{
+		what:       "cluster",
+		purgedHelp: "step 3: the cluster is purged on its cell; delete it",
+		forceHelp:  "delete at once without stopping traffic or purging the broker",
+		stepTwo:    "it on its cell",
+		begin:      controlplane.BeginClusterDeletion,
+		showPlan:   printClusterDeletionPlan,
+		finish:     controlplane.DeleteCluster,
+		report:     reportClusterDeletion,
+	}.attach(del)
 	return []*cobra.Command{suspend, resume, pushBlock, del}
 }
 
@@ -315,4 +286,17 @@ counts as before), so whoever knew the old password is signed out.`,
 		})
 	})
 	return set
+}
+
+// reportClusterDeletion is step 3's (or --force's) report.
+func reportClusterDeletion(r *run, d controlplane.ClusterDeletion) {
+	r.printf("deleted cluster %q: %d API key(s) (%d revoked now), %d role(s), %d registered queue(s)",
+		d.ClusterSlug, d.Counts["api_keys"], d.Counts["api_keys_revoked"], d.Counts["cluster_roles"], d.Counts["queues"])
+	if d.Released != nil {
+		r.printf("it was the keeper of cell %q; its queues there are gone, and the next cluster on the cell is its keeper now",
+			d.Released.CellSlug)
+	}
+	if d.Forced && d.StatusWas != controlplane.ClusterDeleting {
+		r.printf("forced: its broker data was not purged and stays on its cell: broker tenant %s", d.BrokerTenantUUID)
+	}
 }
