@@ -180,7 +180,11 @@ func (s *Surface) fleetIssueKey(w http.ResponseWriter, r *http.Request, claims t
 		if c.status == "deleting" || c.tenantStatus == "deleting" {
 			return memberError{conflict("this cluster is being deleted")}
 		}
-		if id, created, err = issueKeyIn(ctx, tx, c.id, name, hash, scopes); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT queen_proxy.issue_api_key($1::uuid, $2, $3, $4::text[])::text`,
+			c.id, name, hash, scopes).Scan(&id); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `SELECT created_at FROM queen_proxy.api_keys WHERE id = $1::uuid`, id).Scan(&created); err != nil {
 			return err
 		}
 		return operatorAudit(ctx, tx, c.tenantID, c.id, claims.UserID, "operator_api_key_issued", id,

@@ -107,8 +107,11 @@ func (s *Surface) createKey(w http.ResponseWriter, r *http.Request, c *caller) {
 	var id string
 	var created time.Time
 	err = pgx.BeginFunc(ctx, s.o.Pool, func(tx pgx.Tx) error {
-		var err error
-		if id, created, err = issueKeyIn(ctx, tx, c.cluster.ID, name, hash, scopes); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT queen_proxy.issue_api_key($1::uuid, $2, $3, $4::text[])::text`,
+			c.cluster.ID, name, hash, scopes).Scan(&id); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `SELECT created_at FROM queen_proxy.api_keys WHERE id = $1::uuid`, id).Scan(&created); err != nil {
 			return err
 		}
 		return s.audit(ctx, tx, c, "console_api_key_issued", id, map[string]any{"name": name, "scopes": scopes})
@@ -122,20 +125,6 @@ func (s *Surface) createKey(w http.ResponseWriter, r *http.Request, c *caller) {
 	writeJSON(w, http.StatusCreated, map[string]any{
 		"id": id, "key": plaintext, "name": name, "scopes": scopes, "created_at": created.UTC().Format(time.RFC3339),
 	})
-}
-
-// issueKeyIn issues a key on cluster through issue_api_key inside tx and
-// reads back its id and creation time; the member's and the operator's
-// routes each audit it their own way.
-func issueKeyIn(ctx context.Context, tx pgx.Tx, cluster, name, hash string, scopes []string) (id string, created time.Time, err error) {
-	if err = tx.QueryRow(ctx, `SELECT queen_proxy.issue_api_key($1::uuid, $2, $3, $4::text[])::text`,
-		cluster, name, hash, scopes).Scan(&id); err != nil {
-		return "", time.Time{}, err
-	}
-	if err = tx.QueryRow(ctx, `SELECT created_at FROM queen_proxy.api_keys WHERE id = $1::uuid`, id).Scan(&created); err != nil {
-		return "", time.Time{}, err
-	}
-	return id, created, nil
 }
 
 // readKeyRequest reads {"name", "scopes"} of a key to issue: the name
