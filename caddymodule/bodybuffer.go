@@ -29,7 +29,12 @@ const (
 	maxPooledBody   = 4 << 20 // larger bodies are allocated for themselves and not pooled
 	bodyClassCount  = 14      // 512 B, 1 KiB, ..., 4 MiB
 	chunkedBodyStep = 64 << 10
-	eagerBody       = 1 << 20 // read before a larger declared length is reserved
+	// eagerBody is read before a larger declared length is reserved. It
+	// is 2 MiB, not 1, so that a push of one to two MiB (a thousand 1 KiB
+	// items) is read straight into its own buffer: a larger body costs the
+	// copy of its first eagerBody bytes into the reserved one, about
+	// 100 µs per MiB on a loaded core.
+	eagerBody = 2 << 20
 )
 
 // bodyClasses holds the pooled buffers, by power-of-two capacity.

@@ -225,6 +225,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	st.rw = meteredResponse{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: client},
 		keep: rule != billPlain, rule: rule, detached: detach, onHead: release}
 	st.rw.tallyAnswers(rule)
+	if st.rw.keep {
+		st.scrub.holdInKept(&st.rw.body)
+	}
 	rw := &st.rw
 	var err error
 	st.forwarded = true
