@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"math/bits"
@@ -85,8 +86,23 @@ func putBodyBuffer(box *[]byte) {
 // else grown a class at a time. A declared length over eagerBody is
 // reserved only once that much has come: a client that declares a large
 // body and sends nothing holds no more than eagerBody of the gateway's
-// memory, and the one copy it costs is eagerBody's.
+// memory, and the one copy it costs is eagerBody's. A body of no declared
+// length that ends at once (what the server hands on for a GET: Caddy
+// wraps its empty body, so it is not http.NoBody) costs no buffer.
 func readBody(body io.Reader, declared int64) (*[]byte, error) {
+	if declared == 0 {
+		var first [1]byte
+		n, err := io.ReadAtLeast(body, first[:], 1)
+		if n == 0 {
+			if errors.Is(err, io.EOF) {
+				return new([]byte), nil
+			}
+			return nil, err
+		}
+		// Bytes after all (only a handler other than the server's hands
+		// on such a body): read as one of unknown length.
+		body, declared = io.MultiReader(bytes.NewReader(first[:n]), body), -1
+	}
 	if declared > 0 {
 		first := min(declared, eagerBody)
 		box := getBodyBuffer(int(first))
