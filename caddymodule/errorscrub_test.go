@@ -38,6 +38,19 @@ func scrubThrough(t *testing.T, method, contentType string, status int, contentL
 	return rec
 }
 
+// openJSONAnswer attaches s for a request of method to target and starts a
+// JSON answer of status through it, of contentLength bytes (none when
+// negative), as reverse_proxy starts one.
+func openJSONAnswer(rec *httptest.ResponseRecorder, s *cellErrorScrub, method, target string, status, contentLength int) http.ResponseWriter {
+	w := s.attach(rec, httptest.NewRequest(method, target, nil), zap.NewNop(), &testRID)
+	w.Header().Set("Content-Type", "application/json")
+	if contentLength >= 0 {
+		w.Header().Set("Content-Length", strconv.Itoa(contentLength))
+	}
+	w.WriteHeader(status)
+	return w
+}
+
 func assertWithheld(t *testing.T, rec *httptest.ResponseRecorder, status int) {
 	t.Helper()
 	var env map[string]string
@@ -92,10 +105,7 @@ func TestCellErrorScrub(t *testing.T) {
 		big := `{"messages":[` + strings.Repeat(`{"data":1},`, maxInspectedAnswer/11+10) + `{}],"success":true}`
 		rec := httptest.NewRecorder()
 		var s cellErrorScrub
-		w := s.attach(rec, httptest.NewRequest("GET", "/api/v1/pop/queue/q", nil), zap.NewNop(), &testRID)
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Content-Length", strconv.Itoa(len(big)))
-		w.WriteHeader(200)
+		w := openJSONAnswer(rec, &s, "GET", "/api/v1/pop/queue/q", 200, len(big))
 		if _, err := w.Write([]byte(big[:100])); err != nil {
 			t.Fatal(err)
 		}
@@ -131,14 +141,9 @@ func keptThrough(t *testing.T, status int, contentLength int, pieces ...string) 
 	t.Helper()
 	rec := httptest.NewRecorder()
 	s := new(cellErrorScrub)
-	w := s.attach(rec, httptest.NewRequest("GET", "/api/v1/pop/queue/q", nil), zap.NewNop(), &testRID)
 	var kept []byte
+	w := openJSONAnswer(rec, s, "GET", "/api/v1/pop/queue/q", status, contentLength)
 	s.holdInKept(&kept)
-	w.Header().Set("Content-Type", "application/json")
-	if contentLength >= 0 {
-		w.Header().Set("Content-Length", strconv.Itoa(contentLength))
-	}
-	w.WriteHeader(status)
 	for _, p := range pieces {
 		if n, err := w.Write([]byte(p)); err != nil || n != len(p) {
 			t.Fatalf("write: %d, %v", n, err)
@@ -172,12 +177,9 @@ func TestCellErrorScrubHoldsInTheKeptCopy(t *testing.T) {
 		big := `{"messages":[` + strings.Repeat(`{"data":1},`, maxInspectedAnswer/11+10) + `{}],"success":true}`
 		rec := httptest.NewRecorder()
 		var s cellErrorScrub
-		w := s.attach(rec, httptest.NewRequest("GET", "/api/v1/pop/queue/q", nil), zap.NewNop(), &testRID)
 		var kept []byte
+		w := openJSONAnswer(rec, &s, "GET", "/api/v1/pop/queue/q", 200, len(big))
 		s.holdInKept(&kept)
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Content-Length", strconv.Itoa(len(big)))
-		w.WriteHeader(200)
 		for _, p := range []string{big[:100], big[100 : maxInspectedAnswer-10], big[maxInspectedAnswer-10 : maxInspectedAnswer+10], big[maxInspectedAnswer+10:]} {
 			if rec.Body.Len() != 0 && rec.Body.Len() != len(kept) {
 				t.Fatalf("relayed %d bytes of %d", rec.Body.Len(), len(kept))
@@ -199,10 +201,7 @@ func TestCellErrorScrubStreamsArrays(t *testing.T) {
 	answer := `[{"error":"ERROR:  per-item text is left alone","index":0,"success":false},{"index":1,"status":"queued"}]`
 	rec := httptest.NewRecorder()
 	var s cellErrorScrub
-	w := s.attach(rec, httptest.NewRequest("POST", "/api/v1/push", nil), zap.NewNop(), &testRID)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(answer)))
-	w.WriteHeader(200)
+	w := openJSONAnswer(rec, &s, "POST", "/api/v1/push", 200, len(answer))
 	_, _ = w.Write([]byte(answer[:20]))
 	if rec.Body.String() != answer[:20] {
 		t.Fatalf("an array was held: %q relayed", rec.Body)
