@@ -191,6 +191,15 @@ func (s *series) medianRate() float64 {
 	return median(rates)
 }
 
+// roundRates is each round's req/s, as a table cell lists them.
+func (s *series) roundRates() string {
+	rounds := make([]string, len(s.runs))
+	for i, r := range s.runs {
+		rounds[i] = fmt.Sprintf("%.0f", r.rate())
+	}
+	return strings.Join(rounds, ", ")
+}
+
 func (s *series) merged() *result {
 	m := &result{target: s.target, hist: newHistogram(), cpu: map[string]time.Duration{}}
 	for _, r := range s.runs {
@@ -252,14 +261,19 @@ func measure(e *env, t target, spec loadSpec, profileDir string) (*result, error
 }
 
 // phase runs every target rounds times, alternating the order (ABC, CBA,
-// ABC, ...) so that a drift in the machine's load cancels out.
-func phase(ctx context.Context, e *env, targets []target, rounds int, spec loadSpec, label, profileDir string) ([]*series, error) {
+// ABC, ... or AB, BA, ... for two) so that a drift in the machine's load
+// cancels out. Only the first round is profiled. Each run is logged with
+// what describe says of it.
+func phase(ctx context.Context, e *env, targets []target, rounds int, spec loadSpec, label, profileDir string, describe func(*result) string) ([]*series, error) {
 	out := make([]*series, len(targets))
 	for i, t := range targets {
 		out[i] = &series{target: t.name}
 	}
 	for round := range rounds {
-		order := []int{0, 1, 2}
+		order := make([]int, len(targets))
+		for i := range order {
+			order[i] = i
+		}
 		if round%2 == 1 {
 			slices.Reverse(order)
 		}
@@ -275,8 +289,8 @@ func phase(ctx context.Context, e *env, targets []target, rounds int, spec loadS
 			if err != nil {
 				return nil, err
 			}
-			logf("%s round %d %-9s %8.0f req/s  p50 %s  p99 %s  errors %d  (load %s)", label, round+1, r.target,
-				r.rate(), ms(r.hist.quantile(0.50)), ms(r.hist.quantile(0.99)), r.errors, loadAvg())
+			logf("%s round %d %-9s %8.0f req/s  %s  errors %d  (load %s)", label, round+1, r.target,
+				r.rate(), describe(r), r.errors, loadAvg())
 			if r.errors > 0 {
 				logf("  first error: %s", r.firstErr)
 			}
@@ -284,6 +298,11 @@ func phase(ctx context.Context, e *env, targets []target, rounds int, spec loadS
 		}
 	}
 	return out, nil
+}
+
+// latencies is the load benchmark's log of a run.
+func latencies(r *result) string {
+	return fmt.Sprintf("p50 %s  p99 %s", ms(r.hist.quantile(0.50)), ms(r.hist.quantile(0.99)))
 }
 
 // profile takes a CPU profile of the proxy over most of a run, then its
@@ -346,7 +365,7 @@ func loadBenchmark(ctx context.Context, e *env, o options) error {
 	}
 
 	logf("closed loop: %d workers, %v per run, %d rounds", o.concurrency, o.duration, o.rounds)
-	closed, err := phase(ctx, e, targets, o.rounds, spec, "closed", o.profileDir)
+	closed, err := phase(ctx, e, targets, o.rounds, spec, "closed", o.profileDir, latencies)
 	if err != nil {
 		return err
 	}
@@ -360,7 +379,7 @@ func loadBenchmark(ctx context.Context, e *env, o options) error {
 	if rate > 0 {
 		logf("paced: %.0f req/s offered to each target", rate)
 		spec.rate = rate
-		paced, err = phase(ctx, e, targets, o.rounds, spec, "paced", "")
+		paced, err = phase(ctx, e, targets, o.rounds, spec, "paced", "", latencies)
 		if err != nil {
 			return err
 		}
@@ -404,10 +423,6 @@ func printPhase(ss []*series, paced bool) {
 	fmt.Println("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, s := range ss {
 		m := s.merged()
-		var rounds []string
-		for _, r := range s.runs {
-			rounds = append(rounds, fmt.Sprintf("%.0f", r.rate()))
-		}
 		per := func(k string) string {
 			d, ok := m.cpu[k]
 			if !ok {
@@ -420,7 +435,7 @@ func printPhase(ss []*series, paced bool) {
 			delivering = fmt.Sprintf("%.1f %%", 100*float64(m.delivered)/float64(m.pops))
 		}
 		fmt.Printf("| %s | %.0f | %s | %s | %s | %s | %s | %d | %s | %s | %s | %s |\n", s.target, s.medianRate(),
-			strings.Join(rounds, ", "), ms(m.hist.quantile(0.5)), ms(m.hist.quantile(0.99)), ms(m.hist.quantile(0.999)),
+			s.roundRates(), ms(m.hist.quantile(0.5)), ms(m.hist.quantile(0.99)), ms(m.hist.quantile(0.999)),
 			ms(m.hist.max), m.errors, delivering, per("proxy"), per("upstream"), per("loadgen"))
 	}
 	bare, gate := ss[1], ss[2]

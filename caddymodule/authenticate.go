@@ -37,7 +37,7 @@ func (g *Gateway) authenticate(r *http.Request, st *requestState, t target) (*te
 		return nil, errKeyActAs
 	}
 	addr := clientAddr(r)
-	if ok, retry := g.failures.Allow(addr); !ok && !g.passesBackoff(cred, addr) {
+	if ok, retry := g.failures.Allow(addr); !ok && !g.passesBackoff(cred, addr, st.now()) {
 		return nil, tooManyFailures(retry)
 	}
 	if cred.Kind == tenancy.CredentialAPIKey {
@@ -56,7 +56,7 @@ func (g *Gateway) authenticate(r *http.Request, st *requestState, t target) (*te
 // (harden.FailureGuard.AllowUnguessableLookup), so a client in backoff can
 // add at most that budget's lookups to the database, shared with every
 // other address in backoff.
-func (g *Gateway) passesBackoff(cred tenancy.Credential, addr netip.Addr) bool {
+func (g *Gateway) passesBackoff(cred tenancy.Credential, addr netip.Addr, now time.Time) bool {
 	if cred.Kind == tenancy.CredentialAPIKey {
 		if g.failures.Known(keyDigest(cred.Value, addr)) {
 			return true
@@ -66,7 +66,7 @@ func (g *Gateway) passesBackoff(cred tenancy.Credential, addr netip.Addr) bool {
 		if !tenancy.WellFormedAPIKey(cred.Value) {
 			return false
 		}
-		if k := g.app.Cache().KnownAPIKey(cred.Value); k != nil && !k.Expired(time.Now()) {
+		if k := g.app.Cache().KnownAPIKey(cred.Value); k != nil && !k.Expired(now) {
 			return true
 		}
 		// Any other generated key cannot be a guess: it is looked up,
@@ -91,7 +91,7 @@ func keyDigest(presented string, addr netip.Addr) harden.CredentialDigest {
 }
 
 func (g *Gateway) authenticateKey(ctx context.Context, st *requestState, t target, presented string, addr netip.Addr) (*tenancy.Cluster, *apierror.Error) {
-	key, e := g.lookupKey(ctx, presented)
+	key, e := g.lookupKey(ctx, presented, st.now())
 	if e != nil {
 		g.failures.Fail(addr)
 		return nil, e
@@ -115,7 +115,7 @@ func (g *Gateway) authenticateKey(ctx context.Context, st *requestState, t targe
 
 // lookupKey finds a live key. Strings that cannot be a key are refused
 // without a database lookup.
-func (g *Gateway) lookupKey(ctx context.Context, presented string) (*tenancy.APIKey, *apierror.Error) {
+func (g *Gateway) lookupKey(ctx context.Context, presented string, now time.Time) (*tenancy.APIKey, *apierror.Error) {
 	if !plausibleAPIKey(presented) {
 		return nil, errUnknownKey
 	}
@@ -126,7 +126,7 @@ func (g *Gateway) lookupKey(ctx context.Context, presented string) (*tenancy.API
 		}
 		return nil, errUnknownKey
 	}
-	if key.Expired(time.Now()) {
+	if key.Expired(now) {
 		return nil, errUnknownKey
 	}
 	return key, nil

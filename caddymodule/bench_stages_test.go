@@ -118,9 +118,19 @@ func (br *benchRequest) reset() *http.Request {
 	if br.body != nil {
 		br.body.off = 0
 		r.Body, r.ContentLength, r.GetBody = br.body, int64(len(br.body.data)), nil
+	} else {
+		r.Body, r.ContentLength, r.GetBody = serverEmptyBody{}, 0, nil
 	}
 	return r
 }
+
+// serverEmptyBody is the body of a request without one as the handler
+// gets it from Caddy: empty, of length 0, but wrapped, so not
+// http.NoBody.
+type serverEmptyBody struct{}
+
+func (serverEmptyBody) Read([]byte) (int, error) { return 0, io.EOF }
+func (serverEmptyBody) Close() error             { return nil }
 
 // discardWriter is a ResponseWriter that keeps nothing and allocates
 // nothing, unlike httptest.ResponseRecorder (which copies the header).

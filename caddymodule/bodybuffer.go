@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"math/bits"
@@ -12,9 +13,9 @@ import (
 // A request body the gateway enforces is buffered once, whole, before
 // anything is forwarded (the limits read it; the cell gets it byte for
 // byte). It is held once: a body that declares its length is read into a
-// buffer of exactly that size (reserved once its first eagerBody bytes
-// came, which are copied over once), never grown; a chunked one grows by
-// size classes. Buffers up to maxPooledBody go back to a pool, but only
+// buffer of exactly that size (over wholeAtOnce, reserved once its first
+// eagerBody bytes came, which are copied over once), never grown; a
+// chunked one grows by size classes. Buffers up to maxPooledBody go back to a pool, but only
 // once nothing can read them any more: the pipeline is done with the
 // request, and every reader handed to the proxy (r.Body, and what GetBody
 // returns for a retry) has been closed. net/http's transport may still be
@@ -30,6 +31,12 @@ const (
 	bodyClassCount  = 14      // 512 B, 1 KiB, ..., 4 MiB
 	chunkedBodyStep = 64 << 10
 	eagerBody       = 1 << 20 // read before a larger declared length is reserved
+	// wholeAtOnce is the largest declared length reserved before any of
+	// it came, so that a push of one to two MiB (a thousand 1 KiB items)
+	// is read straight into its own buffer; a larger body costs the copy
+	// of its first eagerBody bytes into the reserved one (about 70 µs per
+	// MiB under load).
+	wholeAtOnce = 2 << 20
 )
 
 // bodyClasses holds the pooled buffers, by power-of-two capacity.
@@ -77,13 +84,32 @@ func putBodyBuffer(box *[]byte) {
 
 // readBody reads a whole body into a buffer held once: of exactly the
 // declared length when there is one (the server stops the body there),
-// else grown a class at a time. A declared length over eagerBody is
-// reserved only once that much has come: a client that declares a large
-// body and sends nothing holds no more than eagerBody of the gateway's
-// memory, and the one copy it costs is eagerBody's.
+// else grown a class at a time. A declared length over wholeAtOnce is
+// reserved only once eagerBody bytes have come: a client that declares a
+// large body and sends nothing holds no more than wholeAtOnce of the
+// gateway's memory, and the one copy it costs is eagerBody's. A body of
+// no declared length that ends at once (what the server hands on for a
+// GET: Caddy wraps its empty body, so it is not http.NoBody) costs no
+// buffer.
 func readBody(body io.Reader, declared int64) (*[]byte, error) {
+	if declared == 0 {
+		var first [1]byte
+		n, err := io.ReadAtLeast(body, first[:], 1)
+		if n == 0 {
+			if errors.Is(err, io.EOF) {
+				return new([]byte), nil
+			}
+			return nil, err
+		}
+		// Bytes after all (only a handler other than the server's hands
+		// on such a body): read as one of unknown length.
+		body, declared = io.MultiReader(bytes.NewReader(first[:n]), body), -1
+	}
 	if declared > 0 {
 		first := min(declared, eagerBody)
+		if declared <= wholeAtOnce {
+			first = declared
+		}
 		box := getBodyBuffer(int(first))
 		buf := (*box)[:first]
 		if err := readFull(body, buf); err != nil {

@@ -131,7 +131,8 @@ func TestReadBody(t *testing.T) {
 	if err != nil || string(*box) != big {
 		t.Fatalf("chunked: %v", err)
 	}
-	// A large declared length is reserved only once its first MiB came.
+	// A large declared length is reserved only once its first eagerBody
+	// bytes came.
 	allocs := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
 	metrics.Read(allocs)
 	before := allocs[0].Value.Uint64()
@@ -139,8 +140,21 @@ func TestReadBody(t *testing.T) {
 		t.Fatalf("8 MiB declared, 100 bytes sent: %v", err)
 	}
 	metrics.Read(allocs)
-	if got := allocs[0].Value.Uint64() - before; got > 2<<20 {
+	if got := allocs[0].Value.Uint64() - before; got > eagerBody+64<<10 {
 		t.Fatalf("a body declared 8 MiB that sent 100 bytes cost %d bytes", got)
+	}
+	// An empty body of no declared length, as the server hands on for a
+	// GET, takes no buffer; one that has bytes after all is read whole.
+	metrics.Read(allocs)
+	before = allocs[0].Value.Uint64()
+	box, err = readBody(io.NopCloser(strings.NewReader("")), 0)
+	metrics.Read(allocs)
+	if got := allocs[0].Value.Uint64() - before; err != nil || cap(*box) != 0 || got > 64 {
+		t.Fatalf("an empty body took a buffer or %d bytes (%v)", got, err)
+	}
+	box, err = readBody(io.MultiReader(strings.NewReader("a"), strings.NewReader("bc")), 0)
+	if err != nil || string(*box) != "abc" {
+		t.Fatalf("bytes behind a zero length: %q, %v", *box, err)
 	}
 	large, err := readBody(strings.NewReader(strings.Repeat("z", maxPooledBody+1)), maxPooledBody+1)
 	if err != nil || cap(*large) != maxPooledBody+1 {

@@ -46,6 +46,11 @@ type cellErrorScrub struct {
 	held   bool    // holding the head and body until the answer is complete
 	gone   bool    // the answer was replaced: whatever else comes is dropped
 	buf    *[]byte // an answer that comes in pieces, in a pooled buffer (bodybuffer.go)
+	// kept is the metered response's copy of the answer, when it keeps
+	// every byte (a pop's, to bill it): the held answer is read from it
+	// instead of copied a second time. The metered response appends each
+	// piece after handing it here, so it holds what came before.
+	kept *[]byte
 }
 
 // attach readies the scrub for one request and returns the writer the
@@ -54,6 +59,12 @@ func (s *cellErrorScrub) attach(w http.ResponseWriter, r *http.Request, log *zap
 	*s = cellErrorScrub{w: w, log: log, rid: rid, head: r.Method == http.MethodHead}
 	return s
 }
+
+// holdInKept makes the scrub read a held answer from the metered
+// response's copy, which keeps every byte of it. That copy is dropped
+// only past meter.MaxBilledBody, far beyond maxInspectedAnswer, where the
+// scrub has stopped holding.
+func (s *cellErrorScrub) holdInKept(kept *[]byte) { s.kept = kept }
 
 func (s *cellErrorScrub) Header() http.Header { return s.w.Header() }
 
@@ -138,10 +149,32 @@ func (s *cellErrorScrub) Write(b []byte) (int, error) {
 	if !s.held {
 		return s.w.Write(b)
 	}
-	if s.buf == nil && len(b) == int(s.want) {
+	came := s.heldLen()
+	if came == 0 && cellerror.CannotExpose(b) {
+		// Not an object (a push's answer is an array): nothing in it is
+		// judged, so it streams as it comes.
+		s.held = false
+		s.w.WriteHeader(int(s.status))
+		return s.w.Write(b)
+	}
+	if came == 0 && len(b) == int(s.want) {
 		// The whole answer in one write, as it usually comes: decide on
 		// it in place, without a copy.
 		return len(b), s.relay(b)
+	}
+	if s.kept != nil {
+		if came+len(b) > maxInspectedAnswer {
+			// Longer than any error answer: a normal one, send it on.
+			s.held = false
+			s.w.WriteHeader(int(s.status))
+			if _, err := s.w.Write(*s.kept); err != nil {
+				return 0, err
+			}
+			return s.w.Write(b)
+		}
+		// Held in the metered response's copy; decided when the cell is
+		// done (finish), once that copy holds this piece too.
+		return len(b), nil
 	}
 	if s.buf == nil {
 		// Sized from the announced length, so it is not grown and copied
@@ -163,6 +196,17 @@ func (s *cellErrorScrub) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
+// heldLen is how much of the answer is held so far.
+func (s *cellErrorScrub) heldLen() int {
+	switch {
+	case s.kept != nil:
+		return len(*s.kept)
+	case s.buf != nil:
+		return len(*s.buf)
+	}
+	return 0
+}
+
 // dropBuffer gives the held pieces' buffer back to the pool.
 func (s *cellErrorScrub) dropBuffer() {
 	if s.buf != nil {
@@ -172,11 +216,15 @@ func (s *cellErrorScrub) dropBuffer() {
 }
 
 // finish relays an answer still held when the cell is done (one whose
-// length was unknown, or shorter than announced).
+// length was unknown, or shorter than announced, or held in the metered
+// response's copy).
 func (s *cellErrorScrub) finish() {
 	if s.held {
 		var body []byte
-		if s.buf != nil {
+		switch {
+		case s.kept != nil:
+			body = *s.kept
+		case s.buf != nil:
 			body = *s.buf
 		}
 		_ = s.relay(body)

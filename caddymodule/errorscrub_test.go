@@ -38,6 +38,19 @@ func scrubThrough(t *testing.T, method, contentType string, status int, contentL
 	return rec
 }
 
+// openJSONAnswer attaches s for a request of method to target and starts a
+// JSON answer of status through it, of contentLength bytes (none when
+// negative), as reverse_proxy starts one.
+func openJSONAnswer(rec *httptest.ResponseRecorder, s *cellErrorScrub, method, target string, status, contentLength int) http.ResponseWriter {
+	w := s.attach(rec, httptest.NewRequest(method, target, nil), zap.NewNop(), &testRID)
+	w.Header().Set("Content-Type", "application/json")
+	if contentLength >= 0 {
+		w.Header().Set("Content-Length", strconv.Itoa(contentLength))
+	}
+	w.WriteHeader(status)
+	return w
+}
+
 func assertWithheld(t *testing.T, rec *httptest.ResponseRecorder, status int) {
 	t.Helper()
 	var env map[string]string
@@ -92,10 +105,7 @@ func TestCellErrorScrub(t *testing.T) {
 		big := `{"messages":[` + strings.Repeat(`{"data":1},`, maxInspectedAnswer/11+10) + `{}],"success":true}`
 		rec := httptest.NewRecorder()
 		var s cellErrorScrub
-		w := s.attach(rec, httptest.NewRequest("GET", "/api/v1/pop/queue/q", nil), zap.NewNop(), &testRID)
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Content-Length", strconv.Itoa(len(big)))
-		w.WriteHeader(200)
+		w := openJSONAnswer(rec, &s, "GET", "/api/v1/pop/queue/q", 200, len(big))
 		if _, err := w.Write([]byte(big[:100])); err != nil {
 			t.Fatal(err)
 		}
@@ -122,4 +132,83 @@ func TestCellErrorScrub(t *testing.T) {
 		s.finish()
 		assertWithheld(t, rec, 200)
 	})
+}
+
+// keptThrough is scrubThrough behind a copy that keeps every byte, as the
+// metered response keeps a pop's answer: the scrub holds the answer in
+// that copy, not in one of its own.
+func keptThrough(t *testing.T, status int, contentLength int, pieces ...string) (*httptest.ResponseRecorder, *cellErrorScrub) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	s := new(cellErrorScrub)
+	var kept []byte
+	w := openJSONAnswer(rec, s, "GET", "/api/v1/pop/queue/q", status, contentLength)
+	s.holdInKept(&kept)
+	for _, p := range pieces {
+		if n, err := w.Write([]byte(p)); err != nil || n != len(p) {
+			t.Fatalf("write: %d, %v", n, err)
+		}
+		kept = append(kept, p...)
+	}
+	s.finish()
+	return rec, s
+}
+
+func TestCellErrorScrubHoldsInTheKeptCopy(t *testing.T) {
+	t.Run("SQL text in pieces is withheld", func(t *testing.T) {
+		rec, s := keptThrough(t, 200, len(sqlLeak), sqlLeak[:10], sqlLeak[10:40], sqlLeak[40:])
+		assertWithheld(t, rec, 200)
+		if s.buf != nil {
+			t.Fatal("the scrub took a buffer of its own")
+		}
+	})
+	t.Run("SQL text, no Content-Length", func(t *testing.T) {
+		rec, _ := keptThrough(t, 500, -1, sqlLeak[:7], sqlLeak[7:])
+		assertWithheld(t, rec, 500)
+	})
+	t.Run("a normal pop in pieces is relayed unchanged", func(t *testing.T) {
+		pop := `{"messages":[{"data":{"note":"ERROR:  SELECT * FROM x"},"id":"1"}],"success":true}`
+		rec, _ := keptThrough(t, 200, len(pop), pop[:5], pop[5:30], pop[30:])
+		if rec.Code != 200 || rec.Body.String() != pop {
+			t.Fatalf("%d %q", rec.Code, rec.Body)
+		}
+	})
+	t.Run("a large answer streams from where it passes the bound", func(t *testing.T) {
+		big := `{"messages":[` + strings.Repeat(`{"data":1},`, maxInspectedAnswer/11+10) + `{}],"success":true}`
+		rec := httptest.NewRecorder()
+		var s cellErrorScrub
+		var kept []byte
+		w := openJSONAnswer(rec, &s, "GET", "/api/v1/pop/queue/q", 200, len(big))
+		s.holdInKept(&kept)
+		for _, p := range []string{big[:100], big[100 : maxInspectedAnswer-10], big[maxInspectedAnswer-10 : maxInspectedAnswer+10], big[maxInspectedAnswer+10:]} {
+			if rec.Body.Len() != 0 && rec.Body.Len() != len(kept) {
+				t.Fatalf("relayed %d bytes of %d", rec.Body.Len(), len(kept))
+			}
+			_, _ = w.Write([]byte(p))
+			kept = append(kept, p...)
+		}
+		s.finish()
+		if rec.Body.String() != big {
+			t.Fatal("large answer changed")
+		}
+	})
+}
+
+// An answer that opens no object cannot expose anything the scrub judges:
+// it streams from its first piece, even one that carries per-item SQL
+// text.
+func TestCellErrorScrubStreamsArrays(t *testing.T) {
+	answer := `[{"error":"ERROR:  per-item text is left alone","index":0,"success":false},{"index":1,"status":"queued"}]`
+	rec := httptest.NewRecorder()
+	var s cellErrorScrub
+	w := openJSONAnswer(rec, &s, "POST", "/api/v1/push", 200, len(answer))
+	_, _ = w.Write([]byte(answer[:20]))
+	if rec.Body.String() != answer[:20] {
+		t.Fatalf("an array was held: %q relayed", rec.Body)
+	}
+	_, _ = w.Write([]byte(answer[20:]))
+	s.finish()
+	if rec.Code != 200 || rec.Body.String() != answer {
+		t.Fatalf("%d %q", rec.Code, rec.Body)
+	}
 }

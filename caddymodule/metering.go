@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -103,13 +104,18 @@ type meteredResponse struct {
 	onHead func()
 }
 
-// answerTally reads a push or a transaction answer as it streams; one
-// allocation, of which the route uses one half.
+// answerTally reads a push or a transaction answer as it streams; pooled
+// (answerTallies), of which the route uses one half.
 type answerTally struct {
 	rule billing
 	push meter.PushTally
 	txn  meter.TxnTally
 }
+
+// answerTallies keeps the tallies (720 bytes each) from being allocated
+// on every push: one is taken when the answer is to be tallied and given
+// back with the request's other buffers.
+var answerTallies = sync.Pool{New: func() any { return new(answerTally) }}
 
 func (t *answerTally) Write(p []byte) {
 	if t.rule == billPush {
@@ -128,7 +134,7 @@ func (w *meteredResponse) tallyAnswers(rule billing) {
 	}
 	w.keep = false
 	if w.tally == nil {
-		w.tally = new(answerTally)
+		w.tally = answerTallies.Get().(*answerTally)
 	}
 	w.tally.rule = rule
 	w.tally.push.Reset()
@@ -235,6 +241,15 @@ func (w *meteredResponse) keepAnswer(b []byte) {
 	}
 	*w.kept = append((*w.kept)[:len(w.body)], b...)
 	w.body = *w.kept
+}
+
+// releaseTally gives the answer's tally back to its pool: billing has
+// read it.
+func (w *meteredResponse) releaseTally() {
+	if w.tally != nil {
+		answerTallies.Put(w.tally)
+		w.tally = nil
+	}
 }
 
 // releaseKept gives the kept copy back to the pool: billing is done with

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
@@ -16,6 +17,7 @@ import (
 // requestState is what the pipeline learns about one request as it goes.
 type requestState struct {
 	rid        string
+	arrived    time.Time // when the pipeline took the request: its id's time, the instant keys are checked for expiry
 	route      tenancy.Route
 	classified bool
 	body       []byte // the request body, once a step had to read it
@@ -51,19 +53,32 @@ type requestState struct {
 // startRequest gives a request its state and its id: on the response
 // (every answer carries it) and as a Caddy variable for access logs.
 func startRequest(w http.ResponseWriter, r *http.Request) *requestState {
-	st := &requestState{rid: newRequestID()}
+	now := time.Now()
+	st := &requestState{rid: requestIDAt(now), arrived: now}
 	st.headers.set(w.Header(), headerRequestID, slotResponseRequestID, st.rid)
 	caddyhttp.SetVar(r.Context(), varRequestID, (*requestIDVar)(st))
 	return st
 }
 
+// now is the instant the request arrived, or the clock's for a state made
+// without startRequest: never the zero time, before which every key would
+// count as unexpired.
+func (st *requestState) now() time.Time {
+	if st.arrived.IsZero() {
+		return time.Now()
+	}
+	return st.arrived
+}
+
 // releaseBuffers ends the request's use of its pooled buffers: the kept
-// copy of the answer (billing is done), and the pipeline's hold on the
+// copy of the answer and the answer's tally (billing is done), and the
+// pipeline's hold on the
 // buffered body, with the reader's too when the body never went on to the
 // proxy (nobody else holds that reader). A forwarded body's reader is the
 // transport's to close, when it has sent the body.
 func (st *requestState) releaseBuffers() {
 	st.rw.releaseKept()
+	st.rw.releaseTally()
 	if st.held.buf == nil {
 		return
 	}
@@ -225,6 +240,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	st.rw = meteredResponse{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: client},
 		keep: rule != billPlain, rule: rule, detached: detach, onHead: release}
 	st.rw.tallyAnswers(rule)
+	if st.rw.keep {
+		st.scrub.holdInKept(&st.rw.body)
+	}
 	rw := &st.rw
 	var err error
 	st.forwarded = true

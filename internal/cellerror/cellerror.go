@@ -50,6 +50,22 @@ func InternalDetail(body []byte) (detail string, exposes bool) {
 	return msg, LooksInternal(msg)
 }
 
+// CannotExpose reports whether an answer that begins with head can never
+// be judged exposing, whatever follows: its first byte past JSON
+// whitespace is there and opens no object (a push's answer is an array).
+// Only an object's top-level error field is read, so such an answer can
+// be relayed as it comes instead of held until it is whole.
+func CannotExpose(head []byte) bool {
+	for _, c := range head {
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		return c != '{'
+	}
+	return false
+}
+
 // severities are the prefixes libpq gives a server error ("ERROR:  ...").
 var severities = []string{"ERROR:", "FATAL:", "PANIC:"}
 

@@ -108,3 +108,40 @@ func TestShortcutSeesEscapedMarks(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCannotExpose: an answer whose head CannotExpose calls decided is
+// never judged exposing, however it goes on; and every exposing answer is
+// held to its end (no head of it is decided).
+func FuzzCannotExpose(f *testing.F) {
+	for _, b := range append(append([]string{}, exposing...), keeping...) {
+		f.Add([]byte(b), uint(len(b)/2))
+	}
+	f.Fuzz(func(t *testing.T, body []byte, cut uint) {
+		head := body[:min(int(cut), len(body))]
+		if CannotExpose(head) {
+			if _, exposes := InternalDetail(body); exposes {
+				t.Fatalf("%q: its head %q was let through, but the whole answer exposes", body, head)
+			}
+		}
+	})
+}
+
+func TestCannotExpose(t *testing.T) {
+	for _, body := range exposing {
+		for i := range len(body) + 1 {
+			if CannotExpose([]byte(body[:i])) {
+				t.Fatalf("%q: the head %q of an exposing answer was let through", body, body[:i])
+			}
+		}
+	}
+	for _, head := range []string{`[{"index":0`, " \r\n\t[", `"text"`, `not json {"error":"ERROR:  x"`, "\ufeff{"} {
+		if !CannotExpose([]byte(head)) {
+			t.Errorf("%q opens no object, so it cannot expose", head)
+		}
+	}
+	for _, head := range []string{"", " \n", "{", ` {"messages":[]`} {
+		if CannotExpose([]byte(head)) {
+			t.Errorf("%q may still open an object that exposes", head)
+		}
+	}
+}
