@@ -34,6 +34,7 @@ func (s span) of(body []byte) []byte { return body[s.at : s.at+s.n] }
 type popBiller struct {
 	scan  answerScan
 	watch popWatch
+	inner answerScan // checks the data of the messages read whole
 }
 
 var popBillers = sync.Pool{New: func() any { return new(popBiller) }}
@@ -61,6 +62,8 @@ func scanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
 	w := &b.watch
 	w.bodyCap = cap(body)
 	b.scan.reset(w, 3, popNames)
+	b.scan.readElements(w, 2)
+	b.scan.inner = &b.inner
 	b.scan.write(body)
 	if !b.scan.ok() || !w.isObject || w.declined {
 		return 0, nil, false
@@ -210,6 +213,35 @@ func (w *popWatch) value(depth int, first byte, raw []byte, plain bool) {
 	default:
 		w.declined = true
 	}
+}
+
+// element takes the keying members of a message of the known shape, read
+// whole: a plain string sets its field, null leaves it empty, and anything
+// else is left to the general reader (which declines it).
+func (w *popWatch) element(scan *answerScan, p []byte, i int) int {
+	if !w.inMessages || w.declined {
+		return -1
+	}
+	end := scan.matchShape(popMessageShape, p, i, 3)
+	if end < 0 {
+		return -1
+	}
+	base := w.bodyCap - cap(p)
+	var m popFields
+	for _, f := range [...]struct {
+		at   int
+		into *span
+	}{{popShapeGroup, &m.group}, {popShapeID, &m.id}, {popShapePartitionID, &m.partitionID}, {popShapeTransactionID, &m.transactionID}} {
+		switch v := scan.shape[f.at]; v.first {
+		case '"':
+			*f.into = span{int32(base + v.at), int32(v.end - v.at)}
+		case 'n':
+		default:
+			return -1
+		}
+	}
+	w.msgs = append(w.msgs, m)
+	return end
 }
 
 // popKeys builds the redelivery keys of BillPop, all in one string: two

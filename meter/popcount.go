@@ -15,12 +15,15 @@ package meter
 type PopCount struct {
 	scan     answerScan
 	messages messagesWatch
+	inner    answerScan // checks the data of the messages read whole
 }
 
 // NewPopCount returns a count ready for the first piece of an answer.
 func NewPopCount() *PopCount {
 	p := &PopCount{}
 	p.scan.reset(&p.messages, 3, messagesNames)
+	p.scan.readElements(&p.messages, 2)
+	p.scan.inner = &p.inner
 	return p
 }
 
@@ -86,3 +89,27 @@ func (s *messagesWatch) value(depth int, _ byte, _ []byte, _ bool) {
 
 // messagesNames is the member name PopCount reads.
 var messagesNames = namesOf(false, "messages")
+
+// popMessageShape is a message of the broker's pop answer (testdata/broker,
+// S8 and C34), its data any JSON value; popKeyAt is where the members
+// BillPop keys from are in it.
+var popMessageShape = shapeOf(2, "consumerGroup", "createdAt", "data", "id", "leaseId", "partition", "partitionId", "producerSub", "traceId", "transactionId")
+
+const (
+	popShapeGroup         = 0
+	popShapeID            = 3
+	popShapePartitionID   = 6
+	popShapeTransactionID = 9
+)
+
+// element counts a message of the known shape, read whole.
+func (s *messagesWatch) element(scan *answerScan, p []byte, i int) int {
+	if !s.inMessages {
+		return -1
+	}
+	end := scan.matchShape(popMessageShape, p, i, 3)
+	if end > 0 {
+		s.count++
+	}
+	return end
+}

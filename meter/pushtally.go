@@ -32,6 +32,7 @@ func NewPushTally() *PushTally {
 func (t *PushTally) Reset() {
 	t.items = statusWatch{}
 	t.scan.reset(&t.items, 2, pushNames)
+	t.scan.readElements(&t.items, 1)
 }
 
 // Write takes the next piece of the answer; it never fails, so it can sit
@@ -136,3 +137,39 @@ func unescapedIs(raw []byte, word string) bool {
 
 // pushNames is the member name PushTally reads.
 var pushNames = namesOf(false, "status")
+
+// The shapes of the broker's push answer items (testdata/broker, S5): a
+// message stored, and a duplicate. statusAt is where "status" is in each.
+var pushShapes = [...]struct {
+	shape    *answerShape
+	statusAt int
+}{
+	{shapeOf(-1, "index", "message_id", "partition_id", "queueName", "status", "trace_id", "transaction_id"), 4},
+	{shapeOf(-1, "index", "message_id", "queueName", "status", "transaction_id"), 3},
+}
+
+// element reads an item of a known shape whole: the same count as its
+// open, its members and its close would make.
+func (s *statusWatch) element(scan *answerScan, p []byte, i int) int {
+	if !s.isArray {
+		return -1
+	}
+	for _, sh := range &pushShapes {
+		end := scan.matchShape(sh.shape, p, i, 2)
+		if end < 0 {
+			continue
+		}
+		s.out.Items++
+		if v := scan.shape[sh.statusAt]; v.first == '"' {
+			switch string(p[v.at:v.end]) {
+			case "queued":
+				s.out.Accepted++
+			case "buffered":
+				s.out.Accepted++
+				s.out.Buffered++
+			}
+		}
+		return end
+	}
+	return -1
+}

@@ -25,6 +25,7 @@ func NewTxnTally() *TxnTally {
 func (t *TxnTally) Reset() {
 	t.results = txnWatch{}
 	t.scan.reset(&t.results, 3, txnNames)
+	t.scan.readElements(&t.results, 2)
 }
 
 // Write takes the next piece of the answer; it never fails.
@@ -156,3 +157,26 @@ func (s *txnWatch) value(depth int, first byte, raw []byte, plain bool) {
 
 // txnNames are the member names TxnTally reads.
 var txnNames = namesOf(false, "success", "results", "type", "duplicate")
+
+// The shapes of the broker's transaction results (testdata/broker, S11):
+// an ack and a push stored. Neither has a "duplicate" member, so neither
+// changes the bill.
+var txnShapes = [...]*answerShape{
+	shapeOf(-1, "index", "messageId", "partitionId", "queueName", "success", "transactionId", "type"),
+	shapeOf(-1, "dlq", "error", "index", "success", "transactionId", "type"),
+}
+
+// element reads a "results" entry of a known shape whole, leaving the
+// watcher as its open, members and close would.
+func (s *txnWatch) element(scan *answerScan, p []byte, i int) int {
+	if !s.inResults {
+		return -1
+	}
+	for _, sh := range &txnShapes {
+		if end := scan.matchShape(sh, p, i, 3); end > 0 {
+			s.member = memberOther
+			return end
+		}
+	}
+	return -1
+}
