@@ -1,5 +1,10 @@
 package meter
 
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
 // The broker writes the elements of its answers' arrays in a few fixed
 // shapes: the same members, in the same (sorted) order, compact, their
 // strings plain. An element reader recognises an element of such a shape
@@ -13,20 +18,39 @@ package meter
 // elementReader reads an element object at p[i] whole when it knows its
 // shape, and returns the index past it; it returns -1 having changed
 // nothing when it does not know it.
-// It may use s.shape for the values it matches, and s.inner to check a
-// nested value.
+// It may use s.inner to check a nested value.
 type elementReader interface {
 	element(s *answerScan, p []byte, i int) int
 }
 
 // maxShapeMembers bounds the members of a shape.
-const maxShapeMembers = 12
+const maxShapeMembers = 10
 
 // answerShape is the members of an element object, each written as its
 // name in quotes and a colon, after '{' (the first) or ',' (the others).
 type answerShape struct {
-	heads  []string
+	heads  []shapeHead
 	nested int // the member whose value may be any JSON value (-1: none; the others are strings or scalars)
+}
+
+// shapeHead is one member's head, as up to three little-endian words (the
+// last one's unused bytes masked off) to compare eight bytes at a time.
+type shapeHead struct {
+	text  string
+	words [3]uint64
+	masks [3]uint64
+}
+
+// is reports whether p[i:] starts with the head; p holds at least
+// len(h.text) bytes past i.
+func (h *shapeHead) is(p []byte, i int) bool {
+	if len(p)-i < 8*len(h.words) {
+		return string(p[i:i+len(h.text)]) == h.text
+	}
+	q := p[i : i+24]
+	return binary.LittleEndian.Uint64(q)&h.masks[0] == h.words[0] &&
+		binary.LittleEndian.Uint64(q[8:])&h.masks[1] == h.words[1] &&
+		binary.LittleEndian.Uint64(q[16:])&h.masks[2] == h.words[2]
 }
 
 // shapeOf is the shape of an object with members names, in that order;
@@ -41,7 +65,16 @@ func shapeOf(nested int, names ...string) *answerShape {
 		if i == 0 {
 			lead = "{"
 		}
-		sh.heads = append(sh.heads, lead+`"`+name+`":`)
+		text := lead + `"` + name + `":`
+		if len(text) > 24 {
+			panic("meter: a shape's member name is too long")
+		}
+		h := shapeHead{text: text}
+		for j := range len(text) {
+			h.words[j/8] |= uint64(text[j]) << (8 * (j % 8))
+			h.masks[j/8] |= 0xff << (8 * (j % 8))
+		}
+		sh.heads = append(sh.heads, h)
 	}
 	return sh
 }
@@ -51,7 +84,7 @@ func shapeOf(nested int, names ...string) *answerShape {
 // value's first byte (at and end the value).
 type shapeValue struct {
 	first   byte
-	at, end int
+	at, end int32
 }
 
 // shapeValues is what matchShape found, one value per member.
@@ -69,24 +102,36 @@ func (noWatch) value(int, byte, []byte, bool) {}
 var noNames = &nameFilter{}
 
 // matchShape reads the element object at p[i] as sh when it is written so,
-// its values in vals, and returns the index past its closing brace; -1
-// when it is not, or is cut by the end of p. depth is the object's own
-// depth; s.inner checks a nested value, which it reads on its own.
-func (s *answerScan) matchShape(sh *answerShape, p []byte, i int, depth int) int {
-	vals := &s.shape
-	for k, head := range sh.heads {
-		if len(p)-i <= len(head) || string(p[i:i+len(head)]) != head {
+// its values in vals (when not nil), and returns the index past its
+// closing brace; -1 when it is not, or is cut by the end of p. depth is the
+// object's own depth; s.inner checks a nested value, which it reads on its
+// own. p is shorter than 2 GiB (a piece, or a body BillPop reads).
+func (s *answerScan) matchShape(sh *answerShape, p []byte, i int, depth int, vals *shapeValues) int {
+	for k := range sh.heads {
+		head := &sh.heads[k]
+		if len(p)-i <= len(head.text) || !head.is(p, i) {
 			return -1
 		}
-		i += len(head)
+		i += len(head.text)
 		switch c := p[i]; c {
 		case '"':
 			text := i + 1
-			end := text + plainLen(p[text:])
+			end := text
+			for end+8 <= len(p) {
+				if m := specialBytes(binary.LittleEndian.Uint64(p[end:])); m != 0 {
+					end += bits.TrailingZeros64(m) >> 3
+					goto measured
+				}
+				end += 8
+			}
+			end += plainLen(p[end:])
+		measured:
 			if end >= len(p) || p[end] != '"' {
 				return -1
 			}
-			vals[k] = shapeValue{'"', text, end}
+			if vals != nil {
+				vals[k] = shapeValue{'"', int32(text), int32(end)}
+			}
 			i = end + 1
 		case '{', '[':
 			if k != sh.nested {
@@ -96,14 +141,18 @@ func (s *answerScan) matchShape(sh *answerShape, p []byte, i int, depth int) int
 			if end < 0 {
 				return -1
 			}
-			vals[k] = shapeValue{c, i, end}
+			if vals != nil {
+				vals[k] = shapeValue{c, int32(i), int32(end)}
+			}
 			i = end
 		default:
 			end := scalarEnd(p, i)
 			if end == 0 {
 				return -1
 			}
-			vals[k] = shapeValue{c, i, end}
+			if vals != nil {
+				vals[k] = shapeValue{c, int32(i), int32(end)}
+			}
 			i = end
 		}
 	}

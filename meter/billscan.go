@@ -99,6 +99,7 @@ type popWatch struct {
 	// answer, one whole piece, and a slice's offset in it is bodyCap less
 	// the slice's capacity.
 	bodyCap int
+	shape   shapeValues // the values of the last message read whole
 }
 
 func (w *popWatch) open(depth int, kind byte) {
@@ -222,7 +223,7 @@ func (w *popWatch) element(scan *answerScan, p []byte, i int) int {
 	if !w.inMessages || w.declined {
 		return -1
 	}
-	end := scan.matchShape(popMessageShape, p, i, 3)
+	end := scan.matchShape(popMessageShape, p, i, 3, &w.shape)
 	if end < 0 {
 		return -1
 	}
@@ -232,9 +233,9 @@ func (w *popWatch) element(scan *answerScan, p []byte, i int) int {
 		at   int
 		into *span
 	}{{popShapeGroup, &m.group}, {popShapeID, &m.id}, {popShapePartitionID, &m.partitionID}, {popShapeTransactionID, &m.transactionID}} {
-		switch v := scan.shape[f.at]; v.first {
+		switch v := w.shape[f.at]; v.first {
 		case '"':
-			*f.into = span{int32(base + v.at), int32(v.end - v.at)}
+			*f.into = span{int32(base) + v.at, v.end - v.at}
 		case 'n':
 		default:
 			return -1

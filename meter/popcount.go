@@ -107,7 +107,7 @@ func (s *messagesWatch) element(scan *answerScan, p []byte, i int) int {
 	if !s.inMessages {
 		return -1
 	}
-	end := scan.matchShape(popMessageShape, p, i, 3)
+	end := scan.matchShape(popMessageShape, p, i, 3, nil)
 	if end > 0 {
 		s.count++
 	}

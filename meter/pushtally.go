@@ -18,6 +18,7 @@ import "encoding/json"
 type PushTally struct {
 	scan  answerScan
 	items statusWatch
+	shape shapeValues
 }
 
 // NewPushTally returns a tally ready for the first piece of an answer.
@@ -30,7 +31,7 @@ func NewPushTally() *PushTally {
 // Reset readies t for a new answer. A PushTally must not be copied once
 // it is reset (it points into itself).
 func (t *PushTally) Reset() {
-	t.items = statusWatch{}
+	t.items = statusWatch{shape: &t.shape}
 	t.scan.reset(&t.items, 2, pushNames)
 	t.scan.readElements(&t.items, 1)
 }
@@ -57,6 +58,7 @@ type statusWatch struct {
 	inItem    bool // inside an element object (depth 2)
 	afterName bool // the member being read is named "status"
 	status    statusWord
+	shape     *shapeValues // the values of the last item read whole
 }
 
 type statusWord uint8
@@ -155,12 +157,12 @@ func (s *statusWatch) element(scan *answerScan, p []byte, i int) int {
 		return -1
 	}
 	for _, sh := range &pushShapes {
-		end := scan.matchShape(sh.shape, p, i, 2)
+		end := scan.matchShape(sh.shape, p, i, 2, s.shape)
 		if end < 0 {
 			continue
 		}
 		s.out.Items++
-		if v := scan.shape[sh.statusAt]; v.first == '"' {
+		if v := s.shape[sh.statusAt]; v.first == '"' {
 			switch string(p[v.at:v.end]) {
 			case "queued":
 				s.out.Accepted++

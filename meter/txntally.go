@@ -173,7 +173,7 @@ func (s *txnWatch) element(scan *answerScan, p []byte, i int) int {
 		return -1
 	}
 	for _, sh := range &txnShapes {
-		if end := scan.matchShape(sh, p, i, 3); end > 0 {
+		if end := scan.matchShape(sh, p, i, 3, nil); end > 0 {
 			s.member = memberOther
 			return end
 		}
