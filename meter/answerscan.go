@@ -52,7 +52,6 @@ type answerScan struct {
 	// knows the shape of (see answershape.go); -1 when none is read so.
 	elems     elementReader
 	elemDepth int
-	shape     shapeValues // what the element reader matched last
 	inner     *answerScan // checks the nested values of the elements it reads
 	// maxDepth is the deepest nesting accepted (jsonscan.DefaultMaxDepth,
 	// less the depth at which a value read on its own sits).
