@@ -56,6 +56,12 @@ func (h *shapeHead) is(p []byte, i int) bool {
 // shapeOf is the shape of an object with members names, in that order;
 // nested is the index of the member that may hold containers, or -1.
 func shapeOf(nested int, names ...string) *answerShape {
+	return shapeFrom("{", nested, names...)
+}
+
+// shapeFrom is shapeOf with the first member after first: "," for the
+// last members of an object whose first ones were read already.
+func shapeFrom(first string, nested int, names ...string) *answerShape {
 	if len(names) > maxShapeMembers {
 		panic("meter: a shape of too many members")
 	}
@@ -63,20 +69,24 @@ func shapeOf(nested int, names ...string) *answerShape {
 	for i, name := range names {
 		lead := ","
 		if i == 0 {
-			lead = "{"
+			lead = first
 		}
-		text := lead + `"` + name + `":`
-		if len(text) > 24 {
-			panic("meter: a shape's member name is too long")
-		}
-		h := shapeHead{text: text}
-		for j := range len(text) {
-			h.words[j/8] |= uint64(text[j]) << (8 * (j % 8))
-			h.masks[j/8] |= 0xff << (8 * (j % 8))
-		}
-		sh.heads = append(sh.heads, h)
+		sh.heads = append(sh.heads, headOf(lead+`"`+name+`":`))
 	}
 	return sh
+}
+
+// headOf is the head text, to compare eight bytes at a time.
+func headOf(text string) shapeHead {
+	if len(text) > 24 {
+		panic("meter: a shape's member name is too long")
+	}
+	h := shapeHead{text: text}
+	for j := range len(text) {
+		h.words[j/8] |= uint64(text[j]) << (8 * (j % 8))
+		h.masks[j/8] |= 0xff << (8 * (j % 8))
+	}
+	return h
 }
 
 // shapeValue is where one member's value lies in the piece: first is '"'

@@ -20,6 +20,8 @@ func shapedAnswers() map[string][]byte {
 		"txn dup":      []byte(`{"results":[{"dlq":false,"error":null,"index":0,"success":true,"transactionId":"j","type":"ack"},{"index":1,"messageId":"m","partitionId":"p","queueName":"q","success":true,"transactionId":"t","type":"push"},{"duplicate":true,"index":2,"type":"push"}],"success":true,"transactionId":"t"}`),
 		"push in pop":  []byte(`{"messages":[{"index":0,"message_id":"m","queueName":"q","status":"queued","transaction_id":"t"}]}`),
 		"pop in push":  []byte(`[{"consumerGroup":"g","createdAt":"c","data":{"a":1},"id":"i","leaseId":"l","partition":"p","partitionId":"pp","producerSub":null,"traceId":null,"transactionId":"x"}]`),
+		"pop empty":    []byte(`{"consumerGroup":null,"leaseId":null,"messages":[],"partition":"p","partitionId":"pp","partitionsClaimed":1,"queue":"q","success":true}`),
+		"pop claimed":  []byte(`{"consumerGroup":"g","leaseId":"l","messages":[{"consumerGroup":"g","createdAt":"c","data":{"a":1},"id":"i","leaseId":"l","partition":"p","partitionId":"pp","producerSub":null,"traceId":null,"transactionId":"x"}],"partition":"p","partitionId":"pp","partitionsClaimed":2,"queue":"q","success":true}`),
 		"nested items": []byte(`[[{"index":0,"message_id":"m","queueName":"q","status":"queued","transaction_id":"t"}]]`),
 	}
 }

@@ -64,11 +64,99 @@ func scanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
 	b.scan.reset(w, 3, popNames)
 	b.scan.readElements(w, 2)
 	b.scan.inner = &b.inner
+	if w.envelope(&b.scan, body) {
+		return int64(len(w.msgs)), popKeys(body, w.msgs, w.group), true
+	}
+	// Not in the broker's shape: the general reader, from the start.
+	*w = popWatch{msgs: w.msgs[:0], bodyCap: cap(body)}
 	b.scan.write(body)
 	if !b.scan.ok() || !w.isObject || w.declined {
 		return 0, nil, false
 	}
 	return int64(len(w.msgs)), popKeys(body, w.msgs, w.group), true
+}
+
+// The broker's pop answer around its messages (testdata/broker: S8, C34):
+// its head, up to the messages array, and its tails after it.
+var (
+	popHeadGroup    = headOf(`{"consumerGroup":`)
+	popHeadLease    = headOf(`,"leaseId":`)
+	popHeadMessages = headOf(`,"messages":[`)
+	popTails        = [...]*answerShape{
+		shapeFrom(",", -1, "partition", "partitionId", "queue", "success"),
+		shapeFrom(",", -1, "partition", "partitionId", "partitionsClaimed", "queue", "success"),
+	}
+)
+
+// envelope reads a whole pop answer of the broker's shape, its messages
+// all of the known shape, as the general reader would; false (the
+// watcher's state then unspecified) when any byte differs.
+func (w *popWatch) envelope(s *answerScan, body []byte) bool {
+	i := 0
+	if len(body) < 64 || !popHeadGroup.is(body, i) {
+		return false
+	}
+	i += len(popHeadGroup.text)
+	switch body[i] {
+	case '"':
+		end := i + 1 + plainLen(body[i+1:])
+		if end >= len(body) || body[end] != '"' {
+			return false
+		}
+		w.group = span{int32(i + 1), int32(end - i - 1)}
+		i = end + 1
+	case 'n':
+		if i = scalarEnd(body, i); i == 0 {
+			return false
+		}
+	default:
+		return false
+	}
+	if len(body)-i <= len(popHeadLease.text) || !popHeadLease.is(body, i) {
+		return false
+	}
+	i += len(popHeadLease.text)
+	if body[i] == '"' {
+		end := i + 1 + plainLen(body[i+1:])
+		if end >= len(body) || body[end] != '"' {
+			return false
+		}
+		i = end + 1
+	} else if i = scalarEnd(body, i); i == 0 {
+		return false
+	}
+	if len(body)-i <= len(popHeadMessages.text) || !popHeadMessages.is(body, i) {
+		return false
+	}
+	i += len(popHeadMessages.text)
+	w.isObject, w.seenList, w.inMessages = true, true, true
+	if body[i] == ']' {
+		i++
+	} else {
+		for {
+			if body[i] != '{' {
+				return false
+			}
+			if i = w.element(s, body, i); i < 0 || i >= len(body) {
+				return false
+			}
+			if body[i] == ']' {
+				i++
+				break
+			}
+			if body[i] != ',' || i+1 >= len(body) {
+				return false
+			}
+			i++
+		}
+	}
+	w.inMessages = false
+	for _, tail := range &popTails {
+		if end := s.matchShape(tail, body, i, 1, nil); end == len(body) {
+			return true
+		}
+	}
+	return false
 }
 
 // The member whose value popWatch reads next.
