@@ -22,6 +22,9 @@ func shapedAnswers() map[string][]byte {
 		"pop in push":  []byte(`[{"consumerGroup":"g","createdAt":"c","data":{"a":1},"id":"i","leaseId":"l","partition":"p","partitionId":"pp","producerSub":null,"traceId":null,"transactionId":"x"}]`),
 		"pop empty":    []byte(`{"consumerGroup":null,"leaseId":null,"messages":[],"partition":"p","partitionId":"pp","partitionsClaimed":1,"queue":"q","success":true}`),
 		"pop claimed":  []byte(`{"consumerGroup":"g","leaseId":"l","messages":[{"consumerGroup":"g","createdAt":"c","data":{"a":1},"id":"i","leaseId":"l","partition":"p","partitionId":"pp","producerSub":null,"traceId":null,"transactionId":"x"}],"partition":"p","partitionId":"pp","partitionsClaimed":2,"queue":"q","success":true}`),
+		"txn 1":        txnAnswer(1),
+		"txn empty":    []byte(`{"results":[],"success":true,"transactionId":"bf34ae70-a720-4565-bb8b-3ee176b92365"}`),
+		"txn failed":   []byte(`{"results":[{"dlq":false,"error":null,"index":0,"success":true,"transactionId":"job-1","type":"ack"}],"success":false,"transactionId":"bf34ae70-a720-4565-bb8b-3ee176b92365"}  `),
 		"nested items": []byte(`[[{"index":0,"message_id":"m","queueName":"q","status":"queued","transaction_id":"t"}]]`),
 	}
 }

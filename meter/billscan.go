@@ -88,75 +88,99 @@ var (
 	}
 )
 
-// envelope reads a whole pop answer of the broker's shape, its messages
-// all of the known shape, as the general reader would; false (the
-// watcher's state then unspecified) when any byte differs.
-func (w *popWatch) envelope(s *answerScan, body []byte) bool {
-	i := 0
-	if len(body) < 64 || !popHeadGroup.is(body, i) {
-		return false
+// popHead reads the head of a pop answer of the broker's shape, up to
+// the '[' of its messages, and returns where they start and the value of
+// its consumerGroup (a plain string or a scalar); 0 when it differs.
+func popHead(body []byte) (int, shapeValue) {
+	if len(body) < 64 || !popHeadGroup.is(body, 0) {
+		return 0, shapeValue{}
 	}
-	i += len(popHeadGroup.text)
-	switch body[i] {
-	case '"':
-		end := i + 1 + plainLen(body[i+1:])
-		if end >= len(body) || body[end] != '"' {
-			return false
+	i := len(popHeadGroup.text)
+	var group shapeValue
+	for k, head := range [...]*shapeHead{nil, &popHeadLease} {
+		if head != nil {
+			if len(body)-i <= len(head.text) || !head.is(body, i) {
+				return 0, shapeValue{}
+			}
+			i += len(head.text)
 		}
-		w.group = span{int32(i + 1), int32(end - i - 1)}
-		i = end + 1
-	case 'n':
-		if i = scalarEnd(body, i); i == 0 {
-			return false
+		v := shapeValue{first: body[i], at: int32(i)}
+		if v.first == '"' {
+			end := i + 1 + plainLen(body[i+1:])
+			if end >= len(body) || body[end] != '"' {
+				return 0, shapeValue{}
+			}
+			v.at, v.end = int32(i+1), int32(end)
+			i = end + 1
+		} else if i = scalarEnd(body, i); i == 0 {
+			return 0, shapeValue{}
 		}
-	default:
-		return false
-	}
-	if len(body)-i <= len(popHeadLease.text) || !popHeadLease.is(body, i) {
-		return false
-	}
-	i += len(popHeadLease.text)
-	if body[i] == '"' {
-		end := i + 1 + plainLen(body[i+1:])
-		if end >= len(body) || body[end] != '"' {
-			return false
+		if k == 0 {
+			group = v
 		}
-		i = end + 1
-	} else if i = scalarEnd(body, i); i == 0 {
-		return false
 	}
 	if len(body)-i <= len(popHeadMessages.text) || !popHeadMessages.is(body, i) {
-		return false
+		return 0, shapeValue{}
 	}
-	i += len(popHeadMessages.text)
-	w.isObject, w.seenList, w.inMessages = true, true, true
+	return i + len(popHeadMessages.text), group
+}
+
+// popMessagesEnd reads the messages from body[i] (past the '[') with
+// element, and returns the index past the ']'; -1 when one is not of the
+// known shape.
+func popMessagesEnd(body []byte, i int, element func(p []byte, i int) int) int {
 	if body[i] == ']' {
-		i++
-	} else {
-		for {
-			if body[i] != '{' {
-				return false
-			}
-			if i = w.element(s, body, i); i < 0 || i >= len(body) {
-				return false
-			}
-			if body[i] == ']' {
-				i++
-				break
-			}
-			if body[i] != ',' || i+1 >= len(body) {
-				return false
-			}
-			i++
-		}
+		return i + 1
 	}
-	w.inMessages = false
+	for {
+		if body[i] != '{' {
+			return -1
+		}
+		if i = element(body, i); i < 0 || i+1 >= len(body) {
+			return -1
+		}
+		if body[i] == ']' {
+			return i + 1
+		}
+		if body[i] != ',' {
+			return -1
+		}
+		i++
+	}
+}
+
+// popTailEnds reports whether body[i:] is one of the tails of the
+// broker's pop answer, ending body.
+func popTailEnds(s *answerScan, body []byte, i int) bool {
 	for _, tail := range &popTails {
-		if end := s.matchShape(tail, body, i, 1, nil); end == len(body) {
+		if s.matchShape(tail, body, i, 1, nil) == len(body) {
 			return true
 		}
 	}
 	return false
+}
+
+// envelope reads a whole pop answer of the broker's shape, its messages
+// all of the known shape, as the general reader would; false (the
+// watcher's state then unspecified) when any byte differs.
+func (w *popWatch) envelope(s *answerScan, body []byte) bool {
+	i, group := popHead(body)
+	if i == 0 {
+		return false
+	}
+	switch group.first {
+	case '"':
+		w.group = span{group.at, group.end - group.at}
+	case 'n':
+	default:
+		return false
+	}
+	w.isObject, w.seenList, w.inMessages = true, true, true
+	if i = popMessagesEnd(body, i, func(p []byte, i int) int { return w.element(s, p, i) }); i < 0 {
+		return false
+	}
+	w.inMessages = false
+	return popTailEnds(s, body, i)
 }
 
 // The member whose value popWatch reads next.

@@ -29,8 +29,34 @@ func NewPopCount() *PopCount {
 
 // Write takes the next piece of the answer; it never fails.
 func (p *PopCount) Write(b []byte) (int, error) {
+	if !p.scan.started && !p.scan.failed && p.scan.watch != nil {
+		if p.messages.envelope(&p.scan, b) {
+			return len(b), nil
+		}
+		p.messages = messagesWatch{} // nothing was read yet
+	}
 	p.scan.write(b)
 	return len(b), nil
+}
+
+// envelope reads b, the whole answer, when it has the broker's shape (see
+// popWatch.envelope) and its messages all have the known shape, leaving
+// s and the watcher as the general reader would.
+func (w *messagesWatch) envelope(s *answerScan, b []byte) bool {
+	i, _ := popHead(b)
+	if i == 0 {
+		return false
+	}
+	w.isObject, w.inMessages = true, true
+	if i = popMessagesEnd(b, i, func(p []byte, i int) int { return w.element(s, p, i) }); i < 0 {
+		return false
+	}
+	w.inMessages = false
+	if !popTailEnds(s, b, i) {
+		return false
+	}
+	s.started, s.next = true, nextEnd
+	return true
 }
 
 // Messages is how many messages the whole answer delivered, for an

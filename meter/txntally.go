@@ -30,8 +30,62 @@ func (t *TxnTally) Reset() {
 
 // Write takes the next piece of the answer; it never fails.
 func (t *TxnTally) Write(p []byte) (int, error) {
+	if !t.scan.started && !t.scan.failed && t.scan.watch != nil {
+		if t.results.envelope(&t.scan, p) {
+			return len(p), nil
+		}
+		t.results = txnWatch{} // as Reset left it: nothing was read yet
+	}
 	t.scan.write(p)
 	return len(p), nil
+}
+
+// The broker's transaction answer around its results (testdata/broker,
+// S11), when it comes in one piece: its head and its tail.
+var (
+	txnHead = headOf(`{"results":[`)
+	txnTail = shapeFrom(",", -1, "success", "transactionId")
+)
+
+// envelope reads p, the whole answer, when it has the broker's shape and
+// its results all have known shapes, leaving s and the watcher as the
+// general reader would; false (the watcher then to be cleared) when any
+// byte differs. What follows in later pieces is read as after any whole
+// answer.
+func (w *txnWatch) envelope(s *answerScan, p []byte) bool {
+	if len(p) < 32 || !txnHead.is(p, 0) {
+		return false
+	}
+	i := len(txnHead.text)
+	w.isObject, w.inResults = true, true
+	if p[i] == ']' {
+		i++
+	} else {
+		for {
+			if p[i] != '{' {
+				return false
+			}
+			if i = w.element(s, p, i); i < 0 || i+1 >= len(p) {
+				return false
+			}
+			if p[i] == ']' {
+				i++
+				break
+			}
+			if p[i] != ',' {
+				return false
+			}
+			i++
+		}
+	}
+	w.inResults = false
+	var vals shapeValues
+	if s.matchShape(txnTail, p, i, 1, &vals) != len(p) {
+		return false
+	}
+	w.success = vals[0].first == 't'
+	s.started, s.next = true, nextEnd
+	return true
 }
 
 // Billed is the number of messages to bill, for the upstream status and
