@@ -29,7 +29,9 @@ func NewPopCount() *PopCount {
 
 // Write takes the next piece of the answer; it never fails.
 func (p *PopCount) Write(b []byte) (int, error) {
-	if !p.scan.started && !p.scan.failed && p.scan.watch != nil {
+	// Only a piece that ends as the answer does may be all of it: one
+	// cut out of a longer answer is not read twice.
+	if !p.scan.started && !p.scan.failed && p.scan.watch != nil && len(b) > 0 && b[len(b)-1] == '}' {
 		if p.messages.envelope(&p.scan, b) {
 			return len(b), nil
 		}

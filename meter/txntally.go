@@ -30,7 +30,9 @@ func (t *TxnTally) Reset() {
 
 // Write takes the next piece of the answer; it never fails.
 func (t *TxnTally) Write(p []byte) (int, error) {
-	if !t.scan.started && !t.scan.failed && t.scan.watch != nil {
+	// Only a piece that ends as the answer does may be all of it: one
+	// cut out of a longer answer is not read twice.
+	if !t.scan.started && !t.scan.failed && t.scan.watch != nil && len(p) > 0 && p[len(p)-1] == '}' {
 		if t.results.envelope(&t.scan, p) {
 			return len(p), nil
 		}
