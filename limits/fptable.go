@@ -9,8 +9,9 @@ package limits
 // stays at most three quarters full, growing by doubling (and let go when
 // a set empties).
 type fpTable struct {
-	slots []fpSlot
-	n     int
+	slots   []fpSlot
+	n       int
+	touched uint64 // what touch loaded, kept so that its loads are not dropped
 }
 
 // fpSlot is one entry; node is the node index plus one (0: empty).
@@ -38,6 +39,45 @@ func (t *fpTable) get(fp uint64) (int32, bool) {
 			return s.node - 1, true
 		}
 	}
+}
+
+// find returns fp's slot, nil when it is not there. The slot is valid
+// until the next put or remove.
+func (t *fpTable) find(fp uint64) *fpSlot {
+	if t.n == 0 {
+		return nil
+	}
+	mask := len(t.slots) - 1
+	for i := t.home(fp); ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.node == 0 {
+			return nil
+		}
+		if s.fp == fp {
+			return s
+		}
+	}
+}
+
+// set changes the stored node (index plus one) of fp, which is there,
+// without growing the table (so slots found before stay valid).
+func (t *fpTable) set(fp uint64, node int32) {
+	if s := t.find(fp); s != nil {
+		s.node = node
+	}
+}
+
+// touch loads the home slot of every fingerprint: independent loads, which
+// the processor overlaps, ahead of the lookups that need them.
+func (t *fpTable) touch(fps []uint64) {
+	if t.n == 0 {
+		return
+	}
+	var sum uint64
+	for _, fp := range fps {
+		sum += t.slots[t.home(fp)].fp
+	}
+	t.touched = sum
 }
 
 // put sets fp's node, adding it if it is not there.

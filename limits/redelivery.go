@@ -27,11 +27,12 @@ const redeliveryShardCount = 16
 // Memory is bounded three ways: at most perCluster keys per cluster (least
 // recently delivered evicted first), at most maxClusters clusters and at
 // most maxIDs keys in all (least recently active cluster's oldest keys
-// evicted first). A key costs 45 to 70 bytes whatever its length (its
-// node, and its slot in a table kept 3/8 to 3/4 full), because only a
+// evicted first). A key costs 37 to 107 bytes whatever its length (its
+// entries in a ring kept a quarter to all full, and its slot in a table
+// kept 3/8 to 3/4 full; about 85 at the 50,000 bound), because only a
 // 64-bit fingerprint of it is kept, so the defaults (50,000 per cluster,
-// 4,096 clusters, 2,000,000 in all) hold at most about 140 MB. The work per
-// key is O(1). Clusters and the global budgets are split over 16
+// 4,096 clusters, 2,000,000 in all) hold about 170 MB, at most about
+// 210 MB. The work per key is O(1), amortized. Clusters and the global budgets are split over 16
 // shards by cluster id (each shard gets 1/16 of maxClusters and maxIDs, at
 // least one cluster and perCluster keys).
 //
@@ -111,25 +112,41 @@ func (r *Redeliveries) FirstDeliveries(clusterID string, ids []string) int {
 	s.touch(set)
 	s.expire(set, now-r.ttl)
 	first := 0
-	for _, id := range ids {
-		if id == "" {
-			first++
-			continue
+	var fps [64]uint64
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), len(fps))]
+		ids = ids[len(chunk):]
+		// Fingerprint the keys first, touching their slots: the loads do
+		// not wait on one another, so the processor has them in flight
+		// at once and the loop below finds the slots in cache.
+		for k, id := range chunk {
+			fps[k] = fingerprint(r.seed, id)
 		}
-		fp := maphash.String(r.seed, id)
-		if i, ok := set.index.get(fp); ok {
-			set.nodes[i].at = now
-			set.moveToFront(i)
-			continue
+		set.index.touch(fps[:len(chunk)])
+		if set.len+len(chunk) > set.max {
+			// New keys evict the oldest, whose slots are known already:
+			// the next entries from the tail.
+			set.touchTail(len(chunk))
 		}
-		first++
-		for set.len >= set.max || s.ids >= s.maxIDs {
-			if !s.evictOne(set) {
-				break
+		for k, id := range chunk {
+			if id == "" {
+				first++
+				continue
 			}
+			fp := fps[k]
+			if slot := set.index.find(fp); slot != nil {
+				set.deliverAgain(slot, fp, now)
+				continue
+			}
+			first++
+			for set.len >= set.max || s.ids >= s.maxIDs {
+				if !s.evictOne(set) {
+					break
+				}
+			}
+			set.add(fp, now)
+			s.ids++
 		}
-		set.push(fp, now)
-		s.ids++
 	}
 	return first
 }
@@ -205,13 +222,7 @@ func (s *redeliveryShard) add(clusterID string, perCluster int) *seenSet {
 	for len(s.clusters) >= s.maxClusters && s.tail != nil {
 		s.remove(s.tail)
 	}
-	set := &seenSet{
-		id:   strings.Clone(clusterID),
-		max:  perCluster,
-		head: -1,
-		tail: -1,
-		free: -1,
-	}
+	set := &seenSet{id: strings.Clone(clusterID), max: perCluster}
 	s.clusters[set.id] = set
 	s.pushFront(set)
 	return set
@@ -260,10 +271,7 @@ func (s *redeliveryShard) unlink(set *seenSet) {
 
 // expire drops set's keys last delivered at or before cutoff.
 func (s *redeliveryShard) expire(set *seenSet, cutoff int64) {
-	for set.tail >= 0 && set.nodes[set.tail].at <= cutoff {
-		set.dropTail()
-		s.ids--
-	}
+	s.ids -= set.expire(cutoff)
 }
 
 // evictOne makes room for one key in current: its own oldest key when it
@@ -291,79 +299,155 @@ func (s *redeliveryShard) evictOne(current *seenSet) bool {
 	return true
 }
 
-// seenSet is one cluster's remembered keys: a table from fingerprint to a
-// node index, and the nodes in a doubly linked list ordered by delivery
-// time (head newest), kept in one slice with a free list so that steady
-// state allocates nothing.
+// seenSet is one cluster's remembered keys: a ring of deliveries in time
+// order (the oldest at its tail) and a table from a key's fingerprint to
+// its entry in the ring. A key delivered again gets a new entry at the
+// head and its old one is marked dead, so a redelivery touches the key's
+// slot, its old entry and the head, where a linked list of nodes touched
+// four places in memory; a new key evicts from the tail, which is read in
+// order. Dead entries are passed over at the tail, and when the ring is
+// full they are squeezed out in place (or the ring doubles, when more
+// than half of it is live), so steady state allocates nothing and each
+// delivery moves at most one entry on average.
 type seenSet struct {
 	id         string
-	index      fpTable
-	nodes      []seenNode
-	head, tail int32 // -1 when empty
-	free       int32 // first free node, -1 when none
-	len, max   int
+	index      fpTable     // fingerprint → ring index of its live entry
+	ring       []seenEntry // length a power of two (or nil)
+	tail       int         // ring index of the oldest entry
+	used       int         // entries from the tail on, live or dead
+	len, max   int         // live entries
 	lastUsed   int64
 	prev, next *seenSet // the shard's cluster list
 }
 
-type seenNode struct {
-	fp         uint64
-	at         int64
-	prev, next int32
+// seenEntry is one delivery; fp 0 marks it dead (delivered again since,
+// or dropped).
+type seenEntry struct {
+	fp uint64
+	at int64
 }
 
-// push adds a new key at the head.
-func (c *seenSet) push(fp uint64, at int64) {
-	var i int32
-	if c.free >= 0 {
-		i = c.free
-		c.free = c.nodes[i].next
-	} else {
-		i = int32(len(c.nodes))
-		c.nodes = append(c.nodes, seenNode{})
-	}
-	c.nodes[i] = seenNode{fp: fp, at: at, prev: -1, next: c.head}
-	if c.head >= 0 {
-		c.nodes[c.head].prev = i
-	}
-	c.head = i
-	if c.tail < 0 {
-		c.tail = i
-	}
-	c.index.put(fp, i)
+// fingerprint is a key's 64-bit hash, never 0 (the dead mark).
+func fingerprint(seed maphash.Seed, key string) uint64 {
+	return max(maphash.String(seed, key), 1)
+}
+
+// add records a new key, delivered at at.
+func (c *seenSet) add(fp uint64, at int64) {
+	c.index.put(fp, int32(c.append(fp, at)))
 	c.len++
 }
 
-// moveToFront makes node i the newest.
-func (c *seenSet) moveToFront(i int32) {
-	if c.head == i {
-		return
-	}
-	n := &c.nodes[i]
-	// i is not the head, so it has a predecessor.
-	c.nodes[n.prev].next = n.next
-	if n.next >= 0 {
-		c.nodes[n.next].prev = n.prev
-	} else {
-		c.tail = n.prev
-	}
-	n.prev, n.next = -1, c.head
-	c.nodes[c.head].prev = i
-	c.head = i
+// deliverAgain moves the key of slot to the head, delivered at at.
+func (c *seenSet) deliverAgain(slot *fpSlot, fp uint64, at int64) {
+	c.ring[slot.node-1].fp = 0
+	// append may squeeze the ring, which rewrites the slots of the live
+	// entries (not this one, dead now) in place: slot stays valid.
+	slot.node = int32(c.append(fp, at)) + 1
 }
 
-// dropTail forgets the oldest key.
-func (c *seenSet) dropTail() {
-	i := c.tail
-	n := &c.nodes[i]
-	c.index.remove(n.fp)
-	c.tail = n.prev
-	if c.tail >= 0 {
-		c.nodes[c.tail].next = -1
-	} else {
-		c.head = -1
+// append writes an entry at the head and returns its ring index.
+func (c *seenSet) append(fp uint64, at int64) int {
+	if c.used == len(c.ring) {
+		c.makeRoom()
 	}
-	n.prev, n.next = -1, c.free
-	c.free = i
-	c.len--
+	i := (c.tail + c.used) & (len(c.ring) - 1)
+	c.ring[i] = seenEntry{fp: fp, at: at}
+	c.used++
+	return i
+}
+
+// makeRoom squeezes the dead entries out of a full ring, in place, or
+// moves the live ones to a ring twice as long when more than half of it
+// is live; the table follows the entries that moved.
+func (c *seenSet) makeRoom() {
+	mask := len(c.ring) - 1
+	if 2*c.len >= len(c.ring) {
+		ring := make([]seenEntry, max(16, 2*len(c.ring)))
+		n := 0
+		for k := range c.used {
+			if e := c.ring[(c.tail+k)&mask]; e.fp != 0 {
+				ring[n] = e
+				c.index.set(e.fp, int32(n)+1)
+				n++
+			}
+		}
+		c.ring, c.tail, c.used = ring, 0, n
+		return
+	}
+	// Writing at tail+n never passes the entry read at tail+k (n ≤ k).
+	n := 0
+	for k := range c.used {
+		e := c.ring[(c.tail+k)&mask]
+		if e.fp == 0 {
+			continue
+		}
+		if n != k {
+			to := (c.tail + n) & mask
+			c.ring[to] = e
+			c.index.set(e.fp, int32(to)+1)
+		}
+		n++
+	}
+	c.used = n
+}
+
+// touchTail loads the slots of the n oldest entries, ahead of their
+// eviction (see fpTable.touch).
+func (c *seenSet) touchTail(n int) {
+	if c.index.n == 0 {
+		return
+	}
+	var sum uint64
+	mask := len(c.ring) - 1
+	for k := range min(n, c.used) {
+		if fp := c.ring[(c.tail+k)&mask].fp; fp != 0 {
+			sum += c.index.slots[c.index.home(fp)].fp
+		}
+	}
+	c.index.touched += sum
+}
+
+// dropTail forgets the oldest live key; the set holds one.
+func (c *seenSet) dropTail() {
+	for {
+		e := c.ring[c.tail]
+		c.tail = (c.tail + 1) & (len(c.ring) - 1)
+		c.used--
+		if e.fp != 0 {
+			c.index.remove(e.fp)
+			c.len--
+			break
+		}
+	}
+	c.releaseIfEmpty()
+}
+
+// expire forgets the keys last delivered at or before cutoff and returns
+// how many it forgot.
+func (c *seenSet) expire(cutoff int64) int {
+	n := 0
+	for c.used > 0 {
+		e := c.ring[c.tail]
+		if e.fp != 0 && e.at > cutoff {
+			break
+		}
+		c.tail = (c.tail + 1) & (len(c.ring) - 1)
+		c.used--
+		if e.fp != 0 {
+			c.index.remove(e.fp)
+			c.len--
+			n++
+		}
+	}
+	c.releaseIfEmpty()
+	return n
+}
+
+// releaseIfEmpty lets the ring go once no key is left (its entries are
+// all dead then).
+func (c *seenSet) releaseIfEmpty() {
+	if c.len == 0 {
+		c.ring, c.tail, c.used = nil, 0, 0
+	}
 }

@@ -48,6 +48,17 @@ type answerScan struct {
 	// The text of a string the watcher hears, when it is cut by the end
 	// of a piece: up to len(carry) bytes, else carryLong.
 	carry [64]byte
+	// elems reads whole the element objects of arrays at elemDepth that it
+	// knows the shape of (see answershape.go); -1 when none is read so.
+	elems     elementReader
+	elemDepth int
+	inner     *answerScan // checks the nested values of the elements it reads
+	// maxDepth is the deepest nesting accepted (jsonscan.DefaultMaxDepth,
+	// less the depth at which a value read on its own sits).
+	maxDepth int
+	// stopAtEnd ends the reading at the end of the top-level value, for a
+	// value read on its own inside a piece (stopped is where it ended).
+	stopAtEnd bool
 
 	answerScanState // what reset clears
 }
@@ -78,6 +89,8 @@ type answerScanState struct {
 	num   uint8  // the number grammar's state, when a number is cut
 	lit   string // the literal being matched, when one is cut
 	litAt int
+
+	stopped int // with stopAtEnd: where the top-level value ended
 }
 
 type answerWatcher interface {
@@ -155,7 +168,15 @@ func namesOf(eitherCase bool, words ...string) *nameFilter {
 // text need no clearing: each is written before it is read.
 func (s *answerScan) reset(w answerWatcher, depth int, names *nameFilter) {
 	s.watch, s.watchDepth, s.names = w, depth, *names
+	s.elems, s.elemDepth, s.maxDepth, s.stopAtEnd = nil, -1, jsonscan.DefaultMaxDepth, false
 	s.answerScanState = answerScanState{}
+}
+
+// readElements has r read the element objects of the arrays at depth
+// (the arrays' own depth) whole, where it knows their shape; it comes
+// after reset.
+func (s *answerScan) readElements(r elementReader, depth int) {
+	s.elems, s.elemDepth = r, depth
 }
 
 // tellsKey reports whether the watcher hears the plain member name raw.
@@ -277,6 +298,10 @@ func (s *answerScan) tokens(p []byte, i int) {
 			}
 			i = s.space(c, i)
 		default: // nextEnd
+			if s.stopAtEnd {
+				s.stopped = i
+				return
+			}
 			i = s.space(c, i)
 		}
 		if i < 0 {
@@ -381,6 +406,9 @@ func (s *answerScan) members(p []byte, i int) int {
 				if i = s.value(p, i+1, '{'); i < 0 {
 					return -1
 				}
+				if s.next != nextKeyOrClose {
+					return i // read whole, by the element reader
+				}
 				continue
 			}
 			if p[i+1] != '"' {
@@ -460,7 +488,23 @@ func (s *answerScan) value(p []byte, i int, c byte) int {
 		s.strTold = tell
 		return s.str(p, i, false)
 	case '{', '[':
-		if s.depth >= jsonscan.DefaultMaxDepth {
+		if c == '{' && s.depth == s.elemDepth && !want && s.isArray(s.depth) {
+			// Elements the element reader knows, one after the other;
+			// the first it does not know opens here as any other.
+			for {
+				end := s.elems.element(s, p, i)
+				if end < 0 {
+					break
+				}
+				if end+1 < len(p) && p[end] == ',' && p[end+1] == '{' {
+					i = end + 1
+					continue
+				}
+				s.next = nextAfter
+				return end
+			}
+		}
+		if s.depth >= s.maxDepth {
 			return s.fail()
 		}
 		s.depth++

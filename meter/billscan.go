@@ -34,6 +34,7 @@ func (s span) of(body []byte) []byte { return body[s.at : s.at+s.n] }
 type popBiller struct {
 	scan  answerScan
 	watch popWatch
+	inner answerScan // checks the data of the messages read whole
 }
 
 var popBillers = sync.Pool{New: func() any { return new(popBiller) }}
@@ -61,11 +62,125 @@ func scanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
 	w := &b.watch
 	w.bodyCap = cap(body)
 	b.scan.reset(w, 3, popNames)
+	b.scan.readElements(w, 2)
+	b.scan.inner = &b.inner
+	if w.envelope(&b.scan, body) {
+		return int64(len(w.msgs)), popKeys(body, w.msgs, w.group), true
+	}
+	// Not in the broker's shape: the general reader, from the start.
+	*w = popWatch{msgs: w.msgs[:0], bodyCap: cap(body)}
 	b.scan.write(body)
 	if !b.scan.ok() || !w.isObject || w.declined {
 		return 0, nil, false
 	}
 	return int64(len(w.msgs)), popKeys(body, w.msgs, w.group), true
+}
+
+// The broker's pop answer around its messages (testdata/broker: S8, C34):
+// its head, up to the messages array, and its tails after it.
+var (
+	popHeadGroup    = headOf(`{"consumerGroup":`)
+	popHeadLease    = headOf(`,"leaseId":`)
+	popHeadMessages = headOf(`,"messages":[`)
+	popTails        = [...]*answerShape{
+		shapeFrom(",", -1, "partition", "partitionId", "queue", "success"),
+		shapeFrom(",", -1, "partition", "partitionId", "partitionsClaimed", "queue", "success"),
+	}
+)
+
+// popHead reads the head of a pop answer of the broker's shape, up to
+// the '[' of its messages, and returns where they start and the value of
+// its consumerGroup (a plain string or a scalar); 0 when it differs.
+func popHead(body []byte) (int, shapeValue) {
+	if len(body) < 64 || !popHeadGroup.is(body, 0) {
+		return 0, shapeValue{}
+	}
+	i := len(popHeadGroup.text)
+	var group shapeValue
+	for k, head := range [...]*shapeHead{nil, &popHeadLease} {
+		if head != nil {
+			if len(body)-i <= len(head.text) || !head.is(body, i) {
+				return 0, shapeValue{}
+			}
+			i += len(head.text)
+		}
+		v := shapeValue{first: body[i], at: int32(i)}
+		if v.first == '"' {
+			end := i + 1 + plainLen(body[i+1:])
+			if end >= len(body) || body[end] != '"' {
+				return 0, shapeValue{}
+			}
+			v.at, v.end = int32(i+1), int32(end)
+			i = end + 1
+		} else if i = scalarEnd(body, i); i == 0 {
+			return 0, shapeValue{}
+		}
+		if k == 0 {
+			group = v
+		}
+	}
+	if len(body)-i <= len(popHeadMessages.text) || !popHeadMessages.is(body, i) {
+		return 0, shapeValue{}
+	}
+	return i + len(popHeadMessages.text), group
+}
+
+// popMessagesEnd reads the messages from body[i] (past the '[') with
+// element, and returns the index past the ']'; -1 when one is not of the
+// known shape.
+func popMessagesEnd(body []byte, i int, element func(p []byte, i int) int) int {
+	if body[i] == ']' {
+		return i + 1
+	}
+	for {
+		if body[i] != '{' {
+			return -1
+		}
+		if i = element(body, i); i < 0 || i+1 >= len(body) {
+			return -1
+		}
+		if body[i] == ']' {
+			return i + 1
+		}
+		if body[i] != ',' {
+			return -1
+		}
+		i++
+	}
+}
+
+// popTailEnds reports whether body[i:] is one of the tails of the
+// broker's pop answer, ending body.
+func popTailEnds(s *answerScan, body []byte, i int) bool {
+	for _, tail := range &popTails {
+		if s.matchShape(tail, body, i, 1, nil) == len(body) {
+			return true
+		}
+	}
+	return false
+}
+
+// envelope reads a whole pop answer of the broker's shape, its messages
+// all of the known shape, as the general reader would; false (the
+// watcher's state then unspecified) when any byte differs.
+func (w *popWatch) envelope(s *answerScan, body []byte) bool {
+	i, group := popHead(body)
+	if i == 0 {
+		return false
+	}
+	switch group.first {
+	case '"':
+		w.group = span{group.at, group.end - group.at}
+	case 'n':
+	default:
+		return false
+	}
+	w.isObject, w.seenList, w.inMessages = true, true, true
+	if i = popMessagesEnd(body, i, func(p []byte, i int) int { return w.element(s, p, i) }); i < 0 {
+		return false
+	}
+	w.inMessages = false
+	return popTailEnds(s, body, i)
 }
 
 // The member whose value popWatch reads next.
@@ -96,6 +211,7 @@ type popWatch struct {
 	// answer, one whole piece, and a slice's offset in it is bodyCap less
 	// the slice's capacity.
 	bodyCap int
+	shape   shapeValues // the values of the last message read whole
 }
 
 func (w *popWatch) open(depth int, kind byte) {
@@ -210,6 +326,35 @@ func (w *popWatch) value(depth int, first byte, raw []byte, plain bool) {
 	default:
 		w.declined = true
 	}
+}
+
+// element takes the keying members of a message of the known shape, read
+// whole: a plain string sets its field, null leaves it empty, and anything
+// else is left to the general reader (which declines it).
+func (w *popWatch) element(scan *answerScan, p []byte, i int) int {
+	if !w.inMessages || w.declined {
+		return -1
+	}
+	end := scan.matchShape(popMessageShape, p, i, 3, &w.shape)
+	if end < 0 {
+		return -1
+	}
+	base := w.bodyCap - cap(p)
+	var m popFields
+	for _, f := range [...]struct {
+		at   int
+		into *span
+	}{{popShapeGroup, &m.group}, {popShapeID, &m.id}, {popShapePartitionID, &m.partitionID}, {popShapeTransactionID, &m.transactionID}} {
+		switch v := w.shape[f.at]; v.first {
+		case '"':
+			*f.into = span{int32(base) + v.at, v.end - v.at}
+		case 'n':
+		default:
+			return -1
+		}
+	}
+	w.msgs = append(w.msgs, m)
+	return end
 }
 
 // popKeys builds the redelivery keys of BillPop, all in one string: two

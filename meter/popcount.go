@@ -15,19 +15,50 @@ package meter
 type PopCount struct {
 	scan     answerScan
 	messages messagesWatch
+	inner    answerScan // checks the data of the messages read whole
 }
 
 // NewPopCount returns a count ready for the first piece of an answer.
 func NewPopCount() *PopCount {
 	p := &PopCount{}
 	p.scan.reset(&p.messages, 3, messagesNames)
+	p.scan.readElements(&p.messages, 2)
+	p.scan.inner = &p.inner
 	return p
 }
 
 // Write takes the next piece of the answer; it never fails.
 func (p *PopCount) Write(b []byte) (int, error) {
+	// Only a piece that ends as the answer does may be all of it: one
+	// cut out of a longer answer is not read twice.
+	if !p.scan.started && !p.scan.failed && p.scan.watch != nil && len(b) > 0 && b[len(b)-1] == '}' {
+		if p.messages.envelope(&p.scan, b) {
+			return len(b), nil
+		}
+		p.messages = messagesWatch{} // nothing was read yet
+	}
 	p.scan.write(b)
 	return len(b), nil
+}
+
+// envelope reads b, the whole answer, when it has the broker's shape (see
+// popWatch.envelope) and its messages all have the known shape, leaving
+// s and the watcher as the general reader would.
+func (w *messagesWatch) envelope(s *answerScan, b []byte) bool {
+	i, _ := popHead(b)
+	if i == 0 {
+		return false
+	}
+	w.isObject, w.inMessages = true, true
+	if i = popMessagesEnd(b, i, func(p []byte, i int) int { return w.element(s, p, i) }); i < 0 {
+		return false
+	}
+	w.inMessages = false
+	if !popTailEnds(s, b, i) {
+		return false
+	}
+	s.started, s.next = true, nextEnd
+	return true
 }
 
 // Messages is how many messages the whole answer delivered, for an
@@ -86,3 +117,27 @@ func (s *messagesWatch) value(depth int, _ byte, _ []byte, _ bool) {
 
 // messagesNames is the member name PopCount reads.
 var messagesNames = namesOf(false, "messages")
+
+// popMessageShape is a message of the broker's pop answer (testdata/broker,
+// S8 and C34), its data any JSON value; popKeyAt is where the members
+// BillPop keys from are in it.
+var popMessageShape = shapeOf(2, "consumerGroup", "createdAt", "data", "id", "leaseId", "partition", "partitionId", "producerSub", "traceId", "transactionId")
+
+const (
+	popShapeGroup         = 0
+	popShapeID            = 3
+	popShapePartitionID   = 6
+	popShapeTransactionID = 9
+)
+
+// element counts a message of the known shape, read whole.
+func (s *messagesWatch) element(scan *answerScan, p []byte, i int) int {
+	if !s.inMessages {
+		return -1
+	}
+	end := scan.matchShape(popMessageShape, p, i, 3, nil)
+	if end > 0 {
+		s.count++
+	}
+	return end
+}

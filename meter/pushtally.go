@@ -18,6 +18,7 @@ import "encoding/json"
 type PushTally struct {
 	scan  answerScan
 	items statusWatch
+	shape shapeValues
 }
 
 // NewPushTally returns a tally ready for the first piece of an answer.
@@ -30,8 +31,9 @@ func NewPushTally() *PushTally {
 // Reset readies t for a new answer. A PushTally must not be copied once
 // it is reset (it points into itself).
 func (t *PushTally) Reset() {
-	t.items = statusWatch{}
+	t.items = statusWatch{shape: &t.shape}
 	t.scan.reset(&t.items, 2, pushNames)
+	t.scan.readElements(&t.items, 1)
 }
 
 // Write takes the next piece of the answer; it never fails, so it can sit
@@ -56,6 +58,7 @@ type statusWatch struct {
 	inItem    bool // inside an element object (depth 2)
 	afterName bool // the member being read is named "status"
 	status    statusWord
+	shape     *shapeValues // the values of the last item read whole
 }
 
 type statusWord uint8
@@ -136,3 +139,39 @@ func unescapedIs(raw []byte, word string) bool {
 
 // pushNames is the member name PushTally reads.
 var pushNames = namesOf(false, "status")
+
+// The shapes of the broker's push answer items (testdata/broker, S5): a
+// message stored, and a duplicate. statusAt is where "status" is in each.
+var pushShapes = [...]struct {
+	shape    *answerShape
+	statusAt int
+}{
+	{shapeOf(-1, "index", "message_id", "partition_id", "queueName", "status", "trace_id", "transaction_id"), 4},
+	{shapeOf(-1, "index", "message_id", "queueName", "status", "transaction_id"), 3},
+}
+
+// element reads an item of a known shape whole: the same count as its
+// open, its members and its close would make.
+func (s *statusWatch) element(scan *answerScan, p []byte, i int) int {
+	if !s.isArray {
+		return -1
+	}
+	for _, sh := range &pushShapes {
+		end := scan.matchShape(sh.shape, p, i, 2, s.shape)
+		if end < 0 {
+			continue
+		}
+		s.out.Items++
+		if v := s.shape[sh.statusAt]; v.first == '"' {
+			switch string(p[v.at:v.end]) {
+			case "queued":
+				s.out.Accepted++
+			case "buffered":
+				s.out.Accepted++
+				s.out.Buffered++
+			}
+		}
+		return end
+	}
+	return -1
+}

@@ -25,12 +25,69 @@ func NewTxnTally() *TxnTally {
 func (t *TxnTally) Reset() {
 	t.results = txnWatch{}
 	t.scan.reset(&t.results, 3, txnNames)
+	t.scan.readElements(&t.results, 2)
 }
 
 // Write takes the next piece of the answer; it never fails.
 func (t *TxnTally) Write(p []byte) (int, error) {
+	// Only a piece that ends as the answer does may be all of it: one
+	// cut out of a longer answer is not read twice.
+	if !t.scan.started && !t.scan.failed && t.scan.watch != nil && len(p) > 0 && p[len(p)-1] == '}' {
+		if t.results.envelope(&t.scan, p) {
+			return len(p), nil
+		}
+		t.results = txnWatch{} // as Reset left it: nothing was read yet
+	}
 	t.scan.write(p)
 	return len(p), nil
+}
+
+// The broker's transaction answer around its results (testdata/broker,
+// S11), when it comes in one piece: its head and its tail.
+var (
+	txnHead = headOf(`{"results":[`)
+	txnTail = shapeFrom(",", -1, "success", "transactionId")
+)
+
+// envelope reads p, the whole answer, when it has the broker's shape and
+// its results all have known shapes, leaving s and the watcher as the
+// general reader would; false (the watcher then to be cleared) when any
+// byte differs. What follows in later pieces is read as after any whole
+// answer.
+func (w *txnWatch) envelope(s *answerScan, p []byte) bool {
+	if len(p) < 32 || !txnHead.is(p, 0) {
+		return false
+	}
+	i := len(txnHead.text)
+	w.isObject, w.inResults = true, true
+	if p[i] == ']' {
+		i++
+	} else {
+		for {
+			if p[i] != '{' {
+				return false
+			}
+			if i = w.element(s, p, i); i < 0 || i+1 >= len(p) {
+				return false
+			}
+			if p[i] == ']' {
+				i++
+				break
+			}
+			if p[i] != ',' {
+				return false
+			}
+			i++
+		}
+	}
+	w.inResults = false
+	var vals shapeValues
+	if s.matchShape(txnTail, p, i, 1, &vals) != len(p) {
+		return false
+	}
+	w.success = vals[0].first == 't'
+	s.started, s.next = true, nextEnd
+	return true
 }
 
 // Billed is the number of messages to bill, for the upstream status and
@@ -156,3 +213,26 @@ func (s *txnWatch) value(depth int, first byte, raw []byte, plain bool) {
 
 // txnNames are the member names TxnTally reads.
 var txnNames = namesOf(false, "success", "results", "type", "duplicate")
+
+// The shapes of the broker's transaction results (testdata/broker, S11):
+// an ack and a push stored. Neither has a "duplicate" member, so neither
+// changes the bill.
+var txnShapes = [...]*answerShape{
+	shapeOf(-1, "index", "messageId", "partitionId", "queueName", "success", "transactionId", "type"),
+	shapeOf(-1, "dlq", "error", "index", "success", "transactionId", "type"),
+}
+
+// element reads a "results" entry of a known shape whole, leaving the
+// watcher as its open, members and close would.
+func (s *txnWatch) element(scan *answerScan, p []byte, i int) int {
+	if !s.inResults {
+		return -1
+	}
+	for _, sh := range &txnShapes {
+		if end := scan.matchShape(sh, p, i, 3, nil); end > 0 {
+			s.member = memberOther
+			return end
+		}
+	}
+	return -1
+}
