@@ -2,6 +2,7 @@ package tenancy
 
 import (
 	"bytes"
+	"encoding/binary"
 	"strings"
 )
 
@@ -49,34 +50,81 @@ func URLNamesReserved(raw string) bool {
 	return stringMentionsPrefix(raw)
 }
 
-// anchorAt is where the fast path's anchor letter stands in the prefix:
-// the first "g" of "queengate", a letter neither the keys of a push body
-// ("queue", "partition", "payload", "transactionId", "traceId") nor a
-// uuid's hex digits hold, so the SIMD byte search rarely stops.
-const anchorAt = 5
-
-// bytesMentionPrefix is the fast path: a case-insensitive search anchored
-// on a rare letter of the prefix.
+// bytesMentionPrefix is the fast path: a case-insensitive search for the
+// prefix that looks at one word of eight bytes in every strideWords. An
+// occurrence of the prefix (26 bytes) holds a whole word at every offset
+// from its start to 18 bytes in, so at least one of the sampled words, and
+// that word is then one of the prefix's own words, in some letter case.
+// Every byte of the prefix has the case bit (0x20) set, so a word of it
+// in any case, with that bit set in every byte, is the prefix's word
+// exactly; the sampled word is folded so and looked up among them, and a
+// hit is confirmed by comparing the whole prefix there.
 func bytesMentionPrefix(b []byte) bool {
-	for _, anchor := range [2]byte{'g', 'G'} {
-		for from := anchorAt; from < len(b); {
-			i := bytes.IndexByte(b[from:], anchor)
-			if i < 0 {
-				break
-			}
-			at := from + i - anchorAt
-			if at+len(ProbeQueuePrefix) > len(b) {
-				break
-			}
-			if bytes.EqualFold(b[at:at+len(ProbeQueuePrefix)], []byte(ProbeQueuePrefix)) {
-				return true
-			}
-			from += i + 1
+	n := len(b)
+	if n < len(ProbeQueuePrefix) {
+		return false
+	}
+	for j := 0; j+8 <= n; j += strideWords {
+		w := binary.LittleEndian.Uint64(b[j:]) | caseBits
+		e := &prefixWords[(w*prefixHashMul)>>(64-prefixHashBits)]
+		if e.word != w || e.start == 0 {
+			continue
+		}
+		at := j - int(e.start-1)
+		if at >= 0 && at+len(ProbeQueuePrefix) <= n && bytes.EqualFold(b[at:at+len(ProbeQueuePrefix)], []byte(ProbeQueuePrefix)) {
+			return true
 		}
 	}
 	return false
 }
 
+const (
+	// strideWords is how far apart bytesMentionPrefix samples words: an
+	// occurrence holds a whole word starting at any of its first
+	// len(ProbeQueuePrefix)-7 offsets.
+	strideWords = len(ProbeQueuePrefix) - 7
+	caseBits    = 0x2020202020202020
+	// The table of the prefix's words is indexed by a multiplicative
+	// hash, whose multiplier (prefixHashMul) is chosen at start so that no
+	// two of them share a slot.
+	prefixHashBits = 8
+)
+
+// prefixWord is one slot of prefixWords: a word of the prefix and where it
+// starts in it, plus one (0 marks an empty slot).
+type prefixWord struct {
+	word  uint64
+	start uint8
+}
+
+// prefixWords holds every word of the prefix at offsets up to
+// strideWords-1, each in the slot its hash names.
+var prefixWords, prefixHashMul = prefixWordTable()
+
+func prefixWordTable() (t [1 << prefixHashBits]prefixWord, mul uint64) {
+	p := []byte(ProbeQueuePrefix)
+next:
+	for mul = 0x9E3779B97F4A7C15; ; mul += 2 {
+		t = [1 << prefixHashBits]prefixWord{}
+		for o := 0; o < strideWords; o++ {
+			w := binary.LittleEndian.Uint64(p[o:]) | caseBits
+			e := &t[(w*mul)>>(64-prefixHashBits)]
+			if e.start != 0 {
+				continue next
+			}
+			*e = prefixWord{word: w, start: uint8(o + 1)}
+		}
+		return t, mul
+	}
+}
+
+// anchorAt is where stringMentionsPrefix's anchor letter stands in the
+// prefix: the first "g" of "queengate", a letter no route's path words
+// and no uuid's hex digits hold, so the byte search rarely stops.
+const anchorAt = 5
+
+// stringMentionsPrefix is the fast path for a path or query (short text):
+// a case-insensitive search anchored on a rare letter of the prefix.
 func stringMentionsPrefix(s string) bool {
 	for _, anchor := range [2]byte{'g', 'G'} {
 		for from := anchorAt; from < len(s); {

@@ -200,3 +200,37 @@ func TestAnchorIsThePrefixLetter(t *testing.T) {
 		}
 	}
 }
+
+// The sampling search finds the prefix at every offset from a word
+// boundary, at both ends of a body, in every letter case, and finds
+// nothing when any one byte of it is changed or cut.
+func TestBodyPrefixSearchEveryOffset(t *testing.T) {
+	cases := []string{ProbeQueuePrefix, strings.ToUpper(ProbeQueuePrefix), "QueenGate-ISOLATION-probe-"}
+	for _, p := range cases {
+		for lead := 0; lead < 3*strideWords; lead++ {
+			for _, trail := range []int{0, 1, 7, 8, 19, 40} {
+				body := []byte(strings.Repeat("x", lead) + p + strings.Repeat("y", trail))
+				if !bytesMentionPrefix(body) {
+					t.Fatalf("%q: not found", body)
+				}
+				for k := range len(p) {
+					cut := append([]byte(nil), body...)
+					cut[lead+k] ^= 0x01 // another byte, in any case
+					if bytesMentionPrefix(cut) != strings.Contains(strings.ToLower(string(cut)), ProbeQueuePrefix) {
+						t.Fatalf("%q: fast path disagrees with a plain search", cut)
+					}
+				}
+				if bytesMentionPrefix(body[:lead+len(p)-1]) {
+					t.Fatalf("%q: found in the body cut short", body[:lead+len(p)-1])
+				}
+			}
+		}
+	}
+	// Bytes whose case bit alone differs from a prefix letter are not it.
+	for _, c := range []byte{'\r', '\x0d', '@', 0x41 - 0x20} {
+		body := []byte("xx" + ProbeQueuePrefix[:9] + string(c) + ProbeQueuePrefix[10:] + "yy")
+		if bytesMentionPrefix(body) {
+			t.Fatalf("%q: found", body)
+		}
+	}
+}
