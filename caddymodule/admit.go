@@ -104,6 +104,9 @@ func (g *Gateway) admitProduce(r *http.Request, st *requestState, c *tenancy.Clu
 	if e != nil {
 		return e
 	}
+	// Nothing keeps the batch's lists past its admission (the registry
+	// copies the names it learns).
+	defer batch.Release()
 	st.produced = batch.Items
 	if refusal := limits.CheckProduce(batch, c.Limits, g.app.MaxBatchItems); refusal != nil {
 		return payloadTooLarge(refusal.Message)
@@ -121,6 +124,7 @@ func readProduce(path string, body []byte) (limits.ProduceBatch, *apierror.Error
 	}
 	batch, err := parse(body)
 	if err != nil {
+		batch.Release()
 		if e := bodyTextRefusal(body); e != nil {
 			return limits.ProduceBatch{}, e
 		}
@@ -130,6 +134,7 @@ func readProduce(path string, body []byte) (limits.ProduceBatch, *apierror.Error
 		return limits.ProduceBatch{}, badBody(err)
 	}
 	if tenancy.BodyNamesReserved(body) {
+		batch.Release()
 		return limits.ProduceBatch{}, errReservedName
 	}
 	return batch, nil

@@ -117,6 +117,7 @@ func (r *requestReader) read(body []byte) error {
 	// reserved-name search follows.
 	batch, err := r.parse(body)
 	if err != nil {
+		batch.Release()
 		if textErr := jsonscan.TextError(body); textErr != nil {
 			return textErr
 		}
@@ -125,6 +126,7 @@ func (r *requestReader) read(body []byte) error {
 		}
 		return err
 	}
+	defer batch.Release()
 	if tenancy.BodyNamesReserved(body) {
 		return fmt.Errorf("reserved")
 	}
@@ -265,7 +267,7 @@ func BenchmarkReadingParts(b *testing.B) {
 				{"utf8", func(b []byte) error { jsonscan.InvalidUTF8(b); return nil }},
 				{"reserved", func(b []byte) error { tenancy.BodyNamesReserved(b); return nil }},
 				{"check", jsonscan.CheckStored},
-				{"parse", func(b []byte) error { _, err := limits.ParsePush(b); return err }},
+				{"parse", func(b []byte) error { batch, err := limits.ParsePush(b); batch.Release(); return err }},
 				{"admit", func([]byte) error {
 					_, _, err := r.admission.Admit(context.Background(), benchCluster, pairs, r.lim)
 					return err
