@@ -89,7 +89,10 @@ func nextMember(body []byte, i int, closing byte) (next int, more bool) {
 // firstMember moves past the opening bracket at body[i]: more is false
 // for an empty container (i is then just past it).
 func firstMember(body []byte, i int, closing byte) (next int, more bool) {
-	i = jsonscan.SkipSpace(body, i+1)
+	i++
+	if c := byteAt(body, i); c <= ' ' {
+		i = jsonscan.SkipSpace(body, i)
+	}
 	if byteAt(body, i) == closing {
 		return i + 1, false
 	}
