@@ -197,7 +197,10 @@ func (n *nameBuf) fastItems(b *ProduceBatch, body []byte, i, depth, op int) int 
 		}
 		var v pushFields
 		var plain uint8
-		end := fastFields(body, i, depth, &v, &plain)
+		end := sdkItem(body, i, depth, &v, &plain) // the item as the SDKs write it
+		if end < 0 {
+			end = fastFields(body, i, depth, &v, &plain)
+		}
 		if end < 0 || n.countPushItem(b, &v, plain, itemRef{op: op, item: b.Items}) != nil {
 			return -1
 		}
