@@ -68,7 +68,10 @@ func bytesMentionPrefix(b []byte) bool {
 			if at+len(ProbeQueuePrefix) > len(b) {
 				break
 			}
-			if bytes.EqualFold(b[at:at+len(ProbeQueuePrefix)], []byte(ProbeQueuePrefix)) {
+			// The letters either side of the anchor first, in one look:
+			// they rule out nearly every g of other text.
+			if b[at+anchorAt-1]|0x20 == ProbeQueuePrefix[anchorAt-1] && b[at+anchorAt+1]|0x20 == ProbeQueuePrefix[anchorAt+1] &&
+				bytes.EqualFold(b[at:at+len(ProbeQueuePrefix)], []byte(ProbeQueuePrefix)) {
 				return true
 			}
 			if stops--; stops == 0 {
