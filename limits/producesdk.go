@@ -20,13 +20,13 @@ func sdkItem(body []byte, i, depth int, v *pushFields, plain *uint8) int {
 		return -1
 	}
 	at := i + len(queue)
-	end := shortPlainString(body, at)
+	end := quotedShortPlain(body, at)
 	if end == 0 || !textAt(body, end, partition) {
 		return -1
 	}
 	q := body[at:end]
 	at = end + len(partition)
-	if end = shortPlainString(body, at); end == 0 || !textAt(body, end, payload) {
+	if end = quotedShortPlain(body, at); end == 0 || !textAt(body, end, payload) {
 		return -1
 	}
 	p := body[at:end]
@@ -45,7 +45,7 @@ func sdkItem(body []byte, i, depth int, v *pushFields, plain *uint8) int {
 	bits := plainQueue | plainPartition
 	if textAt(body, end, trace) {
 		at = end + len(trace)
-		if !quotedCanonicalUUID(body, at) {
+		if byteAt(body, at) != '"' || !quotedCanonicalUUID(body, at) {
 			return -1
 		}
 		u = body[at : at+quotedUUIDLen]
@@ -58,6 +58,15 @@ func sdkItem(body []byte, i, depth int, v *pushFields, plain *uint8) int {
 	v[0], v[1], v[2], v[3], v[4] = q, p, t, y, u
 	*plain = bits
 	return end + 1
+}
+
+// quotedShortPlain is shortPlainString for a value that may not be a
+// string: 0 unless body[at] is the opening quote of one it takes.
+func quotedShortPlain(body []byte, at int) int {
+	if byteAt(body, at) != '"' {
+		return 0
+	}
+	return shortPlainString(body, at)
 }
 
 // textAt reports whether body holds s at i.

@@ -24,6 +24,9 @@ func TestSDKItemReadsAsFastFields(t *testing.T) {
 		`{"queue":"a-queue-name-over-sixteen-bytes","partition":"p","payload":1,` + txn + `}`,
 		`{"queue":"orders","partition":"p","payload":[1,],` + txn + `}`,
 		`{ "queue":"orders","partition":"p","payload":1,` + txn + `}`,
+		`{"queue":0","partition":"p","payload":1,` + txn + `}`,
+		`{"queue":"q","partition":7","payload":1,` + txn + `}`,
+		`{"queue":"q","partition":"p","payload":1,` + txn + `,"traceId":x3f1c2b9a-5d4e-4a6b-9c8d-7e6f5a4b3c2d"}`,
 	}
 	for _, item := range append(append([]string{}, taken...), left...) {
 		body := []byte(item + `]}`)
