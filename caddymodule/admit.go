@@ -76,6 +76,7 @@ func (g *Gateway) admitStored(st *requestState, c *tenancy.Cluster, body []byte,
 	if err != nil {
 		return badBody(err)
 	}
+	defer batch.Release() // only its counts are kept
 	if refusal := limits.CheckProduce(batch, c.Limits, g.app.MaxBatchItems); refusal != nil {
 		return payloadTooLarge(refusal.Message)
 	}
