@@ -53,12 +53,12 @@ func URLNamesReserved(raw string) bool {
 // bytesMentionPrefix is the fast path: a case-insensitive search for the
 // prefix anchored on a rare letter of it (anchorAt), which the byte search
 // finds 16 or 32 bytes at a time. A body that makes it stop often (more
-// than once in 64 bytes, a payload of prose, say, or one written to slow
-// the search) is searched by sampledMentionsPrefix instead, whose cost
-// does not depend on the text.
+// than once in 256 bytes once it has stopped 16 times: payloads of prose,
+// or one written to slow the search) is searched by sampledMentionsPrefix
+// instead, whose cost does not depend on the text.
 func bytesMentionPrefix(b []byte) bool {
-	stops := 16 + len(b)>>6
 	for _, anchor := range [2]byte{'g', 'G'} {
+		stops := 0
 		for from := anchorAt; from < len(b); {
 			i := bytes.IndexByte(b[from:], anchor)
 			if i < 0 {
@@ -74,7 +74,9 @@ func bytesMentionPrefix(b []byte) bool {
 				bytes.EqualFold(b[at:at+len(ProbeQueuePrefix)], []byte(ProbeQueuePrefix)) {
 				return true
 			}
-			if stops--; stops == 0 {
+			// A stop costs what sampling some 200 bytes does: past a few,
+			// a text that stops the search more often than that is sampled.
+			if stops++; stops > 16 && stops*256 > from {
 				return sampledMentionsPrefix(b)
 			}
 			from += i + 1
