@@ -38,11 +38,8 @@ var (
 // bodyTextRefusal is the refusal of a body that is not valid UTF-8 or
 // starts with a byte-order mark, or nil.
 func bodyTextRefusal(body []byte) *apierror.Error {
-	if len(body) >= 3 && body[0] == 0xEF && body[1] == 0xBB && body[2] == 0xBF {
-		return badBody(&jsonscan.SyntaxError{Problem: jsonscan.ProblemBOM})
-	}
-	if at := jsonscan.InvalidUTF8(body); at >= 0 {
-		return badBody(&jsonscan.SyntaxError{Problem: jsonscan.ProblemUTF8, Offset: int64(at)})
+	if err := jsonscan.TextError(body); err != nil {
+		return badBody(err)
 	}
 	return nil
 }

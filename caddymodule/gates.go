@@ -152,6 +152,24 @@ func (g *Gateway) bufferBody(r *http.Request, st *requestState) ([]byte, *apierr
 	if st.buffered {
 		return st.body, nil
 	}
+	body, e := g.bufferUnchecked(r, st)
+	if e != nil {
+		return nil, e
+	}
+	// Whoever reads the body first refuses what no reader may see.
+	if e := bodyTextRefusal(body); e != nil {
+		return nil, e
+	}
+	return body, nil
+}
+
+// bufferUnchecked is bufferBody without the text check, for a reader that
+// checks the text itself at least as strictly (admitProduce): its caller
+// must refuse with bodyTextRefusal whatever that reader does not accept.
+func (g *Gateway) bufferUnchecked(r *http.Request, st *requestState) ([]byte, *apierror.Error) {
+	if st.buffered {
+		return st.body, nil
+	}
 	if r.Body == nil || r.Body == http.NoBody {
 		st.buffered = true
 		return nil, nil
@@ -169,10 +187,6 @@ func (g *Gateway) bufferBody(r *http.Request, st *requestState) ([]byte, *apierr
 	r.Body = &st.bodyReader
 	r.ContentLength = int64(len(body))
 	r.GetBody = st.held.reader
-	// Whoever reads the body first refuses what no reader may see.
-	if e := bodyTextRefusal(body); e != nil {
-		return nil, e
-	}
 	return body, nil
 }
 

@@ -1,6 +1,9 @@
 package limits
 
-import "strconv"
+import (
+	"strconv"
+	"sync"
+)
 
 // This file holds what the gateway learns from a produce body (push,
 // transaction, the streams cycle's sink items) and the hard size caps it
@@ -45,6 +48,9 @@ type ProduceBatch struct {
 	// pairIdx indexes Pairs once there are too many to scan.
 	pairIdx map[string]int
 	keyBuf  []byte
+	// room is the pooled storage the lists start in (batchRoom), handed
+	// back by Release.
+	room *batchRoom
 }
 
 type sizeRecord struct{ index, bytes int }
@@ -131,6 +137,15 @@ func sameName(name string, raw []byte) bool {
 // mostly partitions of one queue), the default partition is the constant,
 // and otherwise both names share one string.
 func (b *ProduceBatch) newPair(queue, partition []byte) QueuePartition {
+	if r := b.room; r != nil {
+		// The names of the room's last batch: a producer mostly writes to
+		// the pairs it wrote to before.
+		for _, p := range r.prev[:r.nPrev] {
+			if sameName(p.Partition, partition) && p.Queue == string(queue) {
+				return p
+			}
+		}
+	}
 	if n := len(b.Pairs); n > 0 && b.Pairs[n-1].Queue == string(queue) {
 		return QueuePartition{b.Pairs[n-1].Queue, partitionName(partition)}
 	}
@@ -143,18 +158,43 @@ func (b *ProduceBatch) newPair(queue, partition []byte) QueuePartition {
 }
 
 // batchRoom is a batch's first room for its pairs, their counts and its
-// size records, in one allocation: a usual batch needs no more, whatever
-// its length (its items go to a few pairs, and their payload sizes set
-// few new records).
+// size records, in one piece: a usual batch needs no more, whatever its
+// length (its items go to a few pairs, and their payload sizes set few new
+// records). Rooms are pooled: a batch's owner hands its room back with
+// Release once the batch is read, so a reading allocates nothing.
 type batchRoom struct {
 	pairs   [initialPairs]QueuePartition
 	counts  [initialPairs]int
 	records [initialRecords]sizeRecord
+	// prev are the first pairs of the batch that held the room last: a
+	// batch naming one of them again takes its strings instead of copying
+	// the names once more.
+	prev  [initialPairs]QueuePartition
+	nPrev int
 }
 
+var batchRooms = sync.Pool{New: func() any { return new(batchRoom) }}
+
 func (b *ProduceBatch) makeRoom() {
-	r := new(batchRoom)
+	r := batchRooms.Get().(*batchRoom)
+	b.room = r
 	b.Pairs, b.PairItems, b.records = r.pairs[:0], r.counts[:0], r.records[:0]
+}
+
+// Release hands the batch's pooled storage back, for the next batch read to
+// use. After it, b holds no pairs, and Pairs and PairItems of any copy of b
+// taken before must not be read (the pair names themselves are strings,
+// which stay valid). Releasing a batch twice, or one of no room, does
+// nothing; a batch never released is collected as any value is.
+func (b *ProduceBatch) Release() {
+	r := b.room
+	if r == nil {
+		return
+	}
+	b.room = nil
+	r.nPrev = copy(r.prev[:], b.Pairs)
+	b.Pairs, b.PairItems, b.records = nil, nil, nil
+	batchRooms.Put(r)
 }
 
 // partitionName is string(partition), without a copy for the partition

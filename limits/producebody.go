@@ -98,6 +98,7 @@ func ParsePush(body []byte) (ProduceBatch, error) {
 	if fastPush(body, &b, &names) {
 		return b, nil
 	}
+	b.Release()
 	return parsePushReference(body)
 }
 
@@ -126,6 +127,9 @@ func parsePushReference(body []byte) (ProduceBatch, error) {
 			return end
 		})
 	})
+	if err != nil || !isObj || !seen || !isArray || itemsErr != nil {
+		b.Release()
+	}
 	switch {
 	case err != nil:
 		return ProduceBatch{}, err
@@ -153,6 +157,7 @@ func ParseTransaction(body []byte) (ProduceBatch, error) {
 	if fastTransaction(body, &b, &names) {
 		return b, nil
 	}
+	b.Release()
 	return parseTransactionReference(body)
 }
 
@@ -180,6 +185,9 @@ func parseTransactionReference(body []byte) (ProduceBatch, error) {
 			return end
 		})
 	})
+	if err != nil || !isObj || !seen || !isArray || ops == 0 || opsErr != nil {
+		b.Release()
+	}
 	switch {
 	case err != nil:
 		return ProduceBatch{}, err

@@ -89,7 +89,10 @@ func nextMember(body []byte, i int, closing byte) (next int, more bool) {
 // firstMember moves past the opening bracket at body[i]: more is false
 // for an empty container (i is then just past it).
 func firstMember(body []byte, i int, closing byte) (next int, more bool) {
-	i = jsonscan.SkipSpace(body, i+1)
+	i++
+	if c := byteAt(body, i); c <= ' ' {
+		i = jsonscan.SkipSpace(body, i)
+	}
 	if byteAt(body, i) == closing {
 		return i + 1, false
 	}
@@ -194,7 +197,10 @@ func (n *nameBuf) fastItems(b *ProduceBatch, body []byte, i, depth, op int) int 
 		}
 		var v pushFields
 		var plain uint8
-		end := fastFields(body, i, depth, &v, &plain)
+		end := sdkItem(body, i, depth, &v, &plain) // the item as the SDKs write it
+		if end < 0 {
+			end = fastFields(body, i, depth, &v, &plain)
+		}
 		if end < 0 || n.countPushItem(b, &v, plain, itemRef{op: op, item: b.Items}) != nil {
 			return -1
 		}

@@ -54,6 +54,25 @@ var fastProduceSeeds = []string{
 	`{"operations":[1,"x",null,[],{}]}`,
 	`{"operations":[{"type":"push","items":[{"queue":"q"}]}],"operations":[]}`,
 	`{"operations":[]}`,
+	`{"items":[{"queue":"q","partition":"p","payload":{"a":[1,"x"]},"transactionId":"01a22ac0-cdf8-75d8-a2e3-6df0297938b5","traceId":"3f1c2b9a-5d4e-4a6b-9c8d-7e6f5a4b3c2d"},{"queue":"q","partition":"p2","payload":7,"transactionId":"01a22ac0-cdf8-75d8-a2e3-6df0297938b5"}]}`,
+	`{"items":[{"queue":"q","partition":"p","payload":1,"transactionId":"01a22ac0-cdf8-75d8-a2e3-6df0297938b5","traceId":"3f1c2b9a-5d4e-4a6b-9c8d-7e6f5a4b3c2d","queue":"r"}]}`,
+	`{"items":[{"queue":"q","partition":"p","payload":1,"transactionId":"01a22ac0-cdf8-75d8-a2e3-6df0297938b5","traceId":"3f1c2b9a-5d4e-4a6b-9c8d-7e6f5a4b3c2d"},{"queue":"q","partition":"p","payload":1,"transactionId":"01a22ac0-cdf8-75d8-a2e3-6df0297938b5","partition":"z"}]}`,
+	`{"items":[{"queue":"q","partition":"p","payload":1,"transactionId":"01a22ac0-cdf8-75d8-a2e3-6df0297938b5","traceId":"3F1C2B9A-5D4E-4A6B-9C8D-7E6F5A4B3C2D"}]}`,
+	`{"items":[{"queue":"q","partition":"p","payload":1,"transactionId":"01a22ac0-cdf8-75d8-a2e3-6df0297938b5","traceId":"not-a-uuid-not-a-uuid-not-a-uuid-xxxx"}]}`,
+	`{"items":[{"queue":"q","partition":"p","payload":1,"transactionId":"01a22ac0-cdf8-75d8-a2e3-6df0297938b5","traceId":""}]}`,
+	`{"items":[{"queue":"q","partition":"p","payload":[1,,2],"transactionId":"01a22ac0-cdf8-75d8-a2e3-6df0297938b5"}]}`,
+	`{"items":[{"queue":"q","partition":"p","payload":"\u0000","transactionId":"01a22ac0-cdf8-75d8-a2e3-6df0297938b5"}]}`,
+	`{"items":[{"queue":"q","partition":null,"payload":1,"transactionId":"01a22ac0-cdf8-75d8-a2e3-6df0297938b5"}]}`,
+	`{"items":[{"queue":"q\u0071","partition":"p","payload":1,"transactionId":"01a22ac0-cdf8-75d8-a2e3-6df0297938b5"}]}`,
+	`{"items":[{"queue":"q","partition":"p","payload":1,"transactionId":"01a22ac0-cdf8-75d8-a2e3-6df0297938b\""}]}`,
+	`{"items":[{"queue":"q","partition":"p","payload":1,"transactionId":"01a22ac0-cdf8-75d8-a2e3-6df0297938b5" }]}`,
+	`{"items":[{"queue":"q","partition":"p","payload":1,"transactionId":"01a22ac0-cdf8-75d8-a2e3-6df0297938b5","traceId":"3f1c2b9a-5d4e-4a6b-9c8d-7e6f5a4b3c2d"}`,
+	`{"operations":[{"type":"push","items":[{"queue":"q","partition":"p","payload":{"n":1},"transactionId":"01a22ac0-cdf8-75d8-a2e3-6df0297938b5","traceId":"3f1c2b9a-5d4e-4a6b-9c8d-7e6f5a4b3c2d"}]}]}`,
+	"\xef\xbb\xbf{\"items\":[{\"queue\":\"q\"}]}",
+	"{\"items\":[{\"queue\":\"q\",\"payload\":\"\xed\xa0\x80\"}]}",
+	"{\"items\":[{\"queue\":\"q\xff\"}]}",
+	"{\"items\":[{\"queue\":\"q\"}]}\xc3",
+	"{\"items\":[{\"queue\":\"q\",\"payload\":\"\xc3\xbc\xe2\x82\xac\xf0\x9f\x98\x80\"}]}",
 }
 
 // FuzzFastProduceAgrees holds the one-pass readers to the reference
@@ -95,6 +114,13 @@ func fastProduceAgrees(t *testing.T, body []byte) {
 			t.Fatalf("%s %q: %v, the reference %v", r.what, body, err, wantErr)
 		}
 		sameBatch(t, r.what, body, got, want)
+		// The gateway skips its text check for a body the reader accepts:
+		// the reader accepts no other text.
+		if err == nil {
+			if textErr := jsonscan.TextError(body); textErr != nil {
+				t.Fatalf("%s %q: accepted a body whose text is refused: %v", r.what, body, textErr)
+			}
+		}
 		// The one-pass reader alone: it never accepts what the reference
 		// refuses, and what it accepts it counts the same.
 		var b ProduceBatch
@@ -106,6 +132,11 @@ func fastProduceAgrees(t *testing.T, body []byte) {
 			}
 			sameBatch(t, r.what+" one pass", body, b, want)
 		}
+		// Handed back, the rooms carry these pairs' names to the next
+		// reading, which must take them only for the same names.
+		b.Release()
+		got.Release()
+		want.Release()
 	}
 	if !bytes.Equal(body, orig) {
 		t.Fatal("the body was modified")

@@ -2,6 +2,7 @@ package tenancy
 
 import (
 	"bytes"
+	"encoding/binary"
 	"strings"
 )
 
@@ -49,16 +50,15 @@ func URLNamesReserved(raw string) bool {
 	return stringMentionsPrefix(raw)
 }
 
-// anchorAt is where the fast path's anchor letter stands in the prefix:
-// the first "g" of "queengate", a letter neither the keys of a push body
-// ("queue", "partition", "payload", "transactionId", "traceId") nor a
-// uuid's hex digits hold, so the SIMD byte search rarely stops.
-const anchorAt = 5
-
-// bytesMentionPrefix is the fast path: a case-insensitive search anchored
-// on a rare letter of the prefix.
+// bytesMentionPrefix is the fast path: a case-insensitive search for the
+// prefix anchored on a rare letter of it (anchorAt), which the byte search
+// finds 16 or 32 bytes at a time. A body that makes it stop often (more
+// than once in 256 bytes once it has stopped 16 times: payloads of prose,
+// or one written to slow the search) is searched by sampledMentionsPrefix
+// instead, whose cost does not depend on the text.
 func bytesMentionPrefix(b []byte) bool {
 	for _, anchor := range [2]byte{'g', 'G'} {
+		stops := 0
 		for from := anchorAt; from < len(b); {
 			i := bytes.IndexByte(b[from:], anchor)
 			if i < 0 {
@@ -68,8 +68,16 @@ func bytesMentionPrefix(b []byte) bool {
 			if at+len(ProbeQueuePrefix) > len(b) {
 				break
 			}
-			if bytes.EqualFold(b[at:at+len(ProbeQueuePrefix)], []byte(ProbeQueuePrefix)) {
+			// The letters either side of the anchor first, in one look:
+			// they rule out nearly every g of other text.
+			if b[at+anchorAt-1]|0x20 == ProbeQueuePrefix[anchorAt-1] && b[at+anchorAt+1]|0x20 == ProbeQueuePrefix[anchorAt+1] &&
+				bytes.EqualFold(b[at:at+len(ProbeQueuePrefix)], []byte(ProbeQueuePrefix)) {
 				return true
+			}
+			// A stop costs what sampling some 200 bytes does: past a few,
+			// a text that stops the search more often than that is sampled.
+			if stops++; stops > 16 && stops*256 > from {
+				return sampledMentionsPrefix(b)
 			}
 			from += i + 1
 		}
@@ -77,6 +85,100 @@ func bytesMentionPrefix(b []byte) bool {
 	return false
 }
 
+// anchorAt is where the fast paths' anchor letter stands in the prefix:
+// the first "g" of "queengate", a letter neither the keys of a push body
+// ("queue", "partition", "payload", "transactionId", "traceId") nor a
+// uuid's hex digits nor a route's path words hold, so the byte search
+// rarely stops.
+const anchorAt = 5
+
+// sampledMentionsPrefix is the same search at a cost set by the length
+// alone: it looks at one word of eight bytes in every strideWords. An
+// occurrence of the prefix (26 bytes) holds a whole word at every offset
+// from its start to 18 bytes in, so at least one of the sampled words, and
+// that word is then one of the prefix's own words, in some letter case.
+// Every byte of the prefix has the case bit (0x20) set, so a word of it
+// in any case, with that bit set in every byte, is the prefix's word
+// exactly; the sampled word is folded so and looked up among them, and a
+// hit is confirmed by comparing the whole prefix there.
+func sampledMentionsPrefix(b []byte) bool {
+	n := len(b)
+	if n < len(ProbeQueuePrefix) {
+		return false
+	}
+	j := 0
+	// Two samples a round, so that their loads and lookups overlap.
+	for ; j+strideWords+8 <= n; j += 2 * strideWords {
+		w0 := binary.LittleEndian.Uint64(b[j:]) | caseBits
+		w1 := binary.LittleEndian.Uint64(b[j+strideWords:]) | caseBits
+		e0 := &prefixWords[(w0*prefixHashMul)>>(64-prefixHashBits)]
+		e1 := &prefixWords[(w1*prefixHashMul)>>(64-prefixHashBits)]
+		if (e0.word == w0 || e1.word == w1) &&
+			(prefixAtWord(b, j, e0, w0) || prefixAtWord(b, j+strideWords, e1, w1)) {
+			return true
+		}
+	}
+	for ; j+8 <= n; j += strideWords {
+		w := binary.LittleEndian.Uint64(b[j:]) | caseBits
+		if e := &prefixWords[(w*prefixHashMul)>>(64-prefixHashBits)]; e.word == w && prefixAtWord(b, j, e, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// prefixAtWord reports whether the word w sampled at b[j] is the prefix's
+// word e and the whole prefix stands around it, in any letter case. An
+// empty slot holds no word, and a sampled word is never 0 (every byte has
+// the case bit set), so an empty slot never matches.
+func prefixAtWord(b []byte, j int, e *prefixWord, w uint64) bool {
+	if e.word != w {
+		return false
+	}
+	at := j - int(e.start-1)
+	return at >= 0 && at+len(ProbeQueuePrefix) <= len(b) &&
+		bytes.EqualFold(b[at:at+len(ProbeQueuePrefix)], []byte(ProbeQueuePrefix))
+}
+
+const (
+	// strideWords is how far apart bytesMentionPrefix samples words: an
+	// occurrence holds a whole word starting at any of its first
+	// len(ProbeQueuePrefix)-7 offsets.
+	strideWords = len(ProbeQueuePrefix) - 7
+	caseBits    = 0x2020202020202020
+	// The table of the prefix's words is indexed by a multiplicative
+	// hash; prefixHashMul is one under which no two of them share a slot
+	// (prefixWordTable checks it at start).
+	prefixHashBits = 8
+	prefixHashMul  = 0x9e3779b97f4a7c17
+)
+
+// prefixWord is one slot of prefixWords: a word of the prefix and where it
+// starts in it, plus one (0 marks an empty slot).
+type prefixWord struct {
+	word  uint64
+	start uint8
+}
+
+// prefixWords holds every word of the prefix at offsets up to
+// strideWords-1, each in the slot its hash names.
+var prefixWords = prefixWordTable()
+
+func prefixWordTable() (t [1 << prefixHashBits]prefixWord) {
+	p := []byte(ProbeQueuePrefix)
+	for o := 0; o < strideWords; o++ {
+		w := binary.LittleEndian.Uint64(p[o:]) | caseBits
+		e := &t[(w*prefixHashMul)>>(64-prefixHashBits)]
+		if e.start != 0 {
+			panic("tenancy: two words of the probe prefix share a slot of prefixWords; choose another prefixHashMul")
+		}
+		*e = prefixWord{word: w, start: uint8(o + 1)}
+	}
+	return t
+}
+
+// stringMentionsPrefix is the fast path for a path or query (short text):
+// a case-insensitive search anchored on a rare letter of the prefix.
 func stringMentionsPrefix(s string) bool {
 	for _, anchor := range [2]byte{'g', 'G'} {
 		for from := anchorAt; from < len(s); {

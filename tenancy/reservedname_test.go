@@ -117,6 +117,9 @@ func FuzzReservedName(f *testing.F) {
 			if fast, slow := bytesMentionPrefix(in), mentionsReservedDecoded(in); fast != slow {
 				t.Fatalf("fast path says %v, slow path %v, on %q", fast, slow, in)
 			}
+			if sampled, slow := sampledMentionsPrefix(in), mentionsReservedDecoded(in); sampled != slow {
+				t.Fatalf("sampling path says %v, slow path %v, on %q", sampled, slow, in)
+			}
 		}
 		raw := string(in)
 		u := URLNamesReserved(raw)
@@ -197,6 +200,59 @@ func TestAnchorIsThePrefixLetter(t *testing.T) {
 	for _, s := range []string{ProbeQueuePrefix, "x" + ProbeQueuePrefix, ProbeQueuePrefix[:25], "gggggGGGGGbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb" + strings.ToUpper(ProbeQueuePrefix) + "gGg"} {
 		if got, want := bytesMentionPrefix([]byte(s)), strings.Contains(strings.ToLower(s), ProbeQueuePrefix); got != want || stringMentionsPrefix(s) != want {
 			t.Fatalf("%q: fast path says %v, want %v", s, got, want)
+		}
+	}
+}
+
+// Both literal searches (the anchored one, and the sampling one it turns
+// to when its anchor is frequent) find the prefix at every offset from a
+// word boundary, at both ends of a body, in every letter case, and find
+// nothing when any one byte of it is changed or cut.
+func TestBodyPrefixSearchEveryOffset(t *testing.T) {
+	for _, search := range []func([]byte) bool{bytesMentionPrefix, sampledMentionsPrefix} {
+		prefixSearchEveryOffset(t, search)
+	}
+	// An anchor in every other byte sends the anchored search to the
+	// sampling one, which must still find what follows.
+	noisy := strings.Repeat("gG", 4000)
+	for _, body := range []string{noisy + ProbeQueuePrefix, noisy + strings.ToUpper(ProbeQueuePrefix) + noisy, ProbeQueuePrefix + noisy} {
+		if !bytesMentionPrefix([]byte(body)) {
+			t.Fatalf("prefix after %d anchors not found", strings.Count(body, "gG"))
+		}
+	}
+	if bytesMentionPrefix([]byte(noisy + ProbeQueuePrefix[:25])) {
+		t.Fatal("found in a body of anchors and the prefix cut short")
+	}
+}
+
+func prefixSearchEveryOffset(t *testing.T, bytesMentionPrefix func([]byte) bool) {
+	t.Helper()
+	cases := []string{ProbeQueuePrefix, strings.ToUpper(ProbeQueuePrefix), "QueenGate-ISOLATION-probe-"}
+	for _, p := range cases {
+		for lead := 0; lead < 3*strideWords; lead++ {
+			for _, trail := range []int{0, 1, 7, 8, 19, 40} {
+				body := []byte(strings.Repeat("x", lead) + p + strings.Repeat("y", trail))
+				if !bytesMentionPrefix(body) {
+					t.Fatalf("%q: not found", body)
+				}
+				for k := range len(p) {
+					cut := append([]byte(nil), body...)
+					cut[lead+k] ^= 0x01 // another byte, in any case
+					if bytesMentionPrefix(cut) != strings.Contains(strings.ToLower(string(cut)), ProbeQueuePrefix) {
+						t.Fatalf("%q: fast path disagrees with a plain search", cut)
+					}
+				}
+				if bytesMentionPrefix(body[:lead+len(p)-1]) {
+					t.Fatalf("%q: found in the body cut short", body[:lead+len(p)-1])
+				}
+			}
+		}
+	}
+	// Bytes whose case bit alone differs from a prefix letter are not it.
+	for _, c := range []byte{'\r', '\x0d', '@', 0x41 - 0x20} {
+		body := []byte("xx" + ProbeQueuePrefix[:9] + string(c) + ProbeQueuePrefix[10:] + "yy")
+		if bytesMentionPrefix(body) {
+			t.Fatalf("%q: found", body)
 		}
 	}
 }

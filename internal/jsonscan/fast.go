@@ -101,7 +101,7 @@ value:
 			objects[d>>6] &^= 1 << (d & 63)
 		}
 		d++
-		i = SkipSpace(b, i+1)
+		i = spaceAfter(b, i+1)
 		if i >= len(b) {
 			return -1
 		}
@@ -149,7 +149,7 @@ value:
 		inObject := objects[(d-1)>>6]>>((d-1)&63)&1 != 0
 		switch {
 		case c == ',':
-			i = SkipSpace(b, i+1)
+			i = spaceAfter(b, i+1)
 			if inObject {
 				goto key
 			}
@@ -185,15 +185,24 @@ keySpecial:
 		return -1
 	}
 	if i < len(b) && b[i] == ':' {
-		i = SkipSpace(b, i+1)
+		i = spaceAfter(b, i+1)
 		goto value
 	}
 	i = SkipSpace(b, i)
 	if i >= len(b) || b[i] != ':' {
 		return -1
 	}
-	i = SkipSpace(b, i+1)
+	i = spaceAfter(b, i+1)
 	goto value
+}
+
+// spaceAfter is SkipSpace for where space is rare (bodies are mostly
+// compact): one look when b[i] is not space.
+func spaceAfter(b []byte, i int) int {
+	if i < len(b) && b[i] > ' ' {
+		return i
+	}
+	return SkipSpace(b, i)
 }
 
 // SkipValidString checks the string whose opening quote is at b[i] and
@@ -296,6 +305,8 @@ func skipString(b []byte, i int, refuseNUL bool) int {
 			}
 		case c < 0x20:
 			return -1
+		case c-0xC2 < 0xE0-0xC2 && i+1 < len(b) && b[i+1]&0xC0 == 0x80:
+			i += 2 // a two-byte sequence (ü, ß, é), checked in line
 		default:
 			r, n := utf8.DecodeRune(b[i:])
 			if r == utf8.RuneError && n <= 1 {
