@@ -406,8 +406,11 @@ func (s *answerScan) members(p []byte, i int) int {
 				if i = s.value(p, i+1, '{'); i < 0 {
 					return -1
 				}
-				if s.next != nextKeyOrClose {
-					return i // read whole, by the element reader
+				if s.next != nextKeyOrClose || i >= len(p) || p[i] != '"' {
+					// Read whole by the element reader, or an element it
+					// does not know opened where its first name is not
+					// (yet) in this piece: tokens goes on from there.
+					return i
 				}
 				continue
 			}
