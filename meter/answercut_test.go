@@ -19,7 +19,6 @@ func TestUnknownElementAfterShapedOnesAtEveryCut(t *testing.T) {
 	cut := strings.Index(txn, `],"success"`)
 	txn = txn[:cut] + `,{"type":"push","success":true,"index":7}` + `,{}` + txn[cut:]
 	pop := string(popAnswerBody(4, 100))
-	cut = strings.Index(pop, `],"partition"`)
 	pop = strings.Replace(pop, `"messages":[`, `"messages":[{"data":1,"id":"x"},`, 1)
 	cut = strings.Index(pop, `],"partition"`)
 	pop = pop[:cut] + `,{"id":"01a22ac0-cdd3-7fff-9f54-11a670d52b36","data":{"a":1}}` + `,{ "data":null}` + pop[cut:]
