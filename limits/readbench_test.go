@@ -9,12 +9,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/queengate/queengate/internal/jsonscan"
+	"github.com/queengate/queengate/internal/threadcpu"
 	"github.com/queengate/queengate/limits"
 	"github.com/queengate/queengate/tenancy"
 )
@@ -188,9 +187,9 @@ func benchAgainstValid(b *testing.B, body []byte, read func([]byte) error) {
 	var valid, ours time.Duration
 	var ratios, wall []float64
 	timed := func(f func()) (cpu, elapsed time.Duration) {
-		c0, t0 := threadCPU(), time.Now()
+		c0, t0 := threadcpu.Now(), time.Now()
 		f()
-		return threadCPU() - c0, time.Since(t0)
+		return threadcpu.Now() - c0, time.Since(t0)
 	}
 	runValid := func() {
 		for range reps {
@@ -238,17 +237,6 @@ func benchAgainstValid(b *testing.B, body []byte, read func([]byte) error) {
 	b.ReportMetric(median(ratios), "x-vs-json.Valid")
 	b.ReportMetric(median(wall), "x-wall")
 	b.ReportMetric(float64(len(body)), "body-bytes")
-}
-
-// threadCPU is the CPU time the calling thread has used
-// (CLOCK_THREAD_CPUTIME_ID).
-func threadCPU() time.Duration {
-	var ts syscall.Timespec
-	const clockThreadCPUTime = 3
-	if _, _, errno := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, clockThreadCPUTime, uintptr(unsafe.Pointer(&ts)), 0); errno != 0 {
-		panic(errno)
-	}
-	return time.Duration(ts.Nano())
 }
 
 // BenchmarkReadingParts is each step of the reading of a 100-item push

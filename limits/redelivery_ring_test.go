@@ -5,10 +5,10 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
+
+	"github.com/queengate/queengate/internal/threadcpu"
 )
 
 // TestRedeliveriesMatchTheLinkedList: the ring answers every pop as the
@@ -83,17 +83,17 @@ func BenchmarkFirstDeliveriesAgainstTheLinkedList(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for done := 0; done < b.N; done += block {
-		c0 := threadCPU()
+		c0 := threadcpu.Now()
 		for i := done; i < done+block; i++ {
 			off := (i * 50) % 99_900
 			list.FirstDeliveries("c", all[off:off+100])
 		}
-		c1 := threadCPU()
+		c1 := threadcpu.Now()
 		for i := done; i < done+block; i++ {
 			off := (i * 50) % 99_900
 			ring.FirstDeliveries("c", all[off:off+100])
 		}
-		c2 := threadCPU()
+		c2 := threadcpu.Now()
 		tList += c1 - c0
 		tRing += c2 - c1
 		if c2 > c1 && c1 > c0 {
@@ -135,17 +135,17 @@ func BenchmarkFirstDeliveriesManyClusters(b *testing.B) {
 	var ratios []float64
 	b.ResetTimer()
 	for done := 0; done < b.N; done += block {
-		c0 := threadCPU()
+		c0 := threadcpu.Now()
 		for i := done; i < done+block; i++ {
 			off := (i / clusters * 50) % 99_900
 			list.FirstDeliveries(names[i%clusters], all[i%clusters][off:off+100])
 		}
-		c1 := threadCPU()
+		c1 := threadcpu.Now()
 		for i := done; i < done+block; i++ {
 			off := (i / clusters * 50) % 99_900
 			ring.FirstDeliveries(names[i%clusters], all[i%clusters][off:off+100])
 		}
-		c2 := threadCPU()
+		c2 := threadcpu.Now()
 		tList += c1 - c0
 		tRing += c2 - c1
 		if c2 > c1 && c1 > c0 {
@@ -160,14 +160,4 @@ func BenchmarkFirstDeliveriesManyClusters(b *testing.B) {
 	if len(ratios) > 0 {
 		b.ReportMetric(ratios[len(ratios)/2], "x-faster")
 	}
-}
-
-// threadCPU is the CPU time the calling thread has used.
-func threadCPU() time.Duration {
-	var ts syscall.Timespec
-	const clockThreadCPUTime = 3 // CLOCK_THREAD_CPUTIME_ID
-	if _, _, errno := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, clockThreadCPUTime, uintptr(unsafe.Pointer(&ts)), 0); errno != 0 {
-		panic(errno)
-	}
-	return time.Duration(ts.Nano())
 }

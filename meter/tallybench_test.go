@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
+
+	"github.com/queengate/queengate/internal/threadcpu"
 )
 
 // proxyPiece is the size of the pieces reverse_proxy writes an answer in
@@ -36,17 +36,17 @@ func benchAgainstValid(b *testing.B, body []byte, read func([]byte)) {
 	b.ResetTimer()
 	for done := 0; done < b.N; {
 		n := min(block, b.N-done)
-		c0, t0 := threadCPU(), time.Now()
+		c0, t0 := threadcpu.Now(), time.Now()
 		for range n {
 			if !json.Valid(body) {
 				b.Fatal("invalid")
 			}
 		}
-		c1, t1 := threadCPU(), time.Now()
+		c1, t1 := threadcpu.Now(), time.Now()
 		for range n {
 			read(body)
 		}
-		c2, t2 := threadCPU(), time.Now()
+		c2, t2 := threadcpu.Now(), time.Now()
 		tValid += c1 - c0
 		tRead += c2 - c1
 		if c2 > c1 && c1 > c0 {
@@ -68,16 +68,6 @@ func benchAgainstValid(b *testing.B, body []byte, read func([]byte)) {
 	b.ReportMetric(mbps(tRead), "tally-MB/s")
 	b.ReportMetric(median(wall), "x-wall")
 	b.ReportMetric(median(ratios), "x-vs-json.Valid")
-}
-
-// threadCPU is the CPU time the calling thread has used.
-func threadCPU() time.Duration {
-	var ts syscall.Timespec
-	const clockThreadCPUTime = 3 // CLOCK_THREAD_CPUTIME_ID
-	if _, _, errno := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, clockThreadCPUTime, uintptr(unsafe.Pointer(&ts)), 0); errno != 0 {
-		panic(errno)
-	}
-	return time.Duration(ts.Nano())
 }
 
 // inPieces writes body to w as the proxy does.
