@@ -317,3 +317,25 @@ func caddyBinary(t *testing.T) string {
 	}
 	return builtCaddy.path
 }
+
+// waitServing waits until a new connection to the gateway on port gets an
+// HTTP answer (any status): a connection the old server accepted while a
+// reload stopped it is closed unanswered, which is the reload's, not the
+// rotation's, to get right.
+func waitServing(t *testing.T, port int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second}
+		resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", port))
+		if err == nil {
+			resp.Body.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway does not answer after the reload: %v", err)
+		}
+		t.Logf("after the reload: %v (trying again)", err)
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -74,6 +74,7 @@ func TestRateLimitsAcrossClustersAndReload(t *testing.T) {
 	if err := caddy.Load(reloaded, false); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
+	waitServing(t, port)
 	c.CloseIdleConnections() // the old server closes them; see TestReloadKeepsTheBackend
 	assertRefusal(t, get(narrow.slug, narrowKey), 429, "rate_limited")
 

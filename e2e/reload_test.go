@@ -49,6 +49,7 @@ func TestReloadKeepsTheBackend(t *testing.T) {
 	if err := caddy.Load(reloaded, false); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
+	waitServing(t, port)
 	// The old server closes its idle keep-alive connections; a request
 	// racing that close would see EOF, which is not what this test is about.
 	c.CloseIdleConnections()

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -393,27 +392,5 @@ func TestRotateCellSecretOnProbedCell(t *testing.T) {
 		if r.Header.Get("Authorization") != "Bearer secret-new" && r.Time.After(time.Now().Add(-time.Second)) {
 			t.Fatalf("a request after the rotation presented %q", r.Header.Get("Authorization"))
 		}
-	}
-}
-
-// waitServing waits until a new connection to the gateway on port gets an
-// HTTP answer (any status): a connection the old server accepted while a
-// reload stopped it is closed unanswered, which is the reload's, not the
-// rotation's, to get right.
-func waitServing(t *testing.T, port int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second}
-		resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", port))
-		if err == nil {
-			resp.Body.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the gateway does not answer after the reload: %v", err)
-		}
-		t.Logf("after the reload: %v (trying again)", err)
-		time.Sleep(50 * time.Millisecond)
 	}
 }
