@@ -75,39 +75,14 @@ func BenchmarkFirstDeliveriesAgainstTheLinkedList(b *testing.B) {
 	list := oldNewRedeliveriesBounded(0, 0, 0, 0, nil)
 	ring.FirstDeliveries("c", all[:50_000])
 	list.FirstDeliveries("c", all[:50_000])
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	const block = 200
-	var tRing, tList time.Duration
-	var ratios []float64
 	b.ReportAllocs()
-	b.ResetTimer()
-	for done := 0; done < b.N; done += block {
-		c0 := threadcpu.Now()
-		for i := done; i < done+block; i++ {
-			off := (i * 50) % 99_900
-			list.FirstDeliveries("c", all[off:off+100])
-		}
-		c1 := threadcpu.Now()
-		for i := done; i < done+block; i++ {
-			off := (i * 50) % 99_900
-			ring.FirstDeliveries("c", all[off:off+100])
-		}
-		c2 := threadcpu.Now()
-		tList += c1 - c0
-		tRing += c2 - c1
-		if c2 > c1 && c1 > c0 {
-			ratios = append(ratios, float64(c1-c0)/float64(c2-c1))
-		}
-	}
-	b.StopTimer()
-	slices.Sort(ratios)
-	rounds := float64(b.N + block - 1 - (b.N+block-1)%block)
-	b.ReportMetric(float64(tRing.Nanoseconds())/rounds, "ring-ns")
-	b.ReportMetric(float64(tList.Nanoseconds())/rounds, "list-ns")
-	if len(ratios) > 0 {
-		b.ReportMetric(ratios[len(ratios)/2], "x-faster")
-	}
+	timeAgainstList(b, 200, func(i int) {
+		off := (i * 50) % 99_900
+		list.FirstDeliveries("c", all[off:off+100])
+	}, func(i int) {
+		off := (i * 50) % 99_900
+		ring.FirstDeliveries("c", all[off:off+100])
+	})
 }
 
 // BenchmarkFirstDeliveriesManyClusters is the same pops spread over 24
@@ -128,22 +103,33 @@ func BenchmarkFirstDeliveriesManyClusters(b *testing.B) {
 	for c := range names {
 		names[c] = fmt.Sprint(c)
 	}
+	timeAgainstList(b, 96, func(i int) {
+		off := (i / clusters * 50) % 99_900
+		list.FirstDeliveries(names[i%clusters], all[i%clusters][off:off+100])
+	}, func(i int) {
+		off := (i / clusters * 50) % 99_900
+		ring.FirstDeliveries(names[i%clusters], all[i%clusters][off:off+100])
+	})
+}
+
+// timeAgainstList runs pops i of b.N on the linked list and on the ring in
+// alternating blocks of block pops, timed in the thread's CPU time, and
+// reports ring-ns and list-ns per pop and x-faster, the median of the
+// blocks' ratios list/ring.
+func timeAgainstList(b *testing.B, block int, list, ring func(i int)) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	const block = 96
 	var tRing, tList time.Duration
 	var ratios []float64
 	b.ResetTimer()
 	for done := 0; done < b.N; done += block {
 		c0 := threadcpu.Now()
 		for i := done; i < done+block; i++ {
-			off := (i / clusters * 50) % 99_900
-			list.FirstDeliveries(names[i%clusters], all[i%clusters][off:off+100])
+			list(i)
 		}
 		c1 := threadcpu.Now()
 		for i := done; i < done+block; i++ {
-			off := (i / clusters * 50) % 99_900
-			ring.FirstDeliveries(names[i%clusters], all[i%clusters][off:off+100])
+			ring(i)
 		}
 		c2 := threadcpu.Now()
 		tList += c1 - c0
