@@ -318,13 +318,23 @@ func caddyBinary(t *testing.T) string {
 	return builtCaddy.path
 }
 
-// waitServing waits until a new connection to the gateway on port gets an
-// HTTP answer (any status): a connection the old server accepted while a
-// reload stopped it is closed unanswered, which is the reload's, not the
-// rotation's, to get right.
+// waitServing waits until the configuration a reload replaced has let go
+// of the port, then until a new connection gets an HTTP answer (any
+// status). Caddy binds each configuration's own SO_REUSEPORT socket, so
+// while the old one is open the kernel hands it some new connections, and
+// net/http closes unanswered any request its server reads after Shutdown
+// began: one fresh connection per reload under load (docs/troubleshooting.md).
+// An answered probe alone does not prove the old socket is gone, and
+// neither does Caddy's usage count, which drops just before the close.
 func waitServing(t *testing.T, port int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
+	for listeningSockets(t, port) > 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the replaced configuration still holds port %d after 10s", port)
+		}
+		time.Sleep(time.Millisecond)
+	}
 	for {
 		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second}
 		resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", port))
@@ -338,4 +348,27 @@ func waitServing(t *testing.T, port int) {
 		t.Logf("after the reload: %v (trying again)", err)
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// listeningSockets counts the sockets listening on port, from the kernel's
+// own tables: during a reload the old and the new configuration each hold
+// one.
+func listeningSockets(t *testing.T, port int) int {
+	t.Helper()
+	n := 0
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(table)
+		if err != nil {
+			t.Fatalf("reading the kernel's socket table: %v", err)
+		}
+		local := fmt.Sprintf(":%04X", port)
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			// f[1] is the local address, f[3] the state; 0A is LISTEN.
+			if len(f) > 3 && strings.HasSuffix(f[1], local) && f[3] == "0A" {
+				n++
+			}
+		}
+	}
+	return n
 }
