@@ -729,8 +729,22 @@ func TestOutageWithRestartLosesAndDoublesNothing(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	stopB()
-	if st := b.Stats(); st.SpoolFiles != 0 || st.Pending != 0 || a.Stats().Pending != 0 {
+	if st := b.Stats(); st.Pending != 0 || a.Stats().Pending != 0 {
 		t.Fatalf("after the drain: %+v (old meter %+v)", st, a.Stats())
+	}
+	// On a loaded machine B's own shutdown drain can miss its budget and
+	// spool; that is not a loss as long as the next start replays it, so
+	// the next start is part of the scenario.
+	if b.Stats().SpoolFiles != 0 {
+		t.Logf("B's shutdown spooled (%+v); a third start replays it", b.Stats())
+		c, stopC := start()
+		for c.Stats().SpoolFiles > 0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		stopC()
+		if st := c.Stats(); st.SpoolFiles != 0 || st.Pending != 0 {
+			t.Fatalf("after the third start's replay: %+v", st)
+		}
 	}
 	if a.Stats().SpooledRows == 0 && b.Stats().SpooledRows == 0 {
 		t.Fatal("nothing was spooled: the outage was not exercised")
