@@ -16,6 +16,7 @@ type PopAnswer struct {
 	ids      []string // the keys, when the answer was decoded (the scanner declined it)
 	decoded  bool
 	shaped   bool
+	indexed  bool // keyed is filled
 }
 
 var popAnswers = sync.Pool{New: func() any { return new(PopAnswer) }}
@@ -34,14 +35,23 @@ func ReadPopAnswer(status int, body []byte) *PopAnswer {
 		a.messages, a.ids = billDecodedPop(body)
 		return a
 	}
-	w := &a.biller.watch
-	a.messages, a.shaped = int64(len(w.msgs)), shaped
-	for i := range w.msgs {
-		if _, _, ok := w.msgs[i].key(); ok {
+	a.messages, a.shaped = int64(len(a.biller.watch.msgs)), shaped
+	return a
+}
+
+// index lists the messages with a key, once, when the keys are asked for
+// one at a time (BillPop spells them all at once, without it).
+func (a *PopAnswer) index() {
+	if a.indexed {
+		return
+	}
+	a.indexed = true
+	msgs := a.biller.watch.msgs
+	for i := range msgs {
+		if _, _, ok := msgs[i].key(); ok {
 			a.keyed = append(a.keyed, int32(i))
 		}
 	}
-	return a
 }
 
 // maxPooledKeyed bounds the keyed list a pooled answer keeps.
@@ -54,7 +64,8 @@ func (a *PopAnswer) Release() {
 	if cap(keyed) > maxPooledKeyed {
 		keyed = nil
 	}
-	a.body, a.messages, a.keyed, a.ids, a.decoded, a.shaped = nil, 0, keyed, nil, false, false
+	a.body, a.messages, a.keyed, a.ids = nil, 0, keyed, nil
+	a.decoded, a.shaped, a.indexed = false, false, false
 	popAnswers.Put(a)
 }
 
@@ -73,6 +84,7 @@ func (a *PopAnswer) Keys() int {
 	if a.decoded {
 		return len(a.ids)
 	}
+	a.index()
 	return len(a.keyed)
 }
 
@@ -81,6 +93,7 @@ func (a *PopAnswer) AppendKey(dst []byte, i int) []byte {
 	if a.decoded {
 		return append(dst, a.ids[i]...)
 	}
+	a.index()
 	w := &a.biller.watch
 	m := &w.msgs[a.keyed[i]]
 	head, tail, _ := m.key()
