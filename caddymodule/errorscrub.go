@@ -51,6 +51,17 @@ type cellErrorScrub struct {
 	// instead of copied a second time. The metered response appends each
 	// piece after handing it here, so it holds what came before.
 	kept *[]byte
+	// judge may show an answer held in kept free of error text from its
+	// own reading of it (a pop's billing reads every byte anyway), so
+	// that it is not searched a second time.
+	judge errorFreeJudge
+}
+
+// errorFreeJudge reads a whole answer for its own purpose and reports
+// whether that reading proves it has no top-level "error" member (so
+// cellerror.InternalDetail would find nothing to withhold).
+type errorFreeJudge interface {
+	errorFree(status int, body []byte) bool
 }
 
 // attach readies the scrub for one request and returns the writer the
@@ -64,7 +75,9 @@ func (s *cellErrorScrub) attach(w http.ResponseWriter, r *http.Request, log *zap
 // response's copy, which keeps every byte of it. That copy is dropped
 // only past meter.MaxBilledBody, far beyond maxInspectedAnswer, where the
 // scrub has stopped holding.
-func (s *cellErrorScrub) holdInKept(kept *[]byte) { s.kept = kept }
+func (s *cellErrorScrub) holdInKept(kept *[]byte, judge errorFreeJudge) {
+	s.kept, s.judge = kept, judge
+}
 
 func (s *cellErrorScrub) Header() http.Header { return s.w.Header() }
 
@@ -160,7 +173,7 @@ func (s *cellErrorScrub) Write(b []byte) (int, error) {
 	if came == 0 && len(b) == int(s.want) {
 		// The whole answer in one write, as it usually comes: decide on
 		// it in place, without a copy.
-		return len(b), s.relay(b)
+		return len(b), s.relay(b, false)
 	}
 	if s.kept != nil {
 		if came+len(b) > maxInspectedAnswer {
@@ -184,7 +197,7 @@ func (s *cellErrorScrub) Write(b []byte) (int, error) {
 	*s.buf = append(*s.buf, b...)
 	switch {
 	case s.want > 0 && len(*s.buf) >= int(s.want):
-		return len(b), s.relay(*s.buf)
+		return len(b), s.relay(*s.buf, false)
 	case len(*s.buf) > maxInspectedAnswer:
 		// Longer than any error answer: a normal one, send it on as it comes.
 		s.held = false
@@ -227,13 +240,19 @@ func (s *cellErrorScrub) finish() {
 		case s.buf != nil:
 			body = *s.buf
 		}
-		_ = s.relay(body)
+		_ = s.relay(body, s.kept != nil)
 	}
 }
 
-// relay sends the complete answer, or the envelope in its place.
-func (s *cellErrorScrub) relay(body []byte) error {
+// relay sends the complete answer, or the envelope in its place. kept
+// says body is the metered response's copy, which the judge may read.
+func (s *cellErrorScrub) relay(body []byte, kept bool) error {
 	s.held = false
+	if kept && s.judge != nil && s.judge.errorFree(int(s.status), body) {
+		s.w.WriteHeader(int(s.status))
+		_, err := s.w.Write(body)
+		return err
+	}
 	if detail, exposes := cellerror.InternalDetail(body); exposes {
 		s.log.Debug("cell error details withheld from the client",
 			zap.String("request_id", *s.rid), zap.Int("status", int(s.status)),

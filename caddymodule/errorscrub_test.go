@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"go.uber.org/zap"
+
+	"github.com/queengate/queengate/meter"
 )
 
 var testRID = "rid-1"
@@ -143,7 +145,7 @@ func keptThrough(t *testing.T, status int, contentLength int, pieces ...string) 
 	s := new(cellErrorScrub)
 	var kept []byte
 	w := openJSONAnswer(rec, s, "GET", "/api/v1/pop/queue/q", status, contentLength)
-	s.holdInKept(&kept)
+	s.holdInKept(&kept, nil)
 	for _, p := range pieces {
 		if n, err := w.Write([]byte(p)); err != nil || n != len(p) {
 			t.Fatalf("write: %d, %v", n, err)
@@ -179,7 +181,7 @@ func TestCellErrorScrubHoldsInTheKeptCopy(t *testing.T) {
 		var s cellErrorScrub
 		var kept []byte
 		w := openJSONAnswer(rec, &s, "GET", "/api/v1/pop/queue/q", 200, len(big))
-		s.holdInKept(&kept)
+		s.holdInKept(&kept, nil)
 		for _, p := range []string{big[:100], big[100 : maxInspectedAnswer-10], big[maxInspectedAnswer-10 : maxInspectedAnswer+10], big[maxInspectedAnswer+10:]} {
 			if rec.Body.Len() != 0 && rec.Body.Len() != len(kept) {
 				t.Fatalf("relayed %d bytes of %d", rec.Body.Len(), len(kept))
@@ -211,4 +213,62 @@ func TestCellErrorScrubStreamsArrays(t *testing.T) {
 	if rec.Code != 200 || rec.Body.String() != answer {
 		t.Fatalf("%d %q", rec.Code, rec.Body)
 	}
+}
+
+// The pop billing's reading judges a pop answer held in its copy: the
+// broker's envelope is relayed unsearched (and that reading is the one
+// billed), anything else is searched as before.
+func TestCellErrorScrubTakesThePopReading(t *testing.T) {
+	through := func(t *testing.T, status int, answer string, piece int) (*httptest.ResponseRecorder, *meteredResponse) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		s := new(cellErrorScrub)
+		w := openJSONAnswer(rec, s, "GET", "/api/v1/pop/queue/q", status, len(answer))
+		rw := &meteredResponse{started: true, status: status, keep: true, rule: billPop}
+		s.holdInKept(&rw.body, rw)
+		for rest := answer; len(rest) > 0; {
+			p := rest[:min(piece, len(rest))]
+			rest = rest[len(p):]
+			if n, err := w.Write([]byte(p)); err != nil || n != len(p) {
+				t.Fatalf("write: %d, %v", n, err)
+			}
+			rw.body = append(rw.body, p...)
+		}
+		s.finish()
+		return rec, rw
+	}
+	t.Run("SQL text is withheld", func(t *testing.T) {
+		rec, rw := through(t, 200, sqlLeak, 10)
+		assertWithheld(t, rec, 200)
+		if rw.pop != nil && rw.pop.BrokerShaped() {
+			t.Fatal("an error answer read as the broker's envelope")
+		}
+	})
+	t.Run("an error member after the messages is searched", func(t *testing.T) {
+		answer := `{"consumerGroup":null,"leaseId":null,"messages":[],"error":"ERROR:  relation \"queen.x\" does not exist","success":false}`
+		rec, _ := through(t, 200, answer, 7)
+		assertWithheld(t, rec, 200)
+	})
+	t.Run("the broker's envelope is relayed, and billed from the same reading", func(t *testing.T) {
+		answer := string(batchPopAnswer(3, 20))
+		rec, rw := through(t, 200, answer, 1000)
+		if rec.Code != 200 || rec.Body.String() != answer {
+			t.Fatalf("%d, %d bytes, want the answer's %d", rec.Code, rec.Body.Len(), len(answer))
+		}
+		if rw.pop == nil || !rw.pop.BrokerShaped() {
+			t.Fatal("the benchmark's pop answer was not read as the broker's envelope")
+		}
+		read := rw.pop
+		if a := rw.popAnswer(200); a != read || a.Messages() != 20 || a.Keys() != 20 {
+			t.Fatalf("billing read again (%v) or miscounted: %d messages, %d keys", a != read, a.Messages(), a.Keys())
+		}
+		n, ids := meter.BillPop(200, rw.body)
+		var key []byte
+		for i, id := range ids {
+			if key = read.AppendKey(key[:0], i); string(key) != id || n != 20 {
+				t.Fatalf("key %d: %q, BillPop's %q", i, key, id)
+			}
+		}
+		rw.releasePop()
+	})
 }

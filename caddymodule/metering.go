@@ -11,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/queengate/queengate/limits"
 	"github.com/queengate/queengate/meter"
 	"github.com/queengate/queengate/tenancy"
 )
@@ -97,11 +98,15 @@ type meteredResponse struct {
 	// as it streams on, from the copy's overflow on: a pop's count and
 	// redelivery keys (pops), a cycle's or a replay's billed members
 	// (cycle, replay).
-	rule   billing
-	pops   *meter.PopKeys
-	cycle  *meter.CycleAnswer
-	replay *meter.ReplayAnswer
-	onHead func()
+	rule billing
+	// pop is the reading of a pop answer kept whole, once made (for the
+	// error scrub, before billing), and popRead the length it read.
+	pop     *meter.PopAnswer
+	popRead int
+	pops    *meter.PopKeys
+	cycle   *meter.CycleAnswer
+	replay  *meter.ReplayAnswer
+	onHead  func()
 }
 
 // answerTally reads a push or a transaction answer as it streams; pooled
@@ -255,11 +260,44 @@ func (w *meteredResponse) releaseTally() {
 // releaseKept gives the kept copy back to the pool: billing is done with
 // it (what it takes from it, the redelivery keys among them, are copies).
 func (w *meteredResponse) releaseKept() {
+	w.releasePop()
 	if w.kept != nil {
 		putBodyBuffer(w.kept)
 		w.kept = nil
 	}
 	w.body = nil
+}
+
+// errorFree reads a 2xx pop answer kept whole for its billing, ahead of
+// it, and reports whether it is the broker's pop envelope, which has no
+// top-level error member (meter.PopAnswer.BrokerShaped): the error scrub
+// then need not search it. The reading is kept for recordUsage.
+func (w *meteredResponse) errorFree(status int, body []byte) bool {
+	if w.rule != billPop || status < 200 || status > 299 || !w.keep || w.streamed() != nil {
+		return false
+	}
+	w.releasePop()
+	w.pop, w.popRead = meter.ReadPopAnswer(status, body), len(body)
+	return w.pop.BrokerShaped()
+}
+
+// popAnswer is the reading of the kept pop answer billing takes: the one
+// made for the error scrub when it read this very copy, else a new one.
+func (w *meteredResponse) popAnswer(status int) *meter.PopAnswer {
+	if w.pop != nil && w.popRead == len(w.body) && status >= 200 && status <= 299 {
+		return w.pop
+	}
+	w.releasePop()
+	w.pop, w.popRead = meter.ReadPopAnswer(status, w.body), len(w.body)
+	return w.pop
+}
+
+// releasePop gives the pop answer's reading back to its pool.
+func (w *meteredResponse) releasePop() {
+	if w.pop != nil {
+		w.pop.Release()
+		w.pop = nil
+	}
 }
 
 // recordUsage books one forwarded request from what the cell answered.
@@ -322,9 +360,10 @@ func (g *Gateway) recordUsage(r *http.Request, st *requestState, c *tenancy.Clus
 	case billTransaction:
 		s.Msgs = rw.tally.txn.Billed(status, st.produced)
 	case billPop:
-		n, ids := meter.BillPop(status, body)
-		s.Msgs = n
-		g.debitDeliveries(c, n, ids)
+		a := rw.popAnswer(status)
+		s.Msgs = a.Messages()
+		g.debitDeliveriesOf(c, a.Messages(), a)
+		rw.releasePop()
 	case billCycle:
 		var n int64
 		if rw.cycle != nil {
@@ -371,6 +410,19 @@ func (g *Gateway) debitDeliveries(c *tenancy.Cluster, messages int64, keys []str
 	}
 	ls := g.app.limits
 	first := int64(ls.redeliveries.FirstDeliveries(c.ID, keys)) + messages - int64(len(keys))
+	if first > 0 {
+		ls.buckets.DebitDeliveries(c.ID, c.Limits, first)
+	}
+}
+
+// debitDeliveriesOf is debitDeliveries of keys spelled one at a time (a
+// pop answer's reading).
+func (g *Gateway) debitDeliveriesOf(c *tenancy.Cluster, messages int64, keys limits.DeliveryKeys) {
+	if messages <= 0 {
+		return
+	}
+	ls := g.app.limits
+	first := int64(ls.redeliveries.FirstDeliveriesOf(c.ID, keys)) + messages - int64(keys.Keys())
 	if first > 0 {
 		ls.buckets.DebitDeliveries(c.ID, c.Limits, first)
 	}

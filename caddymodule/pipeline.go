@@ -241,7 +241,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		keep: rule != billPlain, rule: rule, detached: detach, onHead: release}
 	st.rw.tallyAnswers(rule)
 	if st.rw.keep {
-		st.scrub.holdInKept(&st.rw.body)
+		var judge errorFreeJudge
+		if rule == billPop {
+			judge = &st.rw
+		}
+		st.scrub.holdInKept(&st.rw.body, judge)
 	}
 	rw := &st.rw
 	var err error

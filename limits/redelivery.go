@@ -97,7 +97,51 @@ func NewRedeliveriesBounded(perCluster int, ttl time.Duration, maxClusters, maxI
 // cannot be recognised and always counts (and is not recorded); a key
 // repeated within ids counts once.
 func (r *Redeliveries) FirstDeliveries(clusterID string, ids []string) int {
-	if len(ids) == 0 {
+	return r.firstDeliveries(clusterID, len(ids), func(_ *redeliveryShard, fps []uint64, from int) {
+		for k := range fps {
+			if id := ids[from+k]; id != "" {
+				fps[k] = fingerprint(r.seed, id)
+			} else {
+				fps[k] = 0
+			}
+		}
+	})
+}
+
+// DeliveryKeys is the redelivery keys of one pop answer, spelled one at a
+// time into a buffer: a pop's reading hands them over without a string
+// per key (meter.PopAnswer).
+type DeliveryKeys interface {
+	Keys() int
+	AppendKey(dst []byte, i int) []byte
+}
+
+// FirstDeliveriesOf is FirstDeliveries of the keys keys spells, exactly:
+// a key's fingerprint is the same spelled into bytes as held in a string.
+func (r *Redeliveries) FirstDeliveriesOf(clusterID string, keys DeliveryKeys) int {
+	return r.firstDeliveries(clusterID, keys.Keys(), func(s *redeliveryShard, fps []uint64, from int) {
+		for k := range fps {
+			s.scratch = keys.AppendKey(s.scratch[:0], from+k)
+			if len(s.scratch) > 0 {
+				fps[k] = fingerprintBytes(r.seed, s.scratch)
+			} else {
+				fps[k] = 0
+			}
+		}
+		if cap(s.scratch) > maxKeyScratch {
+			s.scratch = nil
+		}
+	})
+}
+
+// maxKeyScratch bounds the key buffer a shard keeps.
+const maxKeyScratch = 4 << 10
+
+// firstDeliveries is FirstDeliveries of n keys, whose fingerprints
+// fingerprints writes into fps from the from-th key on (0 for an empty
+// key), under the shard's lock.
+func (r *Redeliveries) firstDeliveries(clusterID string, n int, fingerprints func(s *redeliveryShard, fps []uint64, from int)) int {
+	if n == 0 {
 		return 0
 	}
 	now := r.clock.nanos()
@@ -112,28 +156,24 @@ func (r *Redeliveries) FirstDeliveries(clusterID string, ids []string) int {
 	s.touch(set)
 	s.expire(set, now-r.ttl)
 	first := 0
-	var fps [64]uint64
-	for len(ids) > 0 {
-		chunk := ids[:min(len(ids), len(fps))]
-		ids = ids[len(chunk):]
+	for from := 0; from < n; {
+		fps := s.fps[:min(n-from, len(s.fps))]
 		// Fingerprint the keys first, touching their slots: the loads do
 		// not wait on one another, so the processor has them in flight
 		// at once and the loop below finds the slots in cache.
-		for k, id := range chunk {
-			fps[k] = fingerprint(r.seed, id)
-		}
-		set.index.touch(fps[:len(chunk)])
-		if set.len+len(chunk) > set.max {
+		fingerprints(s, fps, from)
+		from += len(fps)
+		set.index.touch(fps)
+		if set.len+len(fps) > set.max {
 			// New keys evict the oldest, whose slots are known already:
 			// the next entries from the tail.
-			set.touchTail(len(chunk))
+			set.touchTail(len(fps))
 		}
-		for k, id := range chunk {
-			if id == "" {
-				first++
+		for _, fp := range fps {
+			if fp == 0 {
+				first++ // an empty key
 				continue
 			}
-			fp := fps[k]
 			if slot := set.index.find(fp); slot != nil {
 				set.deliverAgain(slot, fp, now)
 				continue
@@ -214,6 +254,10 @@ type redeliveryShard struct {
 	ids         int
 	maxClusters int
 	maxIDs      int
+	scratch     []byte // a key being fingerprinted (FirstDeliveriesOf)
+	// fps is the fingerprints of the keys being recorded, 64 at a time:
+	// held here, not on the stack, because a callback writes them.
+	fps [64]uint64
 }
 
 // add creates the set of a new cluster, evicting the least recently used
@@ -330,6 +374,12 @@ type seenEntry struct {
 // fingerprint is a key's 64-bit hash, never 0 (the dead mark).
 func fingerprint(seed maphash.Seed, key string) uint64 {
 	return max(maphash.String(seed, key), 1)
+}
+
+// fingerprintBytes is fingerprint of a key spelled in bytes: maphash
+// hashes the same bytes alike, in a string or a slice.
+func fingerprintBytes(seed maphash.Seed, key []byte) uint64 {
+	return max(maphash.Bytes(seed, key), 1)
 }
 
 // add records a new key, delivered at at.

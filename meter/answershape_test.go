@@ -95,6 +95,7 @@ func checkAgainstOracles(t *testing.T, name string, body []byte) {
 	if _, _, ok := scanPopBilling(body); ok != oldOK {
 		t.Fatalf("%s: BillPop's fast path on %q answers %v, the oracle's %v", name, body, ok, oldOK)
 	}
+	checkPopAnswer(t, body)
 }
 
 // TestShapedElementsKeepTheDepthLimit: a message's data read on its own

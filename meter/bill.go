@@ -122,10 +122,9 @@ func BillPop(status int, body []byte) (messages int64, ids []string) {
 	if !is2xx(status) {
 		return 0, nil
 	}
-	if n, ids, ok := scanPopBilling(body); ok {
-		return n, ids
-	}
-	return billDecodedPop(body)
+	a := ReadPopAnswer(status, body)
+	defer a.Release()
+	return a.Messages(), a.idList()
 }
 
 // billDecodedPop is BillPop for an answer the fast scanner declined,

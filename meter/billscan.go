@@ -3,7 +3,6 @@ package meter
 import (
 	"math"
 	"strings"
-	"sync"
 )
 
 // The fast path below bills the answer of every pop without decoding it
@@ -37,43 +36,40 @@ type popBiller struct {
 	inner answerScan // checks the data of the messages read whole
 }
 
-var popBillers = sync.Pool{New: func() any { return new(popBiller) }}
-
 // maxPooledMessages bounds the message list a pooled biller keeps.
 const maxPooledMessages = 1 << 16
 
-// scanPopBilling reads a pop answer (a JSON object with a consumerGroup
-// and a messages array of objects) in one pass and returns what BillPop
-// returns for it. The keys are slices of one string, so a pop costs two
-// allocations whatever it delivered.
-func scanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
+// read reads a pop answer (a JSON object with a consumerGroup and a
+// messages array of objects) in one pass, leaving its messages' keying
+// members in b.watch: ok false when it declines the answer (the caller
+// decodes it), shaped true when the answer was the broker's envelope
+// (popWatch.envelope) read whole.
+func (b *popBiller) read(body []byte) (ok, shaped bool) {
 	if len(body) > math.MaxInt32 {
-		return 0, nil, false // past what a span holds (far past MaxBilledBody)
+		return false, false // past what a span holds (far past MaxBilledBody)
 	}
-	b := popBillers.Get().(*popBiller)
-	defer func() {
-		msgs := b.watch.msgs[:0]
-		if cap(msgs) > maxPooledMessages {
-			msgs = nil
-		}
-		b.watch = popWatch{msgs: msgs}
-		popBillers.Put(b)
-	}()
 	w := &b.watch
 	w.bodyCap = cap(body)
 	b.scan.reset(w, 3, popNames)
 	b.scan.readElements(w, 2)
 	b.scan.inner = &b.inner
 	if w.envelope(&b.scan, body) {
-		return int64(len(w.msgs)), popKeys(body, w.msgs, w.group), true
+		return true, true
 	}
 	// Not in the broker's shape: the general reader, from the start.
 	*w = popWatch{msgs: w.msgs[:0], bodyCap: cap(body)}
 	b.scan.write(body)
-	if !b.scan.ok() || !w.isObject || w.declined {
-		return 0, nil, false
+	return b.scan.ok() && w.isObject && !w.declined, false
+}
+
+// clear readies the biller for its pool, keeping its message list unless
+// an answer made it outsized.
+func (b *popBiller) clear() {
+	msgs := b.watch.msgs[:0]
+	if cap(msgs) > maxPooledMessages {
+		msgs = nil
 	}
-	return int64(len(w.msgs)), popKeys(body, w.msgs, w.group), true
+	b.watch = popWatch{msgs: msgs}
 }
 
 // The broker's pop answer around its messages (testdata/broker: S8, C34):

@@ -1,9 +1,13 @@
 package meter
 
 import (
+	"encoding/json"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/queengate/queengate/internal/cellerror"
 )
 
 var scanSeeds = []string{
@@ -69,5 +73,49 @@ func TestScanPopBillingAllocations(t *testing.T) {
 	// The checker's stack, the messages beyond the first eight, the key string, its ends and the key list.
 	if allocs > 8 {
 		t.Fatalf("%v allocations for a 21-message pop", allocs)
+	}
+}
+
+// scanPopBilling is BillPop's fast path alone: ok false where it declines
+// the answer (BillPop then decodes it).
+func scanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
+	a := ReadPopAnswer(http.StatusOK, body)
+	defer a.Release()
+	if a.decoded {
+		return 0, nil, false
+	}
+	return a.Messages(), a.idList(), true
+}
+
+// checkPopAnswer: the reading the gateway bills from spells BillPop's
+// keys one by one, and an answer it calls the broker's envelope has no
+// top-level "error" member for the gateway's error scrub to judge.
+func checkPopAnswer(t *testing.T, body []byte) {
+	t.Helper()
+	for _, status := range []int{http.StatusOK, http.StatusNoContent, http.StatusBadRequest} {
+		n, ids := BillPop(status, body)
+		a := ReadPopAnswer(status, body)
+		if a.Messages() != n || a.Keys() != len(ids) {
+			t.Fatalf("%q (%d): read %d messages, %d keys; BillPop %d, %d", body, status, a.Messages(), a.Keys(), n, len(ids))
+		}
+		var key []byte
+		for i, id := range ids {
+			if key = a.AppendKey(key[:0], i); string(key) != id {
+				t.Fatalf("%q (%d): key %d spelled %q, BillPop's %q", body, status, i, key, id)
+			}
+		}
+		if a.BrokerShaped() {
+			var top map[string]json.RawMessage
+			if err := json.Unmarshal(body, &top); err != nil {
+				t.Fatalf("%q: read as the broker's envelope, but encoding/json refuses it: %v", body, err)
+			}
+			if _, has := top["error"]; has {
+				t.Fatalf("%q: read as the broker's envelope, but it has an error member", body)
+			}
+			if _, exposes := cellerror.InternalDetail(body); exposes {
+				t.Fatalf("%q: read as the broker's envelope, but the scrub withholds it", body)
+			}
+		}
+		a.Release()
 	}
 }

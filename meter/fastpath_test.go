@@ -150,6 +150,7 @@ func FuzzBillPopMatchesOracle(f *testing.F) {
 		if _, _, ok := scanPopBilling(body); ok != oldOK {
 			t.Fatalf("%q: the fast path answers %v, the old one %v", body, ok, oldOK)
 		}
+		checkPopAnswer(t, body)
 	})
 }
 
