@@ -109,8 +109,8 @@ func sampledMentionsPrefix(b []byte) bool {
 	j := 0
 	// Two samples a round, so that their loads and lookups overlap.
 	for ; j+strideWords+8 <= n; j += 2 * strideWords {
-		w0 := binary.LittleEndian.Uint64(b[j:]) | caseBits
-		w1 := binary.LittleEndian.Uint64(b[j+strideWords:]) | caseBits
+		w0 := binary.LittleEndian.Uint64(b[j:j+8]) | caseBits
+		w1 := binary.LittleEndian.Uint64(b[j+strideWords:j+strideWords+8]) | caseBits
 		e0 := &prefixWords[(w0*prefixHashMul)>>(64-prefixHashBits)]
 		e1 := &prefixWords[(w1*prefixHashMul)>>(64-prefixHashBits)]
 		if (e0.word == w0 || e1.word == w1) &&
@@ -119,7 +119,7 @@ func sampledMentionsPrefix(b []byte) bool {
 		}
 	}
 	for ; j+8 <= n; j += strideWords {
-		w := binary.LittleEndian.Uint64(b[j:]) | caseBits
+		w := binary.LittleEndian.Uint64(b[j:j+8]) | caseBits
 		if e := &prefixWords[(w*prefixHashMul)>>(64-prefixHashBits)]; e.word == w && prefixAtWord(b, j, e, w) {
 			return true
 		}
