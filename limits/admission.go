@@ -133,6 +133,10 @@ type Admission struct {
 	// clusterSet is a copy of clusters, replaced (under mu) when a cluster
 	// is added, so that Admit finds its cluster without a lock.
 	clusterSet atomic.Pointer[map[string]*admCluster]
+	// lastCluster is the cluster Admit found last: a gateway's requests
+	// come in runs for one cluster, and comparing its id is cheaper than
+	// hashing it.
+	lastCluster atomic.Pointer[admCluster]
 
 	dirtyMu sync.Mutex
 	dirty   map[admKey]int      // queue -> partition count to persist
@@ -152,6 +156,7 @@ const (
 
 // admCluster is one cluster's registry.
 type admCluster struct {
+	id       string
 	mu       sync.RWMutex
 	state    admLoad
 	ready    chan struct{} // closed when the load in progress ends
@@ -212,8 +217,12 @@ func (a *Admission) logger() *zap.Logger {
 }
 
 func (a *Admission) cluster(id string) *admCluster {
+	if c := a.lastCluster.Load(); c != nil && c.id == id {
+		return c
+	}
 	if set := a.clusterSet.Load(); set != nil {
 		if c := (*set)[id]; c != nil {
+			a.lastCluster.Store(c)
 			return c
 		}
 	}
@@ -221,7 +230,7 @@ func (a *Admission) cluster(id string) *admCluster {
 	defer a.mu.Unlock()
 	c := a.clusters[id]
 	if c == nil {
-		c = &admCluster{}
+		c = &admCluster{id: id}
 		a.clusters[id] = c
 		set := make(map[string]*admCluster, len(a.clusters))
 		for k, v := range a.clusters {

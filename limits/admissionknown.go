@@ -16,15 +16,38 @@ package limits
 // Forgetting (Invalidate, a reconciler pass that drops queues) republishes
 // or clears it at once, under the cluster's lock.
 
-// knownPairs is a published, never modified, set of admitted pairs.
-type knownPairs struct{ set map[QueuePartition]struct{} }
+// knownPairs is a published, never modified, set of admitted pairs: a
+// few in a list (most clusters write to a handful, and comparing names is
+// cheaper than hashing them), more in a map.
+type knownPairs struct {
+	few []QueuePartition
+	set map[QueuePartition]struct{}
+}
+
+// knownListPairs is the most pairs a published set keeps in its list.
+const knownListPairs = 8
 
 // hasAll reports whether every pair is in the set.
 func (k *knownPairs) hasAll(pairs []QueuePartition) bool {
-	for _, p := range pairs {
-		if _, ok := k.set[p]; !ok {
-			return false
+	if k.set != nil {
+		for _, p := range pairs {
+			if _, ok := k.set[p]; !ok {
+				return false
+			}
 		}
+		return true
+	}
+next:
+	for _, p := range pairs {
+		for _, f := range k.few {
+			// The partition first, from its last byte: the pairs of one
+			// queue mostly differ there (customer-1, customer-2).
+			if len(f.Partition) == len(p.Partition) && (len(f.Partition) == 0 || f.Partition[len(f.Partition)-1] == p.Partition[len(p.Partition)-1]) &&
+				f.Partition == p.Partition && f.Queue == p.Queue {
+				continue next
+			}
+		}
+		return false
 	}
 	return true
 }
@@ -43,13 +66,23 @@ func (c *admCluster) publishKnownLocked() {
 	for _, q := range c.queues {
 		n += len(q.names)
 	}
-	set := make(map[QueuePartition]struct{}, n)
-	for name, q := range c.queues {
-		for p := range q.names {
-			set[QueuePartition{Queue: name, Partition: p}] = struct{}{}
+	k := &knownPairs{}
+	if n <= knownListPairs {
+		k.few = make([]QueuePartition, 0, n)
+		for name, q := range c.queues {
+			for p := range q.names {
+				k.few = append(k.few, QueuePartition{Queue: name, Partition: p})
+			}
+		}
+	} else {
+		k.set = make(map[QueuePartition]struct{}, n)
+		for name, q := range c.queues {
+			for p := range q.names {
+				k.set[QueuePartition{Queue: name, Partition: p}] = struct{}{}
+			}
 		}
 	}
-	c.known.Store(&knownPairs{set: set})
+	c.known.Store(k)
 	c.published = n
 	c.lagging.Store(0)
 }
