@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -129,6 +130,13 @@ type Admission struct {
 
 	mu       sync.RWMutex
 	clusters map[string]*admCluster
+	// clusterSet is a copy of clusters, replaced (under mu) when a cluster
+	// is added, so that Admit finds its cluster without a lock.
+	clusterSet atomic.Pointer[map[string]*admCluster]
+	// lastCluster is the cluster Admit found last: a gateway's requests
+	// come in runs for one cluster, and comparing its id is cheaper than
+	// hashing it.
+	lastCluster atomic.Pointer[admCluster]
 
 	dirtyMu sync.Mutex
 	dirty   map[admKey]int      // queue -> partition count to persist
@@ -148,6 +156,7 @@ const (
 
 // admCluster is one cluster's registry.
 type admCluster struct {
+	id       string
 	mu       sync.RWMutex
 	state    admLoad
 	ready    chan struct{} // closed when the load in progress ends
@@ -160,6 +169,12 @@ type admCluster struct {
 	// early is an inventory received while the cluster was not loaded,
 	// applied right after the load.
 	early []QueueRow
+	// known is the published set of admitted pairs (admissionknown.go),
+	// nil while the cluster is not loaded; published is its size and
+	// lagging counts the pairs it lacks since.
+	known     atomic.Pointer[knownPairs]
+	published int
+	lagging   atomic.Int64
 }
 
 // admQueue is one queue's partition picture.
@@ -202,17 +217,26 @@ func (a *Admission) logger() *zap.Logger {
 }
 
 func (a *Admission) cluster(id string) *admCluster {
-	a.mu.RLock()
-	c := a.clusters[id]
-	a.mu.RUnlock()
-	if c != nil {
+	if c := a.lastCluster.Load(); c != nil && c.id == id {
 		return c
+	}
+	if set := a.clusterSet.Load(); set != nil {
+		if c := (*set)[id]; c != nil {
+			a.lastCluster.Store(c)
+			return c
+		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if c = a.clusters[id]; c == nil {
-		c = &admCluster{}
+	c := a.clusters[id]
+	if c == nil {
+		c = &admCluster{id: id}
 		a.clusters[id] = c
+		set := make(map[string]*admCluster, len(a.clusters))
+		for k, v := range a.clusters {
+			set[k] = v
+		}
+		a.clusterSet.Store(&set)
 	}
 	return c
 }
@@ -232,6 +256,9 @@ func (a *Admission) Admit(ctx context.Context, clusterID string, pairs []QueuePa
 		return Admitted, Unlimited, nil
 	}
 	c := a.cluster(clusterID)
+	if c.knownAdmitted(pairs) {
+		return Admitted, Unlimited, nil
+	}
 	// An Invalidate between the load and the check sends the caller back to
 	// load; a cluster invalidated again and again gives up after a few.
 	for attempt := 0; attempt < 3; attempt++ {
@@ -252,8 +279,10 @@ func (a *Admission) admitLoaded(clusterID string, c *admCluster, pairs []QueuePa
 	c.mu.RLock()
 	loaded := c.state == admLoaded
 	known := loaded && c.allKnown(pairs)
+	published := c.published
 	c.mu.RUnlock()
 	if known {
+		c.noteSlowHit(published)
 		return Admitted, Unlimited, true
 	}
 	if !loaded {
@@ -265,6 +294,7 @@ func (a *Admission) admitLoaded(clusterID string, c *admCluster, pairs []QueuePa
 		return 0, 0, false
 	}
 	if c.allKnown(pairs) {
+		c.noteUnpublishedLocked(1)
 		return Admitted, Unlimited, true
 	}
 	plan, verdict, capHit := c.plan(pairs, lim)
@@ -371,11 +401,14 @@ func (pl *admPlan) knows(partition string) bool {
 func (a *Admission) commit(clusterID string, c *admCluster, plans []admPlan) {
 	a.dirtyMu.Lock()
 	defer a.dirtyMu.Unlock()
+	added := 0
+	defer func() { c.noteUnpublishedLocked(added) }()
 	for i := range plans {
 		pl := &plans[i]
 		if len(pl.added) == 0 {
 			continue
 		}
+		added += len(pl.added)
 		q := pl.q
 		if q == nil {
 			q = &admQueue{names: make(map[string]struct{}, len(pl.added)), born: c.epoch + 1}
@@ -441,6 +474,7 @@ func (a *Admission) ensureLoaded(ctx context.Context, clusterID string, c *admCl
 		default:
 			a.seed(clusterID, c, rows)
 			c.state = admLoaded
+			c.publishKnownLocked()
 		}
 		close(ready)
 		c.mu.Unlock()
@@ -503,6 +537,7 @@ func (a *Admission) Invalidate(clusterID string) {
 		c.state = admUnloaded
 	}
 	c.queues, c.early, c.loadErr = nil, nil, nil
+	c.forgetKnownLocked()
 	c.mu.Unlock()
 }
 
@@ -567,6 +602,9 @@ func (a *Admission) reconcileLocked(clusterID string, c *admCluster, queues []Qu
 	}
 	if forgotten > 0 {
 		a.sweeps[clusterID] = struct{}{}
+		if c.state == admLoaded {
+			c.publishKnownLocked() // the set must not keep a forgotten queue's pairs
+		}
 	}
 	return forgotten
 }

@@ -453,10 +453,10 @@ func shortPlainString(body []byte, at int) int {
 		return 0
 	}
 	k := at + 1
-	m := jsonscan.SpecialBytes(binary.LittleEndian.Uint64(body[k:]))
+	m := jsonscan.SpecialBytes(binary.LittleEndian.Uint64(body[k : k+8]))
 	if m == 0 {
 		k += 8
-		m = jsonscan.SpecialBytes(binary.LittleEndian.Uint64(body[k:]))
+		m = jsonscan.SpecialBytes(binary.LittleEndian.Uint64(body[k : k+8]))
 	}
 	if k += bits.TrailingZeros64(m) >> 3; m != 0 && body[k] == '"' {
 		return k + 1

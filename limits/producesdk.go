@@ -1,6 +1,10 @@
 package limits
 
-import "github.com/queengate/queengate/internal/jsonscan"
+import (
+	"encoding/binary"
+
+	"github.com/queengate/queengate/internal/jsonscan"
+)
 
 // sdkItem reads the push item at body[i] when it is written exactly as the
 // SDKs write one,
@@ -15,27 +19,27 @@ import "github.com/queengate/queengate/internal/jsonscan"
 // item. It is fastFields without the member loop: the names in the order
 // the SDKs send them, each compared in one look.
 func sdkItem(body []byte, i, depth int, v *pushFields, plain *uint8) int {
-	const queue, partition, payload, txn, trace = `{"queue":`, `,"partition":`, `,"payload":`, `,"transactionId":`, `,"traceId":`
+	queue, partition, payload, txn, trace := &sdkQueue, &sdkPartition, &sdkPayload, &sdkTxn, &sdkTrace
 	if !textAt(body, i, queue) {
 		return -1
 	}
-	at := i + len(queue)
+	at := i + queue.n
 	end := quotedShortPlain(body, at)
 	if end == 0 || !textAt(body, end, partition) {
 		return -1
 	}
 	q := body[at:end]
-	at = end + len(partition)
+	at = end + partition.n
 	if end = quotedShortPlain(body, at); end == 0 || !textAt(body, end, payload) {
 		return -1
 	}
 	p := body[at:end]
-	at = end + len(payload)
-	if end = jsonscan.SkipValid(body, at, depth, true); end < 0 || !textAt(body, end, txn) {
+	at = end + payload.n
+	if end = jsonscan.SkipValid(body, at, depth, true); end < 0 || byteAt(body, end) != ',' || !textAt(body, end+1, txn) {
 		return -1
 	}
 	y := body[at:end]
-	at = end + len(txn)
+	at = end + 1 + txn.n
 	if !jsonscan.PlainString36(body, at) {
 		return -1
 	}
@@ -44,7 +48,7 @@ func sdkItem(body []byte, i, depth int, v *pushFields, plain *uint8) int {
 	var u []byte
 	bits := plainQueue | plainPartition
 	if textAt(body, end, trace) {
-		at = end + len(trace)
+		at = end + trace.n
 		if byteAt(body, at) != '"' || !quotedCanonicalUUID(body, at) {
 			return -1
 		}
@@ -69,7 +73,38 @@ func quotedShortPlain(body []byte, at int) int {
 	return shortPlainString(body, at)
 }
 
+// literal is a text of 8 to 16 bytes sdkItem looks for, as its first
+// and its last eight bytes (they overlap when it is shorter than 16): two
+// word comparisons instead of a call to compare the bytes.
+type literal struct {
+	first, last uint64
+	n           int
+}
+
+func newLiteral(s string) literal {
+	if len(s) < 8 || len(s) > 16 {
+		panic("limits: a literal is 8 to 16 bytes")
+	}
+	le := binary.LittleEndian
+	return literal{first: le.Uint64([]byte(s[:8])), last: le.Uint64([]byte(s[len(s)-8:])), n: len(s)}
+}
+
+// The member names of a push item as the SDKs write them, with the
+// punctuation around them (`,"transactionId":` is 17 bytes: its opening
+// comma is left to the caller).
+var (
+	sdkQueue     = newLiteral(`{"queue":`)
+	sdkPartition = newLiteral(`,"partition":`)
+	sdkPayload   = newLiteral(`,"payload":`)
+	sdkTxn       = newLiteral(`"transactionId":`)
+	sdkTrace     = newLiteral(`,"traceId":`)
+)
+
 // textAt reports whether body holds s at i.
-func textAt(body []byte, i int, s string) bool {
-	return len(body)-i >= len(s) && string(body[i:i+len(s)]) == s
+func textAt(body []byte, i int, s *literal) bool {
+	if len(body)-i < s.n {
+		return false
+	}
+	le := binary.LittleEndian
+	return le.Uint64(body[i:i+8]) == s.first && le.Uint64(body[i+s.n-8:i+s.n]) == s.last
 }

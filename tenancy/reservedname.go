@@ -107,19 +107,28 @@ func sampledMentionsPrefix(b []byte) bool {
 		return false
 	}
 	j := 0
-	// Two samples a round, so that their loads and lookups overlap.
-	for ; j+strideWords+8 <= n; j += 2 * strideWords {
-		w0 := binary.LittleEndian.Uint64(b[j:]) | caseBits
-		w1 := binary.LittleEndian.Uint64(b[j+strideWords:]) | caseBits
+	// Four samples a round, so that their loads, hashes and lookups
+	// overlap; a round that finds none of its words in the table (nearly
+	// every one) costs one branch.
+	le := binary.LittleEndian
+	for ; j+3*strideWords+8 <= n; j += 4 * strideWords {
+		s := b[j : j+3*strideWords+8]
+		w0 := le.Uint64(s[0:8]) | caseBits
+		w1 := le.Uint64(s[strideWords:strideWords+8]) | caseBits
+		w2 := le.Uint64(s[2*strideWords:2*strideWords+8]) | caseBits
+		w3 := le.Uint64(s[3*strideWords:3*strideWords+8]) | caseBits
 		e0 := &prefixWords[(w0*prefixHashMul)>>(64-prefixHashBits)]
 		e1 := &prefixWords[(w1*prefixHashMul)>>(64-prefixHashBits)]
-		if (e0.word == w0 || e1.word == w1) &&
-			(prefixAtWord(b, j, e0, w0) || prefixAtWord(b, j+strideWords, e1, w1)) {
+		e2 := &prefixWords[(w2*prefixHashMul)>>(64-prefixHashBits)]
+		e3 := &prefixWords[(w3*prefixHashMul)>>(64-prefixHashBits)]
+		if (e0.word^w0)&(e1.word^w1)&(e2.word^w2)&(e3.word^w3) == 0 &&
+			(prefixAtWord(b, j, e0, w0) || prefixAtWord(b, j+strideWords, e1, w1) ||
+				prefixAtWord(b, j+2*strideWords, e2, w2) || prefixAtWord(b, j+3*strideWords, e3, w3)) {
 			return true
 		}
 	}
 	for ; j+8 <= n; j += strideWords {
-		w := binary.LittleEndian.Uint64(b[j:]) | caseBits
+		w := le.Uint64(b[j:j+8]) | caseBits
 		if e := &prefixWords[(w*prefixHashMul)>>(64-prefixHashBits)]; e.word == w && prefixAtWord(b, j, e, w) {
 			return true
 		}

@@ -222,7 +222,7 @@ func (c *Checker) Write(p []byte) error {
 			// bytes at a time while none of them needs a look. After a
 			// high surrogate only the escape of its low half may come.
 			if !c.highSurr {
-				for i+8 <= len(p) && plainWord(binary.LittleEndian.Uint64(p[i:])) {
+				for i+8 <= len(p) && plainWord(binary.LittleEndian.Uint64(p[i:i+8])) {
 					i += 8
 				}
 				for i < len(p) && plain[p[i]] {
