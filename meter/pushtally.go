@@ -58,7 +58,8 @@ type statusWatch struct {
 	inItem    bool // inside an element object (depth 2)
 	afterName bool // the member being read is named "status"
 	status    statusWord
-	shape     *shapeValues // the values of the last item read whole
+	shape     *shapeValues                 // the values of the last item read whole
+	lens      [len(pushShapes)]pushLengths // per shape, its strings' lengths in the last item read in it
 }
 
 type statusWord uint8
@@ -156,8 +157,9 @@ func (s *statusWatch) element(scan *answerScan, p []byte, i int) int {
 	if !s.isArray {
 		return -1
 	}
-	for _, sh := range &pushShapes {
-		end := scan.matchShape(sh.shape, p, i, 2, s.shape)
+	for k := range pushShapes {
+		sh := &pushShapes[k]
+		end := matchPushShape(sh.shape, &s.lens[k], p, i, s.shape)
 		if end < 0 {
 			continue
 		}
