@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"sync"
 )
 
 // The billing rules read what the broker answered, never the status alone:
@@ -122,10 +123,20 @@ func BillPop(status int, body []byte) (messages int64, ids []string) {
 	if !is2xx(status) {
 		return 0, nil
 	}
-	a := ReadPopAnswer(status, body)
-	defer a.Release()
-	return a.Messages(), a.idList()
+	b := popBillers.Get().(*popBiller)
+	defer func() {
+		b.clear()
+		popBillers.Put(b)
+	}()
+	if ok, _ := b.read(body); ok {
+		return int64(len(b.watch.msgs)), popKeys(body, b.watch.msgs, b.watch.group)
+	}
+	return billDecodedPop(body)
 }
+
+// popBillers keep BillPop's reading state, so that a pop allocates its
+// result only, whatever it delivered.
+var popBillers = sync.Pool{New: func() any { return new(popBiller) }}
 
 // billDecodedPop is BillPop for an answer the fast scanner declined,
 // decoded with encoding/json.
