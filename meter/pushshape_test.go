@@ -25,16 +25,7 @@ func TestPushShapeGuessesMatchOracle(t *testing.T) {
 			}
 			body := bytes.Clone(base)
 			body[at] = c
-			old := oldNewPushTally()
-			_, _ = old.Write(body)
-			want := old.Outcome(200)
-			for _, n := range []int{len(body), 7, 64} {
-				tally := NewPushTally()
-				writeInPieces(tally, body, n)
-				if got := tally.Outcome(200); got != want {
-					t.Fatalf("%q in pieces of %d: %+v, the old tally %+v", body, n, got, want)
-				}
-			}
+			tallyAgreesWithOld(t, body, len(body), 7, 64)
 		}
 	}
 }
@@ -57,15 +48,22 @@ func TestPushShapeLengthsChange(t *testing.T) {
 		t.Fatalf("oracle %+v", want)
 	}
 	for _, b := range [][]byte{body, fixed} {
-		old := oldNewPushTally()
-		_, _ = old.Write(b)
-		want := old.Outcome(200)
-		for _, n := range []int{len(b), 5, 40} {
-			tally := NewPushTally()
-			writeInPieces(tally, b, n)
-			if got := tally.Outcome(200); got != want {
-				t.Fatalf("%q in pieces of %d: %+v, the old tally %+v", b, n, got, want)
-			}
+		tallyAgreesWithOld(t, b, len(b), 5, 40)
+	}
+}
+
+// tallyAgreesWithOld fails t unless the push tally, fed body in pieces of
+// each size, counts what the old tally counts from it whole.
+func tallyAgreesWithOld(t *testing.T, body []byte, pieces ...int) {
+	t.Helper()
+	old := oldNewPushTally()
+	_, _ = old.Write(body)
+	want := old.Outcome(200)
+	for _, n := range pieces {
+		tally := NewPushTally()
+		writeInPieces(tally, body, n)
+		if got := tally.Outcome(200); got != want {
+			t.Fatalf("%q in pieces of %d: %+v, the old tally %+v", body, n, got, want)
 		}
 	}
 }
