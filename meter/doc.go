@@ -27,9 +27,10 @@
 //	POST /api/v1/ephemeral/push, 2xx                  {OpPush, Reqs:1, Msgs: BillEphemeralPush(status, body), BytesIn, BytesOut}
 //	POST /api/v1/transaction, 2xx                     {OpTxn, Reqs:1, Msgs: BillTransaction(status, body, counted push items), BytesIn, BytesOut}
 //	POST /api/v1/transaction, other non-5xx           {OpTxn, Reqs:1, BytesIn, BytesOut}
-//	pop (/api/v1/pop/queue/..., ephemeral pop), 2xx   {OpDelivery, Reqs:1, Msgs: n, BytesOut: len(body)} where n, ids :=
-//	                                                  BillPop(status, body); debit n from the message bucket, less the
-//	                                                  ids the redelivery filter has seen (SPEC fix 7)
+//	pop (/api/v1/pop/queue/..., ephemeral pop), 2xx   {OpDelivery, Reqs:1, Msgs: n, BytesOut: len(body)} where n is
+//	                                                  ReadPopAnswer(status, body).Messages() (BillPop's count); debit n
+//	                                                  from the message bucket, less the keys the redelivery filter has
+//	                                                  seen (SPEC fix 7)
 //	pop, 204 or other non-5xx                         {OpDelivery, Reqs:1, BytesOut: Content-Length}
 //	POST /streams/v1/cycle, 2xx, with sink groups     {OpRead, Reqs:1, BytesIn, BytesOut} and, when
 //	                                                  n := BillCycle(status, body, groups) > 0, {OpPush, Msgs: n}

@@ -130,6 +130,30 @@ func BenchmarkAnswerPop(b *testing.B) {
 	}
 }
 
+// BenchmarkAnswerPopAnswer is what the gateway bills a kept pop answer
+// with: ReadPopAnswer, then every redelivery key spelled once, as the
+// redelivery filter takes them.
+func BenchmarkAnswerPopAnswer(b *testing.B) {
+	for _, size := range []int{100, 1000} {
+		for _, n := range answerSizes {
+			body := popAnswerBody(n, size)
+			b.Run(fmt.Sprintf("payload=%dB/items=%d", size, n), func(b *testing.B) {
+				var key []byte
+				benchAgainstValid(b, body, func(body []byte) {
+					a := ReadPopAnswer(200, body)
+					if a.Messages() != int64(n) || a.Keys() != n {
+						b.Fatal("miscounted")
+					}
+					for i := range a.Keys() {
+						key = a.AppendKey(key[:0], i)
+					}
+					a.Release()
+				})
+			})
+		}
+	}
+}
+
 // BenchmarkAnswerPopCount is the count of a pop answer past MaxBilledBody,
 // read as it streams.
 func BenchmarkAnswerPopCount(b *testing.B) {
