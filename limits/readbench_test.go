@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/queengate/queengate/internal/jsonscan"
 	"github.com/queengate/queengate/internal/threadcpu"
@@ -184,13 +182,7 @@ func benchAgainstValid(b *testing.B, body []byte, read func([]byte) error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	reps := max(1, 64<<10/len(body))
-	var valid, ours time.Duration
-	var ratios, wall []float64
-	timed := func(f func()) (cpu, elapsed time.Duration) {
-		c0, t0 := threadcpu.Now(), time.Now()
-		f()
-		return threadcpu.Now() - c0, time.Since(t0)
-	}
+	var p threadcpu.Paired
 	runValid := func() {
 		for range reps {
 			if !json.Valid(body) {
@@ -206,36 +198,14 @@ func benchAgainstValid(b *testing.B, body []byte, read func([]byte) error) {
 		}
 	}
 	b.ReportAllocs()
-	round := 0
 	for b.Loop() {
-		var v, o, vw, ow time.Duration
-		if round%2 == 0 {
-			v, vw = timed(runValid)
-			o, ow = timed(runOurs)
-		} else {
-			o, ow = timed(runOurs)
-			v, vw = timed(runValid)
-		}
-		round++
-		valid += v
-		ours += o
-		if v > 0 && o > 0 {
-			ratios = append(ratios, float64(v)/float64(o))
-		}
-		wall = append(wall, float64(vw)/float64(max(ow, 1)))
-	}
-	median := func(v []float64) float64 {
-		if len(v) == 0 {
-			return 0
-		}
-		sort.Float64s(v)
-		return v[len(v)/2]
+		p.Block(runValid, runOurs)
 	}
 	bytesRead := float64(b.N) * float64(reps) * float64(len(body))
-	b.ReportMetric(bytesRead/valid.Seconds()/1e6, "MB/s-json.Valid")
-	b.ReportMetric(bytesRead/ours.Seconds()/1e6, "MB/s-reading")
-	b.ReportMetric(median(ratios), "x-vs-json.Valid")
-	b.ReportMetric(median(wall), "x-wall")
+	b.ReportMetric(bytesRead/p.Base.Seconds()/1e6, "MB/s-json.Valid")
+	b.ReportMetric(bytesRead/p.Subject.Seconds()/1e6, "MB/s-reading")
+	b.ReportMetric(p.Ratio(), "x-vs-json.Valid")
+	b.ReportMetric(p.WallRatio(), "x-wall")
 	b.ReportMetric(float64(len(body)), "body-bytes")
 }
 

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"slices"
 	"testing"
 	"time"
 
@@ -125,33 +124,24 @@ func BenchmarkFirstDeliveriesManyClusters(b *testing.B) {
 func timeAgainstList(b *testing.B, block int, list, ring func(i int)) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	var tRing, tList time.Duration
-	var ratios []float64
+	var p threadcpu.Paired
 	b.ResetTimer()
 	for done := 0; done < b.N; done += block {
-		c0 := threadcpu.Now()
-		for i := done; i < done+block; i++ {
-			list(i)
-		}
-		c1 := threadcpu.Now()
-		for i := done; i < done+block; i++ {
-			ring(i)
-		}
-		c2 := threadcpu.Now()
-		tList += c1 - c0
-		tRing += c2 - c1
-		if c2 > c1 && c1 > c0 {
-			ratios = append(ratios, float64(c1-c0)/float64(c2-c1))
-		}
+		p.Block(func() {
+			for i := done; i < done+block; i++ {
+				list(i)
+			}
+		}, func() {
+			for i := done; i < done+block; i++ {
+				ring(i)
+			}
+		})
 	}
 	b.StopTimer()
-	slices.Sort(ratios)
 	rounds := float64(b.N + block - 1 - (b.N+block-1)%block)
-	b.ReportMetric(float64(tRing.Nanoseconds())/rounds, "ring-ns")
-	b.ReportMetric(float64(tList.Nanoseconds())/rounds, "list-ns")
-	if len(ratios) > 0 {
-		b.ReportMetric(ratios[len(ratios)/2], "x-faster")
-	}
+	b.ReportMetric(float64(p.Subject.Nanoseconds())/rounds, "ring-ns")
+	b.ReportMetric(float64(p.Base.Nanoseconds())/rounds, "list-ns")
+	b.ReportMetric(p.Ratio(), "x-faster")
 }
 
 // spelledKeys hands keys over as DeliveryKeys.

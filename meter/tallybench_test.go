@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
-	"slices"
 	"testing"
 	"time"
 
@@ -29,45 +28,31 @@ func benchAgainstValid(b *testing.B, body []byte, read func([]byte)) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	block := max(1, (64<<10)/len(body)) // runs per timed block
-	var tValid, tRead time.Duration
-	var ratios, wall []float64
+	var p threadcpu.Paired
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	b.ResetTimer()
 	for done := 0; done < b.N; {
 		n := min(block, b.N-done)
-		c0, t0 := threadcpu.Now(), time.Now()
-		for range n {
-			if !json.Valid(body) {
-				b.Fatal("invalid")
+		p.Block(func() {
+			for range n {
+				if !json.Valid(body) {
+					b.Fatal("invalid")
+				}
 			}
-		}
-		c1, t1 := threadcpu.Now(), time.Now()
-		for range n {
-			read(body)
-		}
-		c2, t2 := threadcpu.Now(), time.Now()
-		tValid += c1 - c0
-		tRead += c2 - c1
-		if c2 > c1 && c1 > c0 {
-			ratios = append(ratios, float64(c1-c0)/float64(c2-c1))
-		}
-		wall = append(wall, float64(t1.Sub(t0))/float64(t2.Sub(t1)))
+		}, func() {
+			for range n {
+				read(body)
+			}
+		})
 		done += n
 	}
 	b.StopTimer()
-	median := func(v []float64) float64 {
-		if len(v) == 0 {
-			return 0
-		}
-		slices.Sort(v)
-		return v[len(v)/2]
-	}
 	mbps := func(d time.Duration) float64 { return float64(len(body)) * float64(b.N) / d.Seconds() / 1e6 }
-	b.ReportMetric(mbps(tValid), "valid-MB/s")
-	b.ReportMetric(mbps(tRead), "tally-MB/s")
-	b.ReportMetric(median(wall), "x-wall")
-	b.ReportMetric(median(ratios), "x-vs-json.Valid")
+	b.ReportMetric(mbps(p.Base), "valid-MB/s")
+	b.ReportMetric(mbps(p.Subject), "tally-MB/s")
+	b.ReportMetric(p.WallRatio(), "x-wall")
+	b.ReportMetric(p.Ratio(), "x-vs-json.Valid")
 }
 
 // inPieces writes body to w as the proxy does.
