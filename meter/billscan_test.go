@@ -84,7 +84,7 @@ func scanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
 	if a.decoded {
 		return 0, nil, false
 	}
-	return a.Messages(), a.idList(), true
+	return a.Messages(), popKeys(a.body, a.biller.watch.msgs, a.biller.watch.group), true
 }
 
 // checkPopAnswer: the reading the gateway bills from spells BillPop's

@@ -6,8 +6,9 @@ import "sync"
 // redelivery filter has taken its keys. The keys are spelled on demand,
 // one at a time, from where their parts lie in the answer (AppendKey),
 // so a pop of the broker's shape costs no key strings and no list of
-// them: the gateway bills every pop through it. It is pooled: Release
-// gives it back.
+// them: the gateway bills every pop answer it keeps whole through it
+// (one past MaxBilledBody is counted as it streams, by PopKeys). It is
+// pooled: Release gives it back.
 type PopAnswer struct {
 	biller   popBiller
 	body     []byte
@@ -106,12 +107,4 @@ func (a *PopAnswer) AppendKey(dst []byte, i int) []byte {
 	dst = append(dst, tail.of(a.body)...)
 	dst = append(dst, '/')
 	return append(dst, m.groupOr(w.group).of(a.body)...)
-}
-
-// ids is BillPop's list of keys, as strings.
-func (a *PopAnswer) idList() []string {
-	if a.decoded {
-		return a.ids
-	}
-	return popKeys(a.body, a.biller.watch.msgs, a.biller.watch.group)
 }
