@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -116,7 +117,7 @@ func batchBenchmark(ctx context.Context, e *env, o options) error {
 	fmt.Printf("| workload | throughput queengate / bare Caddy (goal ≥ %.2f) | proxy CPU per request queengate / bare Caddy (goal ≤ %.2f×) | proxy CPU µs/req: queengate | bare Caddy | goals |\n", batchThroughputGoal, batchCPUGoal)
 	fmt.Println("|---|---:|---:|---:|---:|---|")
 	for _, m := range summaries {
-		fmt.Printf("| %s | **%.3f** | **%.2f×** | %.0f | %.0f | throughput %s, CPU %s |\n", m.title, m.throughput, m.cpu,
+		fmt.Printf("| %s | **%.3f** | **%.3f×** | %.0f | %.0f | throughput %s, CPU %s |\n", m.title, m.throughput, m.cpu,
 			m.gateCPU, m.bareCPU, verdict(m.throughput >= batchThroughputGoal), verdict(m.cpu <= batchCPUGoal))
 	}
 	fmt.Println()
@@ -156,9 +157,11 @@ func summarise(s *batchShape, ss []*series) batchSummary {
 		c := proxyPerRequest(gate.runs[i]) / proxyPerRequest(bare.runs[i])
 		rates, cpus = append(rates, r), append(cpus, c)
 		m.throughputRounds = append(m.throughputRounds, fmt.Sprintf("%.3f", r))
-		m.cpuRound = append(m.cpuRound, fmt.Sprintf("%.2f", c))
+		m.cpuRound = append(m.cpuRound, fmt.Sprintf("%.3f", c))
 	}
-	m.throughput, m.cpu = median(rates), median(cpus)
+	// The ratios are judged as printed, to three decimals: a verdict must
+	// agree with the figure beside it (1.104× is "missed", not "1.10×").
+	m.throughput, m.cpu = roundTo3(median(rates)), roundTo3(median(cpus))
 	m.gateCPU, m.bareCPU = proxyPerRequest(gate.merged()), proxyPerRequest(bare.merged())
 	return m
 }
@@ -185,7 +188,10 @@ func printBatch(s *batchShape, ss []*series, m batchSummary, front bool) {
 	}
 	fmt.Printf("\n- throughput queengate / bare Caddy: **%.3f** (per round: %s) — goal ≥ %.2f: %s\n",
 		m.throughput, strings.Join(m.throughputRounds, ", "), batchThroughputGoal, verdict(m.throughput >= batchThroughputGoal))
-	fmt.Printf("- proxy CPU per request queengate / bare Caddy: **%.2f×** (per round: %s; over all rounds %.0f µs against %.0f µs) — goal ≤ %.2f×: %s\n",
+	fmt.Printf("- proxy CPU per request queengate / bare Caddy: **%.3f×** (per round: %s; over all rounds %.0f µs against %.0f µs) — goal ≤ %.2f×: %s\n",
 		m.cpu, strings.Join(m.cpuRound, ", "), m.gateCPU, m.bareCPU, batchCPUGoal, verdict(m.cpu <= batchCPUGoal))
 	fmt.Println()
 }
+
+// roundTo3 rounds x to three decimals, the precision the ratios print at.
+func roundTo3(x float64) float64 { return math.Round(x*1000) / 1000 }
