@@ -23,6 +23,8 @@ users is_operator boolean NN false
 users name text NULL -
 users last_login_at timestamptz NULL -
 users sessions_ended_at timestamptz NULL -
+users created_from text NN 'control_plane'::text
+users created_by uuid NULL -
 identities id uuid NN public.gen_random_uuid()
 identities user_id uuid NN -
 identities provider text NN -
@@ -220,6 +222,7 @@ func TestSchemaForeignKeys(t *testing.T) {
 		"api_keys.cluster_id clusters c":            true,
 		"quota_announcements.cluster_id clusters c": true,
 		"api_keys.created_by users n":               true,
+		"users.created_by users n":                  true,
 		"queues.cluster_id clusters c":              true,
 		"usage_minutes.cluster_id clusters c":       true,
 		"usage_days.cluster_id clusters c":          true,
@@ -253,6 +256,7 @@ func TestSchemaIndexes(t *testing.T) {
 	for _, idx := range []struct{ name, contains string }{
 		{"idx_users_tenant", "(tenant_id)"},
 		{"idx_users_operator", "(email) WHERE is_operator"},
+		{"idx_users_console_never_signed_in", "(created_at) WHERE ((created_from = 'console'::text) AND (last_login_at IS NULL))"},
 		{"idx_identities_user", "(user_id)"},
 		{"idx_clusters_tenant", "(tenant_id)"},
 		{"idx_clusters_cell", "(cell_id)"},
@@ -340,6 +344,7 @@ func TestSchemaChecks(t *testing.T) {
 		{"outbox blank kind", "INSERT INTO queen_proxy.outbox (kind, payload) VALUES (' ', '{}')"},
 		{"user name blank", "UPDATE queen_proxy.users SET name = ' ' WHERE tenant_id = '" + tenant + "'"},
 		{"user name too long", "UPDATE queen_proxy.users SET name = repeat('n', 161) WHERE tenant_id = '" + tenant + "'"},
+		{"user origin", "UPDATE queen_proxy.users SET created_from = 'invited' WHERE tenant_id = '" + tenant + "'"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, _ = newUser(t, pool, tenant)
