@@ -152,7 +152,7 @@ func newBackend(ctx context.Context, key string, s backendSettings, log *zap.Log
 			// after the meter's cool-down.
 			go b.meter.DatabaseAnswers(runCtx)
 		},
-		OnSessionRevoked: identity.InvalidateRevocations,
+		OnSessionRevoked: identity.InvalidateUsers,
 		Log:              log.Named("invalidation"),
 	}
 	ready := b.listener.Ready()

@@ -14,7 +14,7 @@ import (
 // defaults noted on each field.
 type IdentityCacheConfig struct {
 	RoleTTL       time.Duration // life of a found role; default 30s (misses are not cached)
-	OperatorTTL   time.Duration // life of an operator-bit answer, either way; default 30s
+	OperatorTTL   time.Duration // life of an operator-bit answer, either way, unless a notification drops it first; default 30s
 	RevocationTTL time.Duration // life of a deny-list answer, either way; default 60s
 	MaxEntries    int           // cap per cache; default 100,000
 	LookupTimeout time.Duration // bound on one lookup; default 5s
@@ -184,6 +184,15 @@ func (c *IdentityCache) InvalidateRevocations() {
 	c.ended.deleteIf(func(string, time.Time) bool { return true })
 }
 
+// InvalidateUsers drops what the cache knows of users' standing (operator
+// bits) and every cached "not revoked" answer and session end: what the
+// nil-uuid notification asks for after a session was revoked, a user's
+// sessions were ended or an operator bit changed anywhere.
+func (c *IdentityCache) InvalidateUsers() {
+	c.operators.deleteIf(func(string, bool) bool { return true })
+	c.InvalidateRevocations()
+}
+
 // SessionEnded reports whether a session token of the user issued at
 // issuedAt predates the end of the user's sessions (a new password). It
 // fails like the deny-list: open unless RevocationStrict when the database
@@ -212,8 +221,7 @@ func (c *IdentityCache) SessionEnded(ctx context.Context, userID string, issuedA
 // missed.
 func (c *IdentityCache) InvalidateAll() {
 	c.roles.deleteIf(func(roleKey, Role) bool { return true })
-	c.operators.deleteIf(func(string, bool) bool { return true })
-	c.InvalidateRevocations()
+	c.InvalidateUsers()
 }
 
 // warn logs a failed lookup at most once per 30 s.

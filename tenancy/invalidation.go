@@ -20,7 +20,8 @@ import (
 const InvalidationChannel = "queen_proxy_inval"
 
 // NilUUID as an invalidation payload means "not one cluster": a session was
-// revoked, and caches of token revocations must be dropped.
+// revoked, a user's sessions were ended or an operator bit changed, and
+// what is cached about users (revocations, operator bits) must be dropped.
 const NilUUID = "00000000-0000-0000-0000-000000000000"
 
 // InvalidationListener holds one dedicated database connection (not from a
@@ -35,7 +36,8 @@ type InvalidationListener struct {
 	// sent while no listener was connected are lost, so this is where
 	// everything cached must be dropped.
 	OnConnected func()
-	// OnSessionRevoked is called for the nil-uuid payload; may be nil.
+	// OnSessionRevoked is called for the nil-uuid payload (a user's
+	// standing changed: see NilUUID); may be nil.
 	OnSessionRevoked func()
 	Log              *zap.Logger
 
