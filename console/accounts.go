@@ -16,9 +16,21 @@ import (
 var errNotProvisioned = apiErr(http.StatusForbidden, apierror.NotProvisioned,
 	"no account for this e-mail address; ask an administrator to invite you")
 
+var errAccountUnclaimed = apiErr(http.StatusForbidden, apierror.AccountUnclaimed,
+	"an account for this e-mail address was created by a cluster administrator, not by an operator, and was never signed in to; it is not linked to your sign-in. Ask an operator to confirm or remove it")
+
+// linkableAccount is the SQL test (on users u) of whether a provider
+// sign-in with a verified e-mail may link to the account holding that
+// e-mail: one the control plane or an operator created, one a verified
+// sign-in of the address's owner created (autoprovision), or one that has
+// been signed in to before. An account a cluster admin created in the
+// console, for an address its tenant need not own, is none of these.
+const linkableAccount = `(u.created_from IN ('control_plane', 'operator', 'signup') OR u.last_login_at IS NOT NULL)`
+
 // resolveAccount finds the user an OAuth identity signs in as: the linked
 // identity, else the user with the verified e-mail (linking the identity
-// to it), else a new user when autoprovision is configured.
+// to it when linkableAccount allows), else a new user when autoprovision
+// is configured.
 func (s *Surface) resolveAccount(ctx context.Context, provider string, id providerIdentity) (string, *apierror.Error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -69,7 +81,19 @@ func (s *Surface) findOrLink(ctx context.Context, provider string, id providerId
 	if err != nil {
 		return "", errDatabase
 	}
+	unclaimed := false
 	err = pgx.BeginFunc(ctx, s.o.Pool, func(tx pgx.Tx) error {
+		// The account's row is locked so that what decides the link (its
+		// origin, its sign-ins) cannot change before the link commits.
+		var linkable bool
+		if err := tx.QueryRow(ctx, `SELECT `+linkableAccount+` FROM queen_proxy.users u
+			WHERE u.id = $1::uuid FOR SHARE`, userID).Scan(&linkable); err != nil {
+			return err
+		}
+		if !linkable {
+			unclaimed = true
+			return nil
+		}
 		tag, err := tx.Exec(ctx, `INSERT INTO queen_proxy.identities (user_id, provider, provider_id, email, verified)
 			VALUES ($1::uuid, $2, $3, $4, true) ON CONFLICT (provider, provider_id) DO NOTHING`,
 			userID, provider, id.ProviderID, id.Email)
@@ -83,6 +107,11 @@ func (s *Surface) findOrLink(ctx context.Context, provider string, id providerId
 	if err != nil {
 		s.o.Log.Error("identity not linked", zap.Error(err))
 		return "", errDatabase
+	}
+	if unclaimed {
+		s.o.Log.Warn("provider sign-in not linked to an account a cluster admin created and nobody signed in to",
+			zap.String("provider", provider), zap.String("user_id", userID))
+		return "", errAccountUnclaimed
 	}
 	return userID, nil
 }
@@ -105,6 +134,9 @@ func (s *Surface) provision(ctx context.Context, provider string, id providerIde
 		}
 		if err := tx.QueryRow(ctx, `SELECT queen_proxy.create_user($1::uuid, $2, NULL, $3)::text`,
 			tenantID, id.Email, provider).Scan(&userID); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SELECT queen_proxy.set_user_origin($1::uuid, 'signup', NULL)`, userID); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO queen_proxy.identities (user_id, provider, provider_id, email, verified)

@@ -2,10 +2,13 @@ package console
 
 import (
 	"encoding/json"
+	"errors"
 	"html/template"
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/queengate/queengate/internal/apierror"
 )
@@ -42,7 +45,21 @@ var (
 	errDatabase          = apiErr(http.StatusBadGateway, apierror.BadGateway, "control-plane database unavailable")
 	errInternal          = apiErr(http.StatusInternalServerError, apierror.InternalError, "internal error")
 	errBodyTooLarge      = apiErr(http.StatusRequestEntityTooLarge, apierror.PayloadTooLarge, "request body exceeds cap")
+	errStandingWithdrawn = apiErr(http.StatusForbidden, apierror.Forbidden,
+		"your operator status or admin role was withdrawn; nothing was changed")
 )
+
+// authorityRefusal is the refusal for the control plane's authority check
+// (migration 023): the database refused the act because the actor, when
+// the act committed, no longer held the operator bit or the admin role it
+// needs. Nil for any other error.
+func authorityRefusal(err error) *apierror.Error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" && pgErr.ConstraintName == "operations_user_authority" {
+		return errStandingWithdrawn
+	}
+	return nil
+}
 
 func invalid(msg string) *apierror.Error {
 	return apiErr(http.StatusBadRequest, apierror.InvalidRequest, msg)
@@ -173,4 +190,17 @@ func renderPage(w http.ResponseWriter, status int, d pageData) {
 	h.Set("Content-Length", strconv.Itoa(b.Len()))
 	w.WriteHeader(status)
 	_, _ = w.Write([]byte(b.String()))
+}
+
+// standingWithdrawn answers the control plane's authority refusal, and
+// drops this process's cached standing of users, which the database has
+// just shown to be stale; false for any other error.
+func (s *Surface) standingWithdrawn(w http.ResponseWriter, err error) bool {
+	e := authorityRefusal(err)
+	if e == nil {
+		return false
+	}
+	s.o.Identities.InvalidateUsers()
+	writeError(w, e)
+	return true
 }

@@ -53,6 +53,9 @@ func (s *Surface) fleetActionFailed(w http.ResponseWriter, action string, err er
 		writeError(w, me.e)
 		return true
 	}
+	if s.standingWithdrawn(w, err) {
+		return true
+	}
 	s.o.Log.Error("operator action failed", zap.String("action", action), zap.Error(err))
 	writeError(w, errDatabase)
 	return true

@@ -116,6 +116,9 @@ func (s *Surface) createKey(w http.ResponseWriter, r *http.Request, c *caller) {
 		}
 		return s.audit(ctx, tx, c, "console_api_key_issued", id, map[string]any{"name": name, "scopes": scopes})
 	})
+	if s.standingWithdrawn(w, err) {
+		return
+	}
 	if err != nil {
 		s.o.Log.Error("api key not issued", zap.String("cluster", c.cluster.Slug), zap.Error(err))
 		writeError(w, errDatabase)
@@ -188,6 +191,9 @@ func (s *Surface) revokeKey(w http.ResponseWriter, r *http.Request, c *caller, i
 		}
 		return s.audit(ctx, tx, c, "console_api_key_revoked", id, map[string]any{"name": name})
 	})
+	if s.standingWithdrawn(w, err) {
+		return
+	}
 	if err != nil {
 		s.o.Log.Error("api key not revoked", zap.String("cluster", c.cluster.Slug), zap.Error(err))
 		writeError(w, errDatabase)

@@ -70,6 +70,10 @@ var (
 	errLastAdminDemote = invalid("cannot demote the last admin of this cluster")
 	errLastAdminRemove = invalid("cannot remove the last admin of this cluster")
 	errOtherTenant     = conflict("this e-mail address belongs to a user of another tenant")
+	// Until the address's owner can accept an e-mail invitation, only an
+	// operator creates an account for a new address.
+	errInvitationRequired = apiErr(http.StatusForbidden, apierror.InvitationRequired,
+		"no account has this e-mail address, and the console does not create one for an address it cannot verify; ask an operator to create the account, then add it here")
 )
 
 // memberError carries a refusal out of a transaction.
@@ -133,8 +137,18 @@ func (s *Surface) grantMember(w http.ResponseWriter, r *http.Request, c *caller,
 			if existingOnly {
 				return memberError{errNoSuchMember}
 			}
+			// Whoever creates the account for an address decides whose
+			// tenant its owner lands in: not a cluster admin, who need
+			// not own the address.
+			if !c.operator {
+				return memberError{errInvitationRequired}
+			}
 			if err := tx.QueryRow(ctx, `SELECT queen_proxy.create_user($1::uuid, $2, NULL, 'local')::text`,
 				tenant, email).Scan(&userID); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `SELECT queen_proxy.set_user_origin($1::uuid, 'operator', $2::uuid)`,
+				userID, c.claims.UserID); err != nil {
 				return err
 			}
 			created = true
@@ -163,11 +177,15 @@ func (s *Surface) grantMember(w http.ResponseWriter, r *http.Request, c *caller,
 		} else if last {
 			return memberError{errLastAdminDemote}
 		}
-		if _, err := tx.Exec(ctx, `SELECT queen_proxy.grant_cluster_role($1::uuid, $2, $3)`, c.cluster.ID, email, req.Role); err != nil {
+		// Audited first: the audit row is where the database checks the
+		// caller's admin role, which this very change may take away (an
+		// admin demoting themselves).
+		meta := map[string]any{"email": email, "role": req.Role, "previous_role": nilIfEmpty(current)}
+		if err := s.audit(ctx, tx, c, "console_member_granted", userID, meta); err != nil {
 			return err
 		}
-		meta := map[string]any{"email": email, "role": req.Role, "previous_role": nilIfEmpty(current)}
-		return s.audit(ctx, tx, c, "console_member_granted", userID, meta)
+		_, err = tx.Exec(ctx, `SELECT queen_proxy.grant_cluster_role($1::uuid, $2, $3)`, c.cluster.ID, email, req.Role)
+		return err
 	})
 	if s.memberFailed(w, c, err) {
 		return
@@ -220,10 +238,12 @@ func (s *Surface) removeMember(w http.ResponseWriter, r *http.Request, c *caller
 		} else if last {
 			return memberError{errLastAdminRemove}
 		}
-		if _, err := tx.Exec(ctx, `SELECT queen_proxy.revoke_cluster_role($1::uuid, $2)`, c.cluster.ID, email); err != nil {
+		// Audited first, as in grantMember: an admin may remove themselves.
+		if err := s.audit(ctx, tx, c, "console_member_revoked", userID, map[string]any{"email": email, "role": current}); err != nil {
 			return err
 		}
-		return s.audit(ctx, tx, c, "console_member_revoked", userID, map[string]any{"email": email, "role": current})
+		_, err = tx.Exec(ctx, `SELECT queen_proxy.revoke_cluster_role($1::uuid, $2)`, c.cluster.ID, email)
+		return err
 	})
 	if s.memberFailed(w, c, err) {
 		return
@@ -240,6 +260,9 @@ func (s *Surface) memberFailed(w http.ResponseWriter, c *caller, err error) bool
 	var me memberError
 	if errors.As(err, &me) {
 		writeError(w, me.e)
+		return true
+	}
+	if s.standingWithdrawn(w, err) {
 		return true
 	}
 	s.o.Log.Error("member change failed", zap.String("cluster", c.cluster.Slug), zap.Error(err))

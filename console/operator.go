@@ -332,6 +332,10 @@ func (s *Surface) operatorCreateUser(w http.ResponseWriter, r *http.Request, c *
 			req.TenantID, email, hash, provider).Scan(&userID); err != nil {
 			return err
 		}
+		if _, err := tx.Exec(ctx, `SELECT queen_proxy.set_user_origin($1::uuid, 'operator', $2::uuid)`,
+			userID, c.claims.UserID); err != nil {
+			return err
+		}
 		if name != "" {
 			if _, err := tx.Exec(ctx, `SELECT queen_proxy.set_user_name($1::uuid, $2)`, userID, name); err != nil {
 				return err

@@ -162,7 +162,7 @@ func KeysTable(ks []APIKey) Table {
 
 // UsersTable lists users with their roles (cluster=role).
 func UsersTable(us []User) Table {
-	t := Table{Header: []string{"EMAIL", "NAME", "TENANT", "OPERATOR", "PASSWORD", "ROLES", "LAST LOGIN", "ID"}}
+	t := Table{Header: []string{"EMAIL", "NAME", "TENANT", "OPERATOR", "PASSWORD", "ROLES", "LAST LOGIN", "CREATED FROM", "ID"}}
 	for _, u := range us {
 		name := "-"
 		if u.Name != nil {
@@ -177,9 +177,17 @@ func UsersTable(us []User) Table {
 			rolesText = "-"
 		}
 		t.Rows = append(t.Rows, []string{u.Email, name, u.TenantSlug, yesNo(u.IsOperator), yesNo(u.HasPassword),
-			rolesText, optStamp(u.LastLoginAt), u.ID})
+			rolesText, optStamp(u.LastLoginAt), origin(u), u.ID})
 	}
 	return t
+}
+
+// origin is where a user came from, with who made it when known.
+func origin(u User) string {
+	if u.CreatedBy != nil {
+		return u.CreatedFrom + " by " + *u.CreatedBy
+	}
+	return u.CreatedFrom
 }
 
 func yesNo(b bool) string {

@@ -33,10 +33,22 @@ type User struct {
 	Roles       []Role     `json:"roles"`
 	CreatedAt   time.Time  `json:"created_at"`
 	LastLoginAt *time.Time `json:"last_login_at"`
+	// CreatedFrom is where the account was made: control_plane (this CLI
+	// or plain SQL), operator, console (by a cluster admin, before the
+	// console stopped creating accounts for unknown addresses) or signup
+	// (a provider sign-in with autoprovision).
+	CreatedFrom string `json:"created_from"`
+	// CreatedBy is the e-mail of the user who made it, when one did and
+	// still exists.
+	CreatedBy *string `json:"created_by"`
 }
 
+// Origins are the values of User.CreatedFrom.
+var Origins = []string{"control_plane", "operator", "console", "signup"}
+
 const userSelect = `SELECT u.id::text, u.email, u.name, t.id::text, t.slug, u.is_operator,
-	u.password_hash IS NOT NULL, u.created_at, u.last_login_at,
+	u.password_hash IS NOT NULL, u.created_at, u.last_login_at, u.created_from,
+	(SELECT b.email FROM queen_proxy.users b WHERE b.id = u.created_by),
 	coalesce((SELECT jsonb_agg(jsonb_build_object('cluster_id', c.id, 'cluster_slug', c.slug, 'role', r.role)
 	                           ORDER BY c.slug)
 	            FROM queen_proxy.cluster_roles r JOIN queen_proxy.clusters c ON c.id = r.cluster_id
@@ -46,7 +58,7 @@ const userSelect = `SELECT u.id::text, u.email, u.name, t.id::text, t.slug, u.is
 func scanUser(row pgx.Row) (User, error) {
 	var u User
 	err := row.Scan(&u.ID, &u.Email, &u.Name, &u.TenantID, &u.TenantSlug, &u.IsOperator, &u.HasPassword,
-		&u.CreatedAt, &u.LastLoginAt, &u.Roles)
+		&u.CreatedAt, &u.LastLoginAt, &u.CreatedFrom, &u.CreatedBy, &u.Roles)
 	u.Roles = nonNil(u.Roles)
 	return u, err
 }
@@ -135,15 +147,43 @@ func CreateUser(ctx context.Context, db DB, n NewUser) (User, error) {
 // ListUsers returns the users of a tenant (all users when tenant is empty),
 // ordered by e-mail.
 func ListUsers(ctx context.Context, db DB, tenant string) ([]User, error) {
-	var tenantID *string
-	if normalize(tenant) != "" {
-		t, err := lookupTenant(ctx, db, tenant)
+	return FindUsers(ctx, db, UserFilter{Tenant: tenant})
+}
+
+// UserFilter narrows FindUsers; zero fields do not filter.
+type UserFilter struct {
+	Tenant        string // slug or id
+	CreatedFrom   string // one of Origins
+	NeverSignedIn bool   // only users with no sign-in on record
+}
+
+// FindUsers lists the users matching f, by e-mail. Accounts a cluster
+// admin created in the console that were never signed in to
+// (CreatedFrom "console", NeverSignedIn) are the ones to review: the
+// console no longer creates accounts for unknown addresses, and a provider
+// sign-in does not link to them.
+func FindUsers(ctx context.Context, db DB, f UserFilter) ([]User, error) {
+	var tenantID, from *string
+	if normalize(f.Tenant) != "" {
+		t, err := lookupTenant(ctx, db, f.Tenant)
 		if err != nil {
 			return nil, err
 		}
 		tenantID = &t.ID
 	}
-	rows, err := db.Query(ctx, userSelect+` WHERE ($1::uuid IS NULL OR u.tenant_id = $1::uuid) ORDER BY u.email`, tenantID)
+	if o := normalize(f.CreatedFrom); o != "" {
+		known := false
+		for _, k := range Origins {
+			known = known || o == k
+		}
+		if !known {
+			return nil, errorf(Invalid, "invalid origin %q: use %s", f.CreatedFrom, strings.Join(Origins, ", "))
+		}
+		from = &o
+	}
+	rows, err := db.Query(ctx, userSelect+` WHERE ($1::uuid IS NULL OR u.tenant_id = $1::uuid)
+		AND ($2::text IS NULL OR u.created_from = $2) AND (NOT $3 OR u.last_login_at IS NULL)
+		ORDER BY u.email`, tenantID, from, f.NeverSignedIn)
 	if err != nil {
 		return nil, dbError("list users", err)
 	}

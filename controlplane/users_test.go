@@ -93,3 +93,43 @@ func TestUsersAndRoles(t *testing.T) {
 	_, err = SetOperator(ctx, pool, "who@acme.test", true)
 	wantErr(t, err, NotFound, `unknown user "who@acme.test"`)
 }
+
+// TestFindUsersCreatedFromConsole lists the accounts a cluster admin made
+// in the console that nobody signed in to: the ones an operator reviews.
+func TestFindUsersCreatedFromConsole(t *testing.T) {
+	pool, _ := fresh(t)
+	ctx := ctxT(t)
+	provision(t, pool)
+	admin := must[User](t)(CreateUser(ctx, pool, NewUser{Tenant: "acme", Email: "admin@acme.test"}))
+	squat := must[User](t)(CreateUser(ctx, pool, NewUser{Tenant: "acme", Email: "ceo@other.test"}))
+	claimed := must[User](t)(CreateUser(ctx, pool, NewUser{Tenant: "acme", Email: "dev@acme.test"}))
+	must[User](t)(CreateUser(ctx, pool, NewUser{Tenant: "acme", Email: "cli@acme.test"}))
+	for _, id := range []string{squat.ID, claimed.ID} {
+		if _, err := pool.Exec(ctx, `SELECT queen_proxy.set_user_origin($1::uuid, 'console', $2::uuid)`, id, admin.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `SELECT queen_proxy.record_user_login($1::uuid)`, claimed.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	emails := func(us []User) string {
+		var out []string
+		for _, u := range us {
+			out = append(out, u.Email+"="+u.CreatedFrom)
+		}
+		return strings.Join(out, ",")
+	}
+	got := must[[]User](t)(FindUsers(ctx, pool, UserFilter{CreatedFrom: "Console", NeverSignedIn: true}))
+	if emails(got) != "ceo@other.test=console" || got[0].CreatedBy == nil || *got[0].CreatedBy != "admin@acme.test" {
+		t.Fatalf("console accounts never signed in to: %q %+v", emails(got), got)
+	}
+	if got := emails(must[[]User](t)(FindUsers(ctx, pool, UserFilter{CreatedFrom: "console"}))); got != "ceo@other.test=console,dev@acme.test=console" {
+		t.Fatalf("console accounts: %q", got)
+	}
+	if got := emails(must[[]User](t)(FindUsers(ctx, pool, UserFilter{Tenant: "acme", NeverSignedIn: true}))); got != "admin@acme.test=control_plane,ceo@other.test=console,cli@acme.test=control_plane" {
+		t.Fatalf("never signed in: %q", got)
+	}
+	_, err := FindUsers(ctx, pool, UserFilter{CreatedFrom: "invite"})
+	wantErr(t, err, Invalid, `invalid origin "invite": use control_plane, operator, console, signup`)
+}

@@ -65,15 +65,34 @@ vouches for the e-mail. Give the user a role on a cluster with "user grant".`,
 		})
 	})
 
-	list := &cobra.Command{Use: "list [--tenant <tenant>]", Short: "Lists users and their roles"}
+	list := &cobra.Command{
+		Use:   "list [--tenant <tenant>] [--created-from <origin>] [--never-signed-in]",
+		Short: "Lists users and their roles",
+		Long: `
+Lists users with their roles, last sign-in and where each account was created
+(CREATED FROM): control_plane (this CLI or SQL), operator, console (by a
+cluster admin) or signup (a provider sign-in with autoprovision), with who
+created it when known.
+
+The console once created an account for any e-mail address a cluster admin
+typed, which kept the address's owner out of their own tenant. To review
+such accounts:
+
+  caddy queen user list --created-from console --never-signed-in`,
+	}
 	list.Flags().String("tenant", "", "only this tenant's users")
+	list.Flags().String("created-from", "", "only accounts created from: "+strings.Join(controlplane.Origins, ", "))
+	list.Flags().Bool("never-signed-in", false, "only accounts nobody has signed in to")
 	list.RunE = action(exactly(0), func(r *run, _ []string) error {
-		tenant, _ := r.cmd.Flags().GetString("tenant")
+		var f controlplane.UserFilter
+		f.Tenant, _ = r.cmd.Flags().GetString("tenant")
+		f.CreatedFrom, _ = r.cmd.Flags().GetString("created-from")
+		f.NeverSignedIn, _ = r.cmd.Flags().GetBool("never-signed-in")
 		pool, err := r.db()
 		if err != nil {
 			return err
 		}
-		us, err := controlplane.ListUsers(r.ctx, pool, tenant)
+		us, err := controlplane.FindUsers(r.ctx, pool, f)
 		if err != nil {
 			return err
 		}
@@ -146,7 +165,9 @@ had there. User and cluster must belong to the same tenant.`,
 		Long: `
 Grants (on) or withdraws (off) a user's operator bit (set_operator), the only
 way to change it: no HTTP route can. An operator administers every cluster on
-the cells it reaches. Gateways cache the bit for up to 30 seconds.`,
+the cells it reaches. Every gateway drops its cached bit at once (the change
+is announced to them); an operator act that commits after the withdrawal is
+refused by the database itself.`,
 	}
 	operator.RunE = action(exactly(2), func(r *run, args []string) error {
 		var on bool

@@ -50,6 +50,14 @@ const (
 	EmailUnverified  Code = "email_unverified"
 	DomainNotAllowed Code = "domain_not_allowed"
 	NotProvisioned   Code = "not_provisioned"
+	// InvitationRequired is queengate's own: the console does not create
+	// an account for an e-mail address no account has yet; an operator
+	// does (until the address's owner can accept an e-mail invitation).
+	InvitationRequired Code = "invitation_required"
+	// AccountUnclaimed is queengate's own: a provider sign-in found an
+	// account for its verified e-mail that a cluster admin created and
+	// nobody has signed in to, and does not link to it.
+	AccountUnclaimed Code = "account_unclaimed"
 )
 
 // Error is one gateway-generated refusal: the status, the code and a short
