@@ -66,7 +66,8 @@ func TestConsoleRoleMatrix(t *testing.T) {
 			}, 200},
 			{"GET members", true, func(tok string) resp { return e.get(w.host, "/api/console/members", tok) }, 200},
 			{"POST members", true, func(tok string) resp {
-				return e.write("POST", w.host, "/api/console/members", tok, `{"email":"`+name("inv")+`@acme.test","role":"viewer"}`)
+				_, email := e.user(w.tenantID, "")
+				return e.write("POST", w.host, "/api/console/members", tok, `{"email":"`+email+`","role":"viewer"}`)
 			}, 200},
 			{"PATCH members", true, func(tok string) resp {
 				_, email := e.user(w.tenantID, "")
@@ -248,7 +249,7 @@ func TestConsoleKeys(t *testing.T) {
 // TestConsoleMembers: list, invite (creating the user), change role,
 // remove; other tenants' users are refused; every write audited.
 func TestConsoleMembers(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, func(o *Options) { o.OperatorEnabled = true })
 	w := e.world()
 	admin := e.token(w.users["admin"])
 	list := e.get(w.host, "/api/console/members", admin).want(200, "").list()
@@ -264,15 +265,25 @@ func TestConsoleMembers(t *testing.T) {
 		t.Fatal("the member list mentions passwords")
 	}
 	newcomer := name("new") + "@Acme.test"
-	r := e.write("POST", w.host, "/api/console/members", admin, `{"email":" `+newcomer+` ","role":"producer"}`).want(200, "").json()
+	// An admin cannot create an account for an address no account has:
+	// its owner would land in this tenant.
+	e.write("POST", w.host, "/api/console/members", admin, `{"email":" `+newcomer+` ","role":"producer"}`).want(403, "invitation_required")
+	if n := e.scalar(`SELECT count(*)::text FROM queen_proxy.users WHERE email = $1`, strings.ToLower(newcomer)); n != "0" {
+		t.Fatalf("%s accounts for the refused address, want 0", n)
+	}
+	// A live operator, acting as admin, can.
+	opTenant, _ := e.tenant()
+	opID, opEmail := e.user(opTenant, "")
+	e.exec(`SELECT queen_proxy.set_operator($1, true)`, opEmail)
+	r := e.write("POST", w.host, "/api/console/members", e.token(opID), `{"email":" `+newcomer+` ","role":"producer"}`).want(200, "").json()
 	if r["created"] != true || r["email"] != strings.ToLower(newcomer) || r["role"] != "producer" {
 		t.Fatalf("invite %v", r)
 	}
-	var tenant string
+	var tenant, from, by string
 	var hash *string
-	if err := e.pool.QueryRow(e.ctx(), `SELECT tenant_id::text, password_hash FROM queen_proxy.users WHERE email = $1`,
-		strings.ToLower(newcomer)).Scan(&tenant, &hash); err != nil || tenant != w.tenantID || hash != nil {
-		t.Fatalf("invited user: tenant %s hash %v err %v", tenant, hash, err)
+	if err := e.pool.QueryRow(e.ctx(), `SELECT tenant_id::text, password_hash, created_from, coalesce(created_by::text, '') FROM queen_proxy.users WHERE email = $1`,
+		strings.ToLower(newcomer)).Scan(&tenant, &hash, &from, &by); err != nil || tenant != w.tenantID || hash != nil || from != "operator" || by != opID {
+		t.Fatalf("invited user: tenant %s hash %v origin %s by %s err %v", tenant, hash, from, by, err)
 	}
 	r = e.write("POST", w.host, "/api/console/members", admin, `{"email":"`+newcomer+`","role":"consumer"}`).want(200, "").json()
 	if r["created"] != false || r["role"] != "consumer" {
