@@ -425,3 +425,55 @@ func TestOAuthGitHub(t *testing.T) {
 	p.codes["gh3"] = grant{challenge: gh.challenge, redirect: gh.redirect, sub: "4242", githubEmails: []map[string]any{{"email": email, "primary": true, "verified": true}}}
 	e2.callback(w.host, "github", "gh3", gh.state, g.cookie).want(400, "invalid_state")
 }
+
+// TestOAuthDoesNotLinkToASquattedAccount: an account a cluster admin made
+// in the console for an address, never signed in to, does not capture the
+// address's owner when they sign in with GitHub (verified e-mail), even
+// with autoprovision on; an account an operator or the control plane made,
+// or one signed in to before, is linked.
+func TestOAuthDoesNotLinkToASquattedAccount(t *testing.T) {
+	p := newFakeProvider(t)
+	e := newEnv(t, func(o *Options) {
+		o.GitHub = p.config()
+		o.Autoprovision = &AutoprovisionConfig{Tenant: "nonexistent-tenant", Role: "viewer"}
+	})
+	w := e.world()
+	signIn := func(code, sub, email string) resp {
+		f := e.oauthStart(w.host, "github", "/console/")
+		p.codes[code] = grant{challenge: f.challenge, redirect: f.redirect, sub: sub, githubEmails: []map[string]any{
+			{"email": email, "primary": true, "verified": true},
+		}}
+		return e.callback(w.host, "github", code, f.state, f.cookie)
+	}
+	linked := func(sub string) string {
+		return e.scalar(`SELECT coalesce((SELECT user_id::text FROM queen_proxy.identities WHERE provider = 'github' AND provider_id = $1), '')`, p.subject(sub))
+	}
+
+	squatted, squattedEmail := e.user(w.tenantID, "")
+	e.exec(`SELECT queen_proxy.set_user_origin($1::uuid, 'console', $2::uuid)`, squatted, w.users["admin"])
+	e.grant(w.clusterID, squattedEmail, "viewer")
+	signIn("s1", "7001", squattedEmail).want(403, "account_unclaimed")
+	if got := linked("7001"); got != "" {
+		t.Fatalf("the owner's GitHub identity was linked to the squatted account %s", got)
+	}
+	if got := e.scalar(`SELECT count(*)::text FROM queen_proxy.users WHERE email = $1`, squattedEmail); got != "1" {
+		t.Fatalf("%s accounts for the address, want the one", got)
+	}
+
+	for i, origin := range []string{"operator", "control_plane"} {
+		uid, email := e.user(w.tenantID, "")
+		e.exec(`SELECT queen_proxy.set_user_origin($1::uuid, $2, NULL)`, uid, origin)
+		sub := fmt.Sprint(7100 + i)
+		signIn("o-"+origin, sub, email).want(303, "")
+		if got := linked(sub); got != uid {
+			t.Fatalf("an account from %s: linked to %q, want %s", origin, got, uid)
+		}
+	}
+	// Signed in to before (its owner was given a password), a console
+	// account is its owner's.
+	e.exec(`SELECT queen_proxy.record_user_login($1::uuid)`, squatted)
+	signIn("s2", "7001", squattedEmail).want(303, "")
+	if got := linked("7001"); got != squatted {
+		t.Fatalf("a console account signed in to before: linked to %q, want %s", got, squatted)
+	}
+}
