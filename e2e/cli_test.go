@@ -409,9 +409,19 @@ func TestCLI(t *testing.T) {
 		q.fails(t, 1, "queen user grant: invalid role \"owner\": use admin, producer, consumer or viewer\n",
 			"user", "grant", "ops@acme.test", "--cluster", "acme-prod", "--role", "owner")
 		users := lines(q.ok(t, "user", "list", "--tenant", "acme"))
-		if len(users) != 2 || strings.Join(users[1][:7], "|") != "ops@acme.test|Ops|acme|no|yes|acme-prod=admin|-" {
+		if len(users) != 2 || strings.Join(users[1][:8], "|") != "ops@acme.test|Ops|acme|no|yes|acme-prod=admin|-|control_plane" {
 			t.Fatalf("user list: %q", users)
 		}
+		// The accounts a cluster admin made in the console that nobody
+		// signed in to, for an operator to review.
+		squat := cp.scalar(`SELECT queen_proxy.create_user(id, 'ceo@elsewhere.test', NULL, 'local')::text FROM queen_proxy.tenants WHERE slug = 'acme'`)
+		cp.exec(`SELECT queen_proxy.set_user_origin($1::uuid, 'console', (SELECT id FROM queen_proxy.users WHERE email = 'ops@acme.test'))`, squat)
+		if users := lines(q.ok(t, "user", "list", "--created-from", "console", "--never-signed-in")); len(users) != 2 ||
+			strings.Join(users[1][:8], "|") != "ceo@elsewhere.test|-|acme|no|no|-|-|console by ops@acme.test" || users[1][8] != squat {
+			t.Fatalf("user list --created-from console --never-signed-in: %q", users)
+		}
+		q.fails(t, 1, "queen user list: invalid origin \"invite\": use control_plane, operator, console, signup\n", "user", "list", "--created-from", "invite")
+		cp.exec(`DELETE FROM queen_proxy.users WHERE id = $1::uuid`, squat)
 		if out := q.ok(t, "user", "operator", "on", "ops@acme.test"); out != "\"ops@acme.test\" is an operator\n" {
 			t.Fatalf("user operator on: %q", out)
 		}
