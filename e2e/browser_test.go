@@ -81,6 +81,9 @@ func TestBrowserConsole(t *testing.T) {
 	cp.exec(`SELECT queen_proxy.create_user($1::uuid, $2, public.crypt($3, public.gen_salt('bf', 10)), 'local')`,
 		tenant, email, password)
 	cp.exec(`SELECT queen_proxy.grant_cluster_role($1::uuid, $2, 'admin')`, cl.id, email)
+	// A user of the tenant with no role yet, whom the admin adds.
+	const member = "grace@browser.test"
+	cp.exec(`SELECT queen_proxy.create_user($1::uuid, $2, NULL, 'local')`, tenant, member)
 	// A live operator of a tenant of its own, with no role on any cluster:
 	// the fleet view and its actions are the operator bit's alone.
 	const opEmail, opPassword = "ops@browser.test", "operator horse battery staple"
@@ -152,6 +155,7 @@ func TestBrowserConsole(t *testing.T) {
 		"QG_OPERATOR_EMAIL="+opEmail,
 		"QG_OPERATOR_PASSWORD="+opPassword,
 		"QG_CLUSTER_KEY="+key,
+		"QG_MEMBER="+member,
 		"QG_READ_KEY_ID="+readKeyID,
 		"QG_FORBIDDEN="+strconv.Itoa(forbiddenPushes),
 		"QG_CELL=browser-cell",

@@ -24,6 +24,8 @@
 //   QG_OPERATOR_EMAIL, QG_OPERATOR_PASSWORD  a live operator with no role on
 //                    the cluster, who signs in after the admin for the fleet view
 //   QG_CLUSTER_KEY   a produce key of the cluster (pushes while suspended)
+//   QG_MEMBER        a user of the cluster's tenant with no role on it, whom
+//                    the admin adds (an address without an account is refused)
 //   QG_CELL, QG_CELL_USED, QG_CELL_CAPACITY  the cluster's cell as the fleet
 //                    view must show it
 
@@ -60,6 +62,7 @@ const forbidden = Number(env('QG_FORBIDDEN'));
 const operatorEmail = env('QG_OPERATOR_EMAIL');
 const operatorPassword = env('QG_OPERATOR_PASSWORD');
 const clusterKey = env('QG_CLUSTER_KEY');
+const member = env('QG_MEMBER');
 const cellSlug = env('QG_CELL');
 const cellUsed = env('QG_CELL_USED');
 const cellCapacity = env('QG_CELL_CAPACITY');
@@ -322,12 +325,21 @@ async function run(context) {
 	});
 
 	await step('members-managed', async () => {
-		const other = `invitee-${Date.now()}@${email.split('@')[1]}`;
+		const other = member;
 		const row = (who) => page.locator(`${byTestId('member-row')}[data-email="${who}"]`);
 		await page.click(byTestId('nav-members'));
 		await page.waitForSelector(byTestId('members-table'));
 		check(await row(email).getAttribute('data-role') === 'admin', `the members list does not show ${email} as admin`);
-		// Invite, change the role, and remove.
+		// An address without an account is refused, and the app says why.
+		const stranger = `stranger-${Date.now()}@elsewhere.test`;
+		await page.fill(byTestId('member-email'), stranger);
+		await page.selectOption(byTestId('member-role'), 'viewer');
+		await page.click(byTestId('member-add'));
+		await page.waitForSelector(`${byTestId('notice')}.error`);
+		const refusal = await page.textContent(byTestId('notice'));
+		check(/operator/i.test(refusal), `adding an address without an account should be refused with a reason, the app says ${JSON.stringify(refusal)}`);
+		check(await row(stranger).count() === 0, `${stranger} was added`);
+		// Add a user of the tenant, change the role, and remove.
 		await page.fill(byTestId('member-email'), other);
 		await page.selectOption(byTestId('member-role'), 'viewer');
 		await page.click(byTestId('member-add'));
@@ -345,7 +357,7 @@ async function run(context) {
 		await row(other).locator(byTestId('member-remove')).click();
 		await row(other).locator(byTestId('member-remove-confirm')).click();
 		await row(other).waitFor({ state: 'detached' });
-		log(`     members: invited ${other} as viewer, made producer, removed; last-admin demotion refused`);
+		log(`     members: an address without an account refused; added ${other} as viewer, made producer, removed; last-admin demotion refused`);
 	});
 
 	let key = '';

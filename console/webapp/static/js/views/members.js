@@ -135,7 +135,7 @@ export async function render(root, ctx) {
 		h('section', { class: 'panel', 'aria-labelledby': 'members-add-h' },
 			h('h2', { id: 'members-add-h' }, 'Add a member'),
 			form,
-			h('p', { id: 'member-help', class: 'muted' }, 'A new address becomes a user of this cluster’s organisation without a password: they sign in with Google or GitHub using it, or an operator sets a password. Adding an existing member changes their role.')),
+			h('p', { id: 'member-help', class: 'muted' }, 'Add someone who already has an account in this cluster’s organisation, or change a member’s role. An operator creates accounts for new addresses.')),
 		h('section', { class: 'panel', 'aria-labelledby': 'members-list-h' },
 			h('h2', { id: 'members-list-h', class: 'visually-hidden' }, 'Members'),
 			list));
