@@ -265,3 +265,29 @@ func TestUserOrigin(t *testing.T) {
 	wantPgErr(t, callErr(t, pool, "SELECT queen_proxy.set_user_origin($1, 'invited', NULL)", user), "22023", "set_user_origin: origin")
 	wantPgErr(t, callErr(t, pool, "SELECT queen_proxy.set_user_origin(gen_random_uuid(), 'console', NULL)"), "P0002", "set_user_origin: unknown user")
 }
+
+// TestUserOriginBackfill: accounts made before users.created_from existed
+// are classified by the audit row that created them when 023 runs.
+func TestUserOriginBackfill(t *testing.T) {
+	pool := db(t)
+	f := newOperatorFixture(t, pool)
+	invited, _ := newUser(t, pool, f.tenant)
+	made, _ := newUser(t, pool, f.tenant)
+	signedUp, _ := newUser(t, pool, f.tenant)
+	plain, _ := newUser(t, pool, f.tenant)
+	for user, action := range map[string]string{invited: "console_user_invited", made: "operator_user_created"} {
+		exec(t, pool, `SELECT queen_proxy.record_operation($1, $2, 'user', $3, $4, $5, NULL)`, f.tenant, f.cluster, f.op, action, user)
+	}
+	exec(t, pool, `SELECT queen_proxy.record_operation($1, NULL, 'user', $2::uuid, 'signup', $2::text, NULL)`, f.tenant, signedUp)
+
+	sql, err := files.ReadFile("023_user_authority.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec(t, pool, string(sql))
+	for user, want := range map[string]string{invited: "console " + f.op, made: "operator " + f.op, signedUp: "signup -", plain: "control_plane -"} {
+		if got := scalar[string](t, pool, `SELECT created_from || ' ' || coalesce(created_by::text, '-') FROM queen_proxy.users WHERE id = $1`, user); got != want {
+			t.Errorf("user %s: %q, want %q", user, got, want)
+		}
+	}
+}
