@@ -71,6 +71,16 @@ type Options struct {
 	// (values set with SetKVTimerBytes, zero by default).
 	ReportKVTimerBytes bool
 
+	// Tenancy selects the tenancy contract. Empty is this fake's own model
+	// (the header used verbatim as the tenant, see the package
+	// documentation); TenancyRust follows Queen's Rust brokers
+	// (rusttenancy.go). IgnoreTenant overrides either.
+	Tenancy string
+
+	// RetainedBytesInterval is the period of the TenancyRust slow lane that
+	// refreshes retainedBytes (default ten minutes, the 1.x default).
+	RetainedBytesInterval time.Duration
+
 	// NoRequestLog keeps no request log (Requests returns nothing). For
 	// load benchmarks, where copying every request's headers and body
 	// would cost the fake more than answering it.
@@ -104,6 +114,8 @@ type Broker struct {
 	reqTotal  int64
 	msgTotal  int64
 
+	retainedLaneAt time.Time // TenancyRust: when the retained-bytes lane last ran
+
 	parked       atomic.Int64
 	ignoreTenant atomic.Bool
 	tokens       atomic.Pointer[[]string] // the bearer tokens accepted; empty: no token needed
@@ -123,6 +135,15 @@ func New(opts Options) *Broker {
 	if opts.Name == "" {
 		opts.Name = "fakebroker"
 	}
+	if opts.Tenancy != "" && opts.Tenancy != TenancyRust {
+		panic("fakebroker: unknown Options.Tenancy " + opts.Tenancy)
+	}
+	if opts.Tenancy == TenancyRust && (opts.RequireTenant || opts.Token != "") {
+		// Neither has a counterpart on a Rust broker: it never refuses a
+		// request for lacking the tenant header and has no static-secret
+		// authentication (JWT only).
+		panic("fakebroker: RequireTenant and Token model no Rust broker; do not combine them with TenancyRust")
+	}
 	if opts.RequestLogSize <= 0 {
 		opts.RequestLogSize = 1000
 	}
@@ -137,6 +158,7 @@ func New(opts Options) *Broker {
 		closed:    make(chan struct{}),
 		migration: migrationState{status: "idle"},
 	}
+	b.retainedLaneAt = b.started
 	b.ignoreTenant.Store(opts.IgnoreTenant)
 	if opts.Token != "" {
 		b.SetTokens(opts.Token)
@@ -261,8 +283,14 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if b.jwt != nil {
 		ident, jwtErr = b.jwt.verify(r)
 	}
+	rust := b.rust() && !b.ignoreTenant.Load()
+	var rustTenant string
+	rustTenantOK := true
+	if rust {
+		rustTenant, rustTenantOK = resolveRustTenant(r.Header)
+	}
 	if !b.opts.NoRequestLog {
-		b.log.add(r, body, ident)
+		b.log.add(r, body, ident, rustTenant)
 	}
 	b.mu.Lock()
 	b.reqTotal++
@@ -273,9 +301,22 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
+	if rust && !rustTenantOK {
+		// server/src/tenant.rs: the tenant layer runs on every request,
+		// before routing, and a malformed value never reaches a handler.
+		writeJSON(w, http.StatusBadRequest, obj{"error": badTenantBody})
+		return
+	}
 	rt, params := matchRoute(r.Method, r.URL.EscapedPath())
+	if rt != nil && rt.rustOnly && !b.rust() {
+		rt = nil
+	}
 	if rt == nil {
-		writeNotFound(w)
+		if rust {
+			writeRustNoRoute(w, r.URL.Path)
+		} else {
+			writeNotFound(w)
+		}
 		return
 	}
 	if rt.pattern != "/health" && !b.tokenAccepted(r.Header.Get("Authorization")) {
@@ -287,9 +328,12 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tenantID := r.Header.Get(TenantHeader)
-	if b.ignoreTenant.Load() {
+	switch {
+	case b.ignoreTenant.Load():
 		tenantID = DefaultTenant
-	} else if tenantID == "" {
+	case rust:
+		tenantID = rustTenant
+	case tenantID == "":
 		if b.opts.RequireTenant && rt.scoped {
 			writeJSON(w, http.StatusBadRequest, obj{"error": "x-queen-tenant header is required"})
 			return
@@ -302,7 +346,7 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rc := &reqCtx{
 		w: w, r: r, body: body, params: params, tenant: tenantID, query: r.URL.Query(),
-		producerSub: ident.sub,
+		producerSub: ident.sub, rust: rust,
 	}
 	if f := b.faultFor(r); f != nil {
 		b.serveFaulty(w, f, rt.handler, rc)
