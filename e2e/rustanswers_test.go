@@ -162,3 +162,37 @@ func TestStorageQuotaWithALaggingBroker(t *testing.T) {
 		return nil
 	})
 }
+
+// TestCarveOutNeedsTheBrokersGrant: on a tenancy broker a Kafka offset
+// commit (a KV batch inside the reserved key space) answers 403
+// feature_gated until the operator grants the cluster's tenant KV on the
+// broker. The gateway relays the broker's refusal as it is and bills no
+// messages for it; once granted, the batch is served and billed.
+func TestCarveOutNeedsTheBrokersGrant(t *testing.T) {
+	broker := startBroker(t, fakebroker.Options{Name: "grant-cell", Tenancy: fakebroker.TenancyRust})
+	cp := newControlPlane(t, pgtest.URL(t))
+	cell := cp.cell("grant-cell", broker.URL(), "")
+	cl := cp.cluster(cp.tenant("grant"), "grant", cell)
+	_, key := cp.key(cl.id)
+	port := freePort(t)
+	startMeteredGateway(t, port)
+	c := client(port)
+	commit := `[{"ns":"queen-kafka","op":"put","key":"qk:g/t/0","value":{"offset":7}},` +
+		`{"ns":"queen-kafka","op":"put","key":"qk:g/t/1","value":{"offset":9}},` +
+		`{"ns":"queen-kafka","op":"put","key":"qk:g/t/2","value":{"offset":3}}]`
+	kv := func() response {
+		return do(t, c, "POST", fmt.Sprintf("http://%s.eu1.example.test:%d/api/v1/kv", cl.slug, port), key, commit)
+	}
+	r := kv()
+	if r.status != http.StatusForbidden || r.json(t)["error"] != "feature_gated" {
+		t.Fatalf("offset commit without the broker's grant: %d %s, want its 403 feature_gated", r.status, r.body)
+	}
+	broker.SetGrant(cl.brokerTenant, fakebroker.GrantKV, true)
+	if r := kv(); r.status != http.StatusOK || strings.Count(string(r.body), `"applied":true`) != 3 {
+		t.Fatalf("offset commit with the grant: %d %s", r.status, r.body)
+	}
+	stopMetered()
+	if reqs, msgs := cp.usageOf(cl.id, "read"); reqs != 2 || msgs != 3 {
+		t.Fatalf("usage_minutes read: %d requests, %d messages; want 2 (one refused by the broker) and 3", reqs, msgs)
+	}
+}

@@ -100,6 +100,7 @@ var routes = buildRoutes([]route{
 	{method: "POST", pattern: "/api/v1/resources/quota", scoped: true, rustOnly: true, handler: (*Broker).handleQuotaSet},
 	{method: "POST", pattern: "/api/v1/system/quota", scoped: true, rustOnly: true, handler: (*Broker).handleQuotaSet},
 	{method: "POST", pattern: "/api/v1/system/quotas", scoped: true, rustOnly: true, handler: (*Broker).handleQuotaSet},
+	{method: "POST", pattern: "/api/v1/kv", scoped: true, rustOnly: true, handler: (*Broker).handleKVBatch},
 	{method: "PUT", pattern: "/api/v1/kv/:ns/:key", scoped: true, rustOnly: true, handler: (*Broker).handleKVPut},
 	{method: "GET", pattern: "/api/v1/kv/:ns/:key", scoped: true, rustOnly: true, handler: (*Broker).handleKVGet},
 	{method: "DELETE", pattern: "/api/v1/kv/:ns/:key", scoped: true, rustOnly: true, handler: (*Broker).handleKVDelete},

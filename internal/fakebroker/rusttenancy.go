@@ -344,6 +344,49 @@ func (b *Broker) handleKVDelete(rc *reqCtx) {
 	rc.ok(obj{"applied": existed})
 }
 
+// handleKVBatch serves POST /api/v1/kv, the KV batch a Kafka-shaped
+// client commits its offsets with (server/src/handlers/kv.rs): a JSON
+// array of operations {ns, op, key, value}; put stores, get reads, delete
+// removes, anything else is answered as not applied. Behind the KV grant
+// like every KV route.
+func (b *Broker) handleKVBatch(rc *reqCtx) {
+	if b.gateFeature(rc, GrantKV) {
+		return
+	}
+	var ops []struct {
+		NS    string          `json:"ns"`
+		Op    string          `json:"op"`
+		Key   string          `json:"key"`
+		Value json.RawMessage `json:"value"`
+	}
+	if err := json.Unmarshal(rc.body, &ops); err != nil {
+		writeJSON(rc.w, http.StatusBadRequest, obj{"error": "kv_bad_request", "reason": "kv_bad_body"})
+		return
+	}
+	b.mu.Lock()
+	t := b.tenantLocked(rc.tenant)
+	results := make([]any, 0, len(ops))
+	for _, o := range ops {
+		k := kvKey(o.NS, o.Key)
+		switch o.Op {
+		case "put":
+			t.kv[k] = o.Value
+			results = append(results, obj{"applied": true})
+		case "get":
+			v, found := t.kv[k]
+			results = append(results, obj{"found": found, "value": v})
+		case "delete":
+			_, existed := t.kv[k]
+			delete(t.kv, k)
+			results = append(results, obj{"applied": existed})
+		default:
+			results = append(results, obj{"applied": false})
+		}
+	}
+	b.mu.Unlock()
+	rc.ok(obj{"results": results})
+}
+
 // handleTimerSet serves POST /api/v1/timers: timers are KV rows and spend
 // the KV grant (server/src/handlers/timers.rs, server/src/quota.rs
 // Resource::Timers). Only the count is kept.

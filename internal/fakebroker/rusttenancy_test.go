@@ -159,7 +159,7 @@ func TestRustFeatureGates(t *testing.T) {
 	a := &client{t: t, base: url, tenant: rustTenantA}
 	other := &client{t: t, base: url, tenant: rustTenantB}
 	gated := []struct{ method, path string }{
-		{"PUT", "/api/v1/kv/ns/k"}, {"GET", "/api/v1/kv/ns/k"}, {"DELETE", "/api/v1/kv/ns/k"},
+		{"POST", "/api/v1/kv"}, {"PUT", "/api/v1/kv/ns/k"}, {"GET", "/api/v1/kv/ns/k"}, {"DELETE", "/api/v1/kv/ns/k"},
 		{"POST", "/api/v1/timers"}, {"POST", "/api/v1/locks"},
 		{"POST", "/api/v1/ephemeral/push"}, {"GET", "/api/v1/ephemeral/pop?queue=e"},
 	}
