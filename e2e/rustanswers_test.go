@@ -196,3 +196,36 @@ func TestCarveOutNeedsTheBrokersGrant(t *testing.T) {
 		t.Fatalf("usage_minutes read: %d requests, %d messages; want 2 (one refused by the broker) and 3", reqs, msgs)
 	}
 }
+
+// TestRaftCellConditionsReachTheClient: a raft-storage cell without a
+// leader answers 503 with Retry-After, one with a full disk 507, in its
+// {"error","code"} envelope. The client gets both as the cell sent them
+// (the Retry-After included), and neither bills a message.
+func TestRaftCellConditionsReachTheClient(t *testing.T) {
+	s := newIsolationSetup(t, "rust6", rustCell)
+	startGateway(t, s.caddyfile(t, ""))
+	push := func() response {
+		return do(t, s.c, "POST", s.url(s.acme, "/api/v1/push"), s.acmeKey, `{"items":[{"queue":"q","payload":1}]}`)
+	}
+	for _, c := range []struct {
+		status     int
+		code       string
+		retryAfter string
+	}{{fakebroker.RustNoLeader, "no_leader", "1"}, {fakebroker.RustDiskFull, "disk_full", ""}} {
+		s.broker.SetRustCellCondition(c.status)
+		r := push()
+		if r.status != c.status || r.json(t)["code"] != c.code || r.header.Get("Retry-After") != c.retryAfter {
+			t.Fatalf("push under %d: %d Retry-After %q %s", c.status, r.status, r.header.Get("Retry-After"), r.body)
+		}
+	}
+	s.broker.SetRustCellCondition(0)
+	if r := push(); r.status != http.StatusCreated {
+		t.Fatalf("push after the conditions: %d %s", r.status, r.body)
+	}
+	if err := caddy.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if reqs, msgs := s.cp.usageOf(s.acme.id, "push"); reqs != 3 || msgs != 1 {
+		t.Fatalf("push usage %d requests %d messages, want 3 and only the stored 1", reqs, msgs)
+	}
+}

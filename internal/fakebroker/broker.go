@@ -29,7 +29,11 @@ type Options struct {
 
 	// RequireTenant makes every tenant-scoped route answer 400
 	// {"error":"x-queen-tenant header is required"} when the request has no
-	// TenantHeader, instead of falling back to DefaultTenant.
+	// TenantHeader, instead of falling back to DefaultTenant. No real broker
+	// makes this refusal (a Rust broker serves such a request as the
+	// default tenant, see TenancyRust): a test that uses it shows the
+	// gateway's behaviour with the header present, never what a lost
+	// header would do.
 	RequireTenant bool
 
 	// IgnoreTenant makes the broker behave like the public Queen broker
@@ -41,7 +45,9 @@ type Options struct {
 	// Token, when not empty, makes every route except OPTIONS and /health
 	// answer 401 {"error":"Unauthorized"} unless the request carries
 	// "Authorization: Bearer <Token>". The recorded broker ran with auth off,
-	// so this shape is not from the fixtures. SetTokens changes the
+	// so this shape is not from the fixtures, and no Queen broker checks a
+	// static secret (the Rust brokers know JWT only): it stands for
+	// something in front of the broker that checks the cell secret. SetTokens changes the
 	// accepted tokens while the broker runs.
 	Token string
 
@@ -115,6 +121,7 @@ type Broker struct {
 	msgTotal  int64
 
 	retainedLaneAt time.Time // TenancyRust: when the retained-bytes lane last ran
+	rustCondition  int       // TenancyRust: SetRustCellCondition's status, 0 for none
 
 	parked       atomic.Int64
 	ignoreTenant atomic.Bool
@@ -342,6 +349,9 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if tooLarge {
 		writeJSON(w, http.StatusRequestEntityTooLarge, obj{"error": "Request body too large"})
+		return
+	}
+	if rust && rt.scoped && b.answerRustCondition(w) {
 		return
 	}
 	rc := &reqCtx{

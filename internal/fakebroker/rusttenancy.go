@@ -20,7 +20,9 @@ import (
 //     header: that is what makes a lost header dangerous on a real cell.
 //   - errors carry real statuses: an unknown route is a JSON 404, an error
 //     object that would be HTTP 200 on 0.15.1 is 404 when it says "not found"
-//     and 500 otherwise; a name over 447 bytes is 413 name_too_long.
+//     and 500 otherwise; a name over 447 bytes is 413 name_too_long;
+//     SetRustCellCondition gives the raft-storage cell's 503 (Retry-After)
+//     and 507.
 //   - a push that stores answers 201; a pop that delivers nothing answers 204
 //     with no body; a consumer group without subscriptionMode starts at the
 //     tail ("new").
@@ -146,6 +148,43 @@ func rustNameTooLong(rc *reqCtx, name string) bool {
 		return false
 	}
 	writeJSON(rc.w, http.StatusRequestEntityTooLarge, obj{"code": "name_too_long", "error": "name exceeds 447 bytes"})
+	return true
+}
+
+// Cell conditions a raft-storage broker answers every tenant route with
+// (server/src/handlers/raft.rs err_response: {"error","code"}); the codes'
+// exact spelling is modelled, not confirmed from the source.
+const (
+	// RustNoLeader: 503 with Retry-After: 1 (retry, no leader, timeout).
+	RustNoLeader = http.StatusServiceUnavailable
+	// RustDiskFull: 507, the disk gate closed (QUEEN_RAFT_DISK_HIGH_PCT).
+	RustDiskFull = http.StatusInsufficientStorage
+)
+
+// SetRustCellCondition makes every tenant-scoped route answer status
+// (RustNoLeader or RustDiskFull) until called with 0, as a raft-storage
+// cell without a leader or with a full disk does. Nothing is stored.
+func (b *Broker) SetRustCellCondition(status int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.rustCondition = status
+}
+
+// answerRustCondition answers the cell condition set with
+// SetRustCellCondition and reports whether there was one.
+func (b *Broker) answerRustCondition(w http.ResponseWriter) bool {
+	b.mu.Lock()
+	status := b.rustCondition
+	b.mu.Unlock()
+	switch status {
+	case RustNoLeader:
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, status, obj{"code": "no_leader", "error": "no raft leader; retry"})
+	case RustDiskFull:
+		writeJSON(w, status, obj{"code": "disk_full", "error": "the cell's disk is above its high-water mark"})
+	default:
+		return false
+	}
 	return true
 }
 

@@ -225,3 +225,28 @@ func TestRustAuthMe(t *testing.T) {
 		t.Fatalf("the 0.15.1 model serves /auth/me")
 	}
 }
+
+// A raft-storage cell without a leader answers 503 with Retry-After, one
+// with a full disk 507, both in the {"error","code"} envelope; nothing is
+// stored meanwhile.
+func TestRustCellConditions(t *testing.T) {
+	b, url := startRust(t)
+	c := &client{t: t, base: url, tenant: rustTenantA}
+	for _, status := range []int{RustNoLeader, RustDiskFull} {
+		b.SetRustCellCondition(status)
+		got, hdr, data, err := c.do(context.Background(), "POST", "/api/v1/push", map[string]any{"items": []any{map[string]any{"queue": "q", "payload": 1}}})
+		if err != nil || got != status || !strings.Contains(string(data), `"code"`) {
+			t.Fatalf("push under %d: %d %s %v", status, got, data, err)
+		}
+		if (status == RustNoLeader) != (hdr.Get("Retry-After") == "1") {
+			t.Fatalf("%d: Retry-After %q", status, hdr.Get("Retry-After"))
+		}
+	}
+	b.SetRustCellCondition(0)
+	if n := b.TenantQueues(rustTenantA); n != 0 {
+		t.Fatalf("%d queues stored during the conditions", n)
+	}
+	if status, _ := c.call("GET", "/health", nil); status != 200 {
+		t.Fatalf("/health: %d", status)
+	}
+}
