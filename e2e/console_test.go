@@ -78,7 +78,7 @@ func (cc consoleClient) login(email, password string) string {
 // see the next push refused within a second, log out and see the old
 // cookie refused, and see the pushes in the console's usage.
 func TestConsoleThroughCaddy(t *testing.T) {
-	broker := startBroker(t, fakebroker.Options{Name: "console-cell", RequireTenant: true})
+	broker := startBroker(t, fakebroker.Options{Name: "console-cell", Tenancy: fakebroker.TenancyRust})
 	cp := newControlPlane(t, pgtest.URL(t))
 	cell := cp.cell("console-cell", broker.URL(), "")
 	tenant := cp.tenant("consoleco")
@@ -267,7 +267,7 @@ func pollEvery(t *testing.T, within, interval time.Duration, check func() error)
 // tenant, cluster, admin and known key at start; the admin signs in, the
 // key pushes; a reload runs it again and changes nothing.
 func TestConsoleBootstrapThroughCaddy(t *testing.T) {
-	broker := startBroker(t, fakebroker.Options{Name: "boot-cell", RequireTenant: true})
+	broker := startBroker(t, fakebroker.Options{Name: "boot-cell", Tenancy: fakebroker.TenancyRust})
 	cp := newControlPlane(t, pgtest.URL(t))
 	cp.cell("boot-cell", broker.URL(), "")
 	const key = "qk_env_bootstrapbootstrapbootstrapbootstrap0123"

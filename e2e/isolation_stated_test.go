@@ -54,7 +54,7 @@ func TestStatedScopedContradictedByTheProbe(t *testing.T) {
 // unscoped serves its keeper only, even on a broker with tenancy, and is
 // not probed; stating probe instead resets it and the probe serves all.
 func TestStatedUnscopedIsNotProbedUntilTheStatementChanges(t *testing.T) {
-	s := newIsolationSetup(t, "iso9", fakebroker.Options{RequireTenant: true})
+	s := newIsolationSetup(t, "iso9", rustCell)
 	s.cp.exec(`UPDATE queen_proxy.cells SET tenancy_stated = 'unscoped' WHERE id = $1::uuid`, s.cellID)
 	startGateway(t, s.caddyfile(t, "isolation_probe_interval 1s"))
 
@@ -90,7 +90,7 @@ func TestStatedUnscopedIsNotProbedUntilTheStatementChanges(t *testing.T) {
 // in the same statement; the gateway stops serving the second cluster and
 // probes the new broker at once, without waiting for the interval.
 func TestChangedCellURLResetsTheVerdict(t *testing.T) {
-	s := newIsolationSetup(t, "iso10", fakebroker.Options{RequireTenant: true})
+	s := newIsolationSetup(t, "iso10", rustCell)
 	startGateway(t, s.caddyfile(t, "isolation_probe_interval 1h"))
 	// The first request of a non-keeper waits for the three confirming
 	// probes, and is served.

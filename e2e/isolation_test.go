@@ -180,11 +180,11 @@ func TestUnscopedCellServesOnlyItsOldestCluster(t *testing.T) {
 // TestScopedCellServesEveryClusterApart: on a broker that scopes by
 // x-queen-tenant both clusters are served, each in its own namespace.
 func TestScopedCellServesEveryClusterApart(t *testing.T) {
-	s := newIsolationSetup(t, "iso2", fakebroker.Options{RequireTenant: true})
+	s := newIsolationSetup(t, "iso2", rustCell)
 	startGateway(t, s.caddyfile(t, ""))
 
 	r := do(t, s.c, "POST", s.url(s.acme, "/api/v1/push"), s.acmeKey, `{"items":[{"queue":"payroll","payload":{"salary":"acme-secret"}}]}`)
-	if r.status != http.StatusOK {
+	if r.status != http.StatusCreated {
 		t.Fatalf("acme push: %d %s", r.status, r.body)
 	}
 	pop := do(t, s.c, "GET", s.url(s.globex, "/api/v1/pop/queue/payroll?autoAck=true"), s.gKey, "")
@@ -207,7 +207,7 @@ func TestScopedCellServesEveryClusterApart(t *testing.T) {
 // at the probe interval and when the cell comes back after it was
 // unreachable (another broker may answer there now).
 func TestCellThatChangesBehaviourIsReprobed(t *testing.T) {
-	s := newIsolationSetup(t, "iso3", fakebroker.Options{RequireTenant: true})
+	s := newIsolationSetup(t, "iso3", rustCell)
 	startGateway(t, s.caddyfile(t, "isolation_probe_interval 1s"))
 	queues := func(cl cluster, key string) response {
 		return do(t, s.c, "GET", s.url(cl, "/api/v1/resources/queues"), key, "")

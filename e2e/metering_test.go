@@ -64,7 +64,7 @@ var meteringRuns atomic.Int64
 
 func TestMeteringBooksWhatTheBrokerStored(t *testing.T) {
 	run := meteringRuns.Add(1)
-	broker := startBroker(t, fakebroker.Options{Name: "meter-cell", RequireTenant: true})
+	broker := startBroker(t, fakebroker.Options{Name: "meter-cell", Tenancy: fakebroker.TenancyRust})
 	cp := newControlPlane(t, pgtest.URL(t))
 	cell := cp.cell("meter-cell", broker.URL(), "")
 	tn := cp.tenant("meter")

@@ -153,11 +153,13 @@ func TestUnauthenticatedBodiesAreNeverRead(t *testing.T) {
 	}
 }
 
-// kvCell is a fake broker that also answers POST /api/v1/kv (the fake
-// has no KV store), logging it like every other request.
+// kvCell is a fake broker (the Rust tenancy model) whose POST /api/v1/kv
+// answers {"results":[]} whatever the tenant's grants, logging it like
+// every other request: these tests are about the gateway's bounds, not the
+// broker's grant (TestCarveOutNeedsTheBrokersGrant is).
 func kvCell(t *testing.T, name string) (*fakebroker.Broker, string) {
 	t.Helper()
-	b := fakebroker.New(fakebroker.Options{Name: name, RequireTenant: true})
+	b := fakebroker.New(fakebroker.Options{Name: name, Tenancy: fakebroker.TenancyRust})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/api/v1/kv" {
 			b.ServeHTTP(w, r)

@@ -269,3 +269,53 @@ func TestParseInventoryElements(t *testing.T) {
 		t.Fatalf("bytes %d supported %v", inv.RetainedBytes, inv.Supported)
 	}
 }
+
+// TestReadInventoryRustBroker: a 1.x broker reports retainedBytes from a
+// slow lane (0 for a queue it has not measured yet) and omits kvBytes and
+// timerBytes when it cannot read them. The listing still says the broker
+// counts bytes; the storage verdict keeps the in-flight estimate on top of
+// the unchanged 0, and takes the lane's figure when it comes.
+func TestReadInventoryRustBroker(t *testing.T) {
+	b := fakebroker.New(fakebroker.Options{Tenancy: fakebroker.TenancyRust})
+	url, err := b.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	req, _ := http.NewRequest(http.MethodPost, url+"/api/v1/push", strings.NewReader(`{"items":[{"queue":"orders","payload":"0123456789"}]}`))
+	req.Header.Set("x-queen-tenant", tenantOne)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("push: %d", resp.StatusCode)
+	}
+	ref := ClusterRef{ID: "c1", BrokerTenant: tenantOne, CellURL: url}
+	inv, err := ReadInventory(context.Background(), nil, ref)
+	if err != nil || !inv.Supported || inv.RetainedBytes != 0 || len(inv.Queues) != 1 {
+		t.Fatalf("before the lane: %+v %v", inv, err)
+	}
+	s := NewStorage(nil)
+	s.Observe("c1", inv, 20)
+	s.AddInFlight("c1", 12)
+	s.Observe("c1", inv, 20) // the same lagging 0: the estimate stays
+	s.AddInFlight("c1", 12)
+	if !s.InFlightBlocked("c1", 20) {
+		t.Fatal("0 measured + 24 in flight does not block a cap of 20")
+	}
+	b.RunRetainedBytesLane()
+	inv, err = ReadInventory(context.Background(), nil, ref)
+	if err != nil || !inv.Supported || inv.RetainedBytes != 12 {
+		t.Fatalf("after the lane: %+v %v", inv, err)
+	}
+	if blocked, _ := s.Observe("c1", inv, 20); blocked {
+		t.Fatal("the lane's 12 bytes, under 90% of 20, did not release the block")
+	}
+	// A tenant with nothing stored and no kv/timer figures proves nothing.
+	inv, err = ReadInventory(context.Background(), nil, ClusterRef{ID: "c2", BrokerTenant: tenantTwo, CellURL: url})
+	if err != nil || inv.Supported || len(inv.Queues) != 0 {
+		t.Fatalf("empty tenant: %+v %v", inv, err)
+	}
+}

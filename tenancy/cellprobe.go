@@ -198,8 +198,10 @@ type probeReading struct {
 	same   bool // the very queue the probe configured: its id, namespace and task
 }
 
-// read asks for the probe queue under tenant. The broker answers an
-// unknown queue with HTTP 200 {"error":"Queue not found"}.
+// read asks for the probe queue under tenant. The public 0.15.1 broker
+// answers an unknown queue with HTTP 200 {"error":"Queue not found"}; the
+// Rust brokers (the only ones that scope by tenant) with HTTP 404 and the
+// same body. Both are "absent"; any other non-2xx answer decides nothing.
 func (p *cellProbe) read(ctx context.Context, tenant string) (probeReading, error) {
 	var detail struct {
 		ID        string `json:"id"`
@@ -208,8 +210,15 @@ func (p *cellProbe) read(ctx context.Context, tenant string) (probeReading, erro
 		Task      string `json:"task"`
 		Error     string `json:"error"`
 	}
-	if err := p.call(ctx, http.MethodGet, "/api/v1/resources/queues/"+p.queue, tenant, "", &detail); err != nil {
+	status, err := p.callStatus(ctx, http.MethodGet, "/api/v1/resources/queues/"+p.queue, tenant, "", &detail, http.StatusNotFound)
+	if err != nil {
 		return probeReading{}, fmt.Errorf("read the probe queue: %w", err)
+	}
+	if status == http.StatusNotFound {
+		if detail.Name == "" && detail.ID == "" && detail.Error == "Queue not found" {
+			return probeReading{}, nil
+		}
+		return probeReading{}, fmt.Errorf("read the probe queue: HTTP 404 with an unexpected answer (name %q, error %q)", detail.Name, detail.Error)
 	}
 	switch {
 	case detail.Name == p.queue:
@@ -240,13 +249,20 @@ func (p *cellProbe) removeQueue(ctx context.Context) error {
 const probeMaxAnswer = 1 << 20
 
 func (p *cellProbe) call(ctx context.Context, method, path, tenant, body string, out any) error {
+	_, err := p.callStatus(ctx, method, path, tenant, body, out, 0)
+	return err
+}
+
+// callStatus sends one probe request and decodes a 2xx answer, or an
+// answer of status also (0: none), into out, and returns the status.
+func (p *cellProbe) callStatus(ctx context.Context, method, path, tenant, body string, out any, also int) (int, error) {
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(p.baseURL, "/")+path, rd)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	req.Header.Set("x-queen-tenant", tenant)
 	req.Header.Set("Accept", "application/json")
@@ -258,18 +274,18 @@ func (p *cellProbe) call(ctx context.Context, method, path, tenant, body string,
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, probeMaxAnswer))
 	if err != nil {
-		return fmt.Errorf("read the answer: %w", err)
+		return resp.StatusCode, fmt.Errorf("read the answer: %w", err)
 	}
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(raw[:min(len(raw), 200)]))
+	if resp.StatusCode/100 != 2 && (also == 0 || resp.StatusCode != also) {
+		return resp.StatusCode, fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(raw[:min(len(raw), 200)]))
 	}
 	if err := json.Unmarshal(raw, out); err != nil {
-		return fmt.Errorf("answer is not the JSON expected: %w", err)
+		return resp.StatusCode, fmt.Errorf("answer is not the JSON expected: %w", err)
 	}
-	return nil
+	return resp.StatusCode, nil
 }

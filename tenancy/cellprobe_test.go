@@ -64,6 +64,80 @@ func TestProbeTenantScoping(t *testing.T) {
 	probe(ScopingScoped)
 }
 
+// A broker that follows the Rust brokers' tenancy contract answers the
+// reader's look at the probe queue with HTTP 404 {"error":"Queue not
+// found"}; that is "absent", so the probe decides scoped, and the same
+// broker without tenancy (the 0.15.1 answers) is still unscoped.
+func TestProbeDecidesOnTheRustTenancyContract(t *testing.T) {
+	b := fakebroker.New(fakebroker.Options{Tenancy: fakebroker.TenancyRust})
+	url, err := b.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	cell := ProbeCell{ID: "c", Slug: "c", BaseURL: url}
+	got, err := ProbeTenantScoping(context.Background(), nil, cell, "")
+	if err != nil || got != ScopingScoped {
+		t.Fatalf("verdict %q (%v), want scoped", got, err)
+	}
+	sawNotFound := false
+	for _, r := range b.Requests() {
+		if r.Landed == fakebroker.DefaultTenant {
+			t.Fatalf("a probe request landed in the default tenant: %s %s", r.Method, r.Path)
+		}
+		sawNotFound = sawNotFound || r.Method == "GET"
+	}
+	if !sawNotFound {
+		t.Fatal("the probe never read the queue")
+	}
+	b.SetIgnoreTenant(true)
+	got, err = ProbeTenantScoping(context.Background(), nil, cell, "")
+	if err != nil || got != ScopingUnscoped {
+		t.Fatalf("without tenancy: verdict %q (%v), want unscoped", got, err)
+	}
+}
+
+// A 404 that is not the broker's "Queue not found" (a route the broker
+// does not have, an HTML page, a 404 naming the queue) decides nothing.
+func TestProbeOtherNotFoundsDecideNothing(t *testing.T) {
+	for name, answer := range map[string]string{
+		"html page":    "<html>File Not Found</html>",
+		"other error":  `{"error":"not found","code":"no_such_route"}`,
+		"names queue":  `{"error":"Queue not found","name":"%s"}`,
+		"empty object": `{}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			var queue, writer string
+			var configured map[string]any
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				switch {
+				case r.Method == http.MethodPost:
+					var in struct{ Queue, Namespace, Task string }
+					_ = json.NewDecoder(r.Body).Decode(&in)
+					queue, writer = in.Queue, r.Header.Get("x-queen-tenant")
+					configured = map[string]any{"configured": true, "queue": in.Queue,
+						"queueId": "qid", "namespace": in.Namespace, "task": in.Task}
+					_ = json.NewEncoder(w).Encode(configured)
+				case r.Method == http.MethodDelete:
+					_, _ = w.Write([]byte(`{"deleted":true}`))
+				case r.Header.Get("x-queen-tenant") == writer:
+					// The writer sees the very queue it configured.
+					_ = json.NewEncoder(w).Encode(map[string]any{"id": "qid", "name": queue,
+						"namespace": configured["namespace"], "task": configured["task"]})
+				default:
+					w.WriteHeader(http.StatusNotFound)
+					_, _ = w.Write([]byte(strings.ReplaceAll(answer, "%s", queue)))
+				}
+			}))
+			defer srv.Close()
+			got, err := ProbeTenantScoping(context.Background(), nil, ProbeCell{BaseURL: srv.URL}, "")
+			if got != ScopingUnknown || err == nil {
+				t.Fatalf("verdict %q (%v), want unknown with an error", got, err)
+			}
+		})
+	}
+}
+
 func TestProbeUndecided(t *testing.T) {
 	var deletes atomic.Int32
 	for name, handler := range map[string]http.HandlerFunc{

@@ -376,6 +376,8 @@ func classifyPath(method, p string) Route {
 		return routeOperator
 	case p == "/metrics", p == "/status", strings.HasPrefix(p, "/internal"): // 2
 		return routeBlocked
+	case isBrokerIdentityPath(p):
+		return routeBlocked
 	}
 	if rest, ok := strings.CutPrefix(p, "/streams/"); ok { // 18, 19
 		return classifyStreams(method, rest)
@@ -407,6 +409,19 @@ func classifyAPIv1(method, r string) Route {
 		return routeConsume
 	case r == "fetch", r == "partitions/changed": // 9, 10
 		return onlyPOST(method, routeConsume)
+	case r == "fetch/offsets", method == "POST" && r == "consumer-groups/positions":
+		// The raft-storage broker's offset bounds and group positions:
+		// reads of the caller's own tenant that a Kafka-shaped consumer
+		// needs; neither claims, acks nor moves a cursor, so they are
+		// consumption, not queue administration.
+		return onlyPOST(method, routeConsume)
+	case isCallerTargetedRest(r):
+		return routeBlocked
+	case r == "locks", strings.HasPrefix(r, "locks/"):
+		// Locks are KV rows (and need the broker's KV grant) in a body
+		// shape the gateway does not read: neither the reserved key
+		// spaces nor the storage quota could be applied to it.
+		return routeBlocked
 	case r == "configure": // 11
 		return routeQueueAdmin
 	case method == "DELETE" && strings.HasPrefix(r, "resources/queues/"): // 12
@@ -435,6 +450,30 @@ func classifyAPIv1(method, r string) Route {
 		return classifyReadPrefix(method, r)
 	}
 	return routeBlocked // 28: unknown /api/ fails closed
+}
+
+// isBrokerIdentityPath reports the broker's own sign-in and cluster
+// surfaces outside /api/: /auth (a Rust broker with authentication off
+// answers GET /auth/me with an operator identity naming its host) and
+// /raft (the raft-storage broker's peer routes). They are never a
+// tenant's; the gateway's console answers /auth/ itself before a request
+// is classified, so what reaches this rule would go to the broker.
+func isBrokerIdentityPath(p string) bool {
+	return p == "/auth" || strings.HasPrefix(p, "/auth/") || p == "/raft" || strings.HasPrefix(p, "/raft/")
+}
+
+// isCallerTargetedRest reports the routes of the Rust brokers that act on
+// the tenant the CALLER names in the query or body, not on the request's
+// own: a tenant's purge and the feature grants. Whoever reaches them can
+// wipe or grant any tenant, so every method is blocked, reads included.
+// (/api/v1/system/quota and /system/quotas are under the blocked system
+// prefix already.)
+func isCallerTargetedRest(r string) bool {
+	switch r {
+	case "resources/tenant", "resources/tenant/", "resources/quota", "resources/quota/":
+		return true
+	}
+	return strings.HasPrefix(r, "resources/tenant/") || strings.HasPrefix(r, "resources/quota/")
 }
 
 // isOperatorPath reports the closed operator list of rule 1, less the

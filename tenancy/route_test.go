@@ -84,7 +84,7 @@ var knownRoutes = []routeCase{
 	{"DELETE", "/api/v1/consumer-groups/billing-workers/queues/orders", routeQueueAdmin},
 	{"POST", "/api/v1/consumer-groups/billing-workers/queues/orders/seek", routeQueueAdmin},
 	{"POST", "/api/v1/consumer-groups/billing-workers/queues/orders/partitions/" + testPID + "/seek", routeQueueAdmin},
-	{"POST", "/api/v1/consumer-groups/positions", routeQueueAdmin},
+	{"POST", "/api/v1/consumer-groups/positions", routeConsume},
 	{"POST", "/api/v1/stats/refresh", routeBlocked},
 	{"GET", "/api/v1/system/maintenance", routeOperator},
 	{"POST", "/api/v1/system/maintenance", routeOperator},

@@ -29,7 +29,11 @@ type Options struct {
 
 	// RequireTenant makes every tenant-scoped route answer 400
 	// {"error":"x-queen-tenant header is required"} when the request has no
-	// TenantHeader, instead of falling back to DefaultTenant.
+	// TenantHeader, instead of falling back to DefaultTenant. No real broker
+	// makes this refusal (a Rust broker serves such a request as the
+	// default tenant, see TenancyRust): a test that uses it shows the
+	// gateway's behaviour with the header present, never what a lost
+	// header would do.
 	RequireTenant bool
 
 	// IgnoreTenant makes the broker behave like the public Queen broker
@@ -41,7 +45,9 @@ type Options struct {
 	// Token, when not empty, makes every route except OPTIONS and /health
 	// answer 401 {"error":"Unauthorized"} unless the request carries
 	// "Authorization: Bearer <Token>". The recorded broker ran with auth off,
-	// so this shape is not from the fixtures. SetTokens changes the
+	// so this shape is not from the fixtures, and no Queen broker checks a
+	// static secret (the Rust brokers know JWT only): it stands for
+	// something in front of the broker that checks the cell secret. SetTokens changes the
 	// accepted tokens while the broker runs.
 	Token string
 
@@ -70,6 +76,16 @@ type Options struct {
 	// timerRows fields of newer brokers to GET /api/v1/resources/queues
 	// (values set with SetKVTimerBytes, zero by default).
 	ReportKVTimerBytes bool
+
+	// Tenancy selects the tenancy contract. Empty is this fake's own model
+	// (the header used verbatim as the tenant, see the package
+	// documentation); TenancyRust follows Queen's Rust brokers
+	// (rusttenancy.go). IgnoreTenant overrides either.
+	Tenancy string
+
+	// RetainedBytesInterval is the period of the TenancyRust slow lane that
+	// refreshes retainedBytes (default ten minutes, the 1.x default).
+	RetainedBytesInterval time.Duration
 
 	// NoRequestLog keeps no request log (Requests returns nothing). For
 	// load benchmarks, where copying every request's headers and body
@@ -104,6 +120,9 @@ type Broker struct {
 	reqTotal  int64
 	msgTotal  int64
 
+	retainedLaneAt time.Time // TenancyRust: when the retained-bytes lane last ran
+	rustCondition  int       // TenancyRust: SetRustCellCondition's status, 0 for none
+
 	parked       atomic.Int64
 	ignoreTenant atomic.Bool
 	tokens       atomic.Pointer[[]string] // the bearer tokens accepted; empty: no token needed
@@ -123,6 +142,15 @@ func New(opts Options) *Broker {
 	if opts.Name == "" {
 		opts.Name = "fakebroker"
 	}
+	if opts.Tenancy != "" && opts.Tenancy != TenancyRust {
+		panic("fakebroker: unknown Options.Tenancy " + opts.Tenancy)
+	}
+	if opts.Tenancy == TenancyRust && (opts.RequireTenant || opts.Token != "") {
+		// Neither has a counterpart on a Rust broker: it never refuses a
+		// request for lacking the tenant header and has no static-secret
+		// authentication (JWT only).
+		panic("fakebroker: RequireTenant and Token model no Rust broker; do not combine them with TenancyRust")
+	}
 	if opts.RequestLogSize <= 0 {
 		opts.RequestLogSize = 1000
 	}
@@ -137,6 +165,7 @@ func New(opts Options) *Broker {
 		closed:    make(chan struct{}),
 		migration: migrationState{status: "idle"},
 	}
+	b.retainedLaneAt = b.started
 	b.ignoreTenant.Store(opts.IgnoreTenant)
 	if opts.Token != "" {
 		b.SetTokens(opts.Token)
@@ -261,8 +290,14 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if b.jwt != nil {
 		ident, jwtErr = b.jwt.verify(r)
 	}
+	rust := b.rust() && !b.ignoreTenant.Load()
+	var rustTenant string
+	rustTenantOK := true
+	if rust {
+		rustTenant, rustTenantOK = resolveRustTenant(r.Header)
+	}
 	if !b.opts.NoRequestLog {
-		b.log.add(r, body, ident)
+		b.log.add(r, body, ident, rustTenant)
 	}
 	b.mu.Lock()
 	b.reqTotal++
@@ -273,9 +308,22 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
+	if rust && !rustTenantOK {
+		// server/src/tenant.rs: the tenant layer runs on every request,
+		// before routing, and a malformed value never reaches a handler.
+		writeJSON(w, http.StatusBadRequest, obj{"error": badTenantBody})
+		return
+	}
 	rt, params := matchRoute(r.Method, r.URL.EscapedPath())
+	if rt != nil && rt.rustOnly && !b.rust() {
+		rt = nil
+	}
 	if rt == nil {
-		writeNotFound(w)
+		if rust {
+			writeRustNoRoute(w, r.URL.Path)
+		} else {
+			writeNotFound(w)
+		}
 		return
 	}
 	if rt.pattern != "/health" && !b.tokenAccepted(r.Header.Get("Authorization")) {
@@ -287,9 +335,12 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tenantID := r.Header.Get(TenantHeader)
-	if b.ignoreTenant.Load() {
+	switch {
+	case b.ignoreTenant.Load():
 		tenantID = DefaultTenant
-	} else if tenantID == "" {
+	case rust:
+		tenantID = rustTenant
+	case tenantID == "":
 		if b.opts.RequireTenant && rt.scoped {
 			writeJSON(w, http.StatusBadRequest, obj{"error": "x-queen-tenant header is required"})
 			return
@@ -300,9 +351,12 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusRequestEntityTooLarge, obj{"error": "Request body too large"})
 		return
 	}
+	if rust && rt.scoped && b.answerRustCondition(w) {
+		return
+	}
 	rc := &reqCtx{
 		w: w, r: r, body: body, params: params, tenant: tenantID, query: r.URL.Query(),
-		producerSub: ident.sub,
+		producerSub: ident.sub, rust: rust,
 	}
 	if f := b.faultFor(r); f != nil {
 		b.serveFaulty(w, f, rt.handler, rc)

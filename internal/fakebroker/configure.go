@@ -16,6 +16,9 @@ func (b *Broker) handleConfigure(rc *reqCtx) {
 		badRequest(rc.w, "queue is required")
 		return
 	}
+	if rustNameTooLong(rc, name) {
+		return
+	}
 	optsRaw, hasOpts := asObject(m["options"])
 	b.mu.Lock()
 	t := b.tenantLocked(rc.tenant)

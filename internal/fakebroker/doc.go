@@ -16,6 +16,16 @@
 // the recorded public 0.15.1 broker instead, which has no tenancy: the header
 // is ignored and every request shares one namespace.
 //
+// The default tenancy model is this fake's own: the header is used verbatim,
+// and RequireTenant refuses a request without it, a refusal no real broker
+// makes. Options.Tenancy = TenancyRust (rusttenancy.go) follows the contract
+// of Queen's Rust brokers instead: header trimmed and lower-cased, a
+// malformed one 400, a missing one the default tenant, real HTTP statuses,
+// 201 pushes and 204 empty pops, tail-first consumer groups, the
+// caller-targeted tenant and quota routes, grant-gated KV, timers, locks and
+// ephemeral queues, and a retainedBytes that lags. Tests that model a
+// tenancy broker should use it.
+//
 // Pops read their query parameters as the broker does (brokerquery.go):
 // the first "key=" substring of the raw query, so "wait=1", "await=true"
 // and "x=wait=true" park. A pop with a negative batch answers with the

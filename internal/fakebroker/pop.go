@@ -58,6 +58,11 @@ func parsePop(rc *reqCtx) popRequest {
 // parking long-polls (wait=true) until a push wakes them or they time out.
 func (b *Broker) handlePop(rc *reqCtx) {
 	pr := parsePop(rc)
+	if rc.rust && pr.subMode == "" {
+		// A group that names no subscription mode starts at the tail on
+		// the Rust brokers (DEFAULT_SUBSCRIPTION_MODE, server/src/config.rs).
+		pr.subMode = "new"
+	}
 	if pr.negativeBatch {
 		rc.ok(pgNegativeLimitError())
 		return
@@ -83,16 +88,16 @@ func (b *Broker) handlePop(rc *reqCtx) {
 		wake := b.waitChanLocked(rc.tenant, pr.queue)
 		b.mu.Unlock()
 		if final {
-			rc.ok(resp)
+			rc.popAnswer(resp)
 			return
 		}
 		if !pr.wait {
-			rc.ok(b.emptyPopAnswer(rc.tenant, pr))
+			rc.popAnswer(b.emptyPopAnswer(rc.tenant, pr))
 			return
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			rc.ok(obj{
+			rc.popAnswer(obj{
 				"consumerGroup": pr.group, "leaseId": nil, "messages": emptyList(),
 				"partition": pr.partition, "partitionId": nil, "queue": pr.queue, "success": true,
 			})
@@ -115,6 +120,20 @@ func (b *Broker) handlePop(rc *reqCtx) {
 		}
 		timer.Stop()
 	}
+}
+
+// popAnswer sends a pop's answer. Under TenancyRust a pop that delivers
+// nothing is 204 with no body: the empty pop bodies early-return on 204 in
+// server/src/handlers/mod.rs (json()).
+func (rc *reqCtx) popAnswer(resp obj) {
+	if rc.rust {
+		if msgs, _ := resp["messages"].([]any); len(msgs) == 0 {
+			rc.w.Header()["Content-Type"] = nil
+			rc.w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	}
+	rc.ok(resp)
 }
 
 // emptyPopAnswer is the answer to a pop that waits for nothing and found

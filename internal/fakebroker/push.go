@@ -207,8 +207,18 @@ func (b *Broker) handlePush(rc *reqCtx) {
 		badRequest(rc.w, msg)
 		return
 	}
+	for _, it := range items {
+		if rustNameTooLong(rc, it.queue) {
+			return
+		}
+	}
 	b.mu.Lock()
 	results, status := b.pushLocked(b.tenantLocked(rc.tenant), items, time.Now())
 	b.mu.Unlock()
+	if rc.rust && status == http.StatusOK {
+		// The raft-storage broker answers a stored push 201
+		// (dispatch_push in server/src/handlers/raft.rs).
+		status = http.StatusCreated
+	}
 	writeJSON(rc.w, status, results)
 }

@@ -25,6 +25,10 @@ type Request struct {
 	BodyTruncated bool        // the body was longer than Body
 	JWTSub        string      // sub of the verified JWT (Options.JWTSecret/JWTPublicKey), else ""
 	JWTRole       string      // role claim of the verified JWT, else ""
+	// Landed is the tenant a TenancyRust broker resolved the request to
+	// (DefaultTenant when it carried no header; "" when the header was
+	// refused as malformed, and in the other modes).
+	Landed string
 }
 
 // Tenant returns the request's TenantHeader value ("" when absent).
@@ -42,7 +46,7 @@ func newRequestLog(size int) *requestLog {
 	return &requestLog{buf: make([]Request, size)}
 }
 
-func (l *requestLog) add(r *http.Request, body []byte, id jwtIdentity) {
+func (l *requestLog) add(r *http.Request, body []byte, id jwtIdentity, landed string) {
 	rec := Request{
 		Time:     time.Now(),
 		Method:   r.Method,
@@ -52,6 +56,7 @@ func (l *requestLog) add(r *http.Request, body []byte, id jwtIdentity) {
 		Header:   r.Header.Clone(),
 		JWTSub:   id.sub,
 		JWTRole:  id.role,
+		Landed:   landed,
 	}
 	if len(body) > maxLoggedBody {
 		rec.Body = append([]byte(nil), body[:maxLoggedBody]...)

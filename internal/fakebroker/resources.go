@@ -7,15 +7,15 @@ import (
 
 // queueSummary is a queue as the queue listings show it. retainedBytes is
 // this fake's extension (see the package documentation).
-func queueSummary(q *queue, now time.Time, withBytes bool) obj {
+func queueSummary(q *queue, now time.Time, retained *int64) obj {
 	c := q.stats(now)
 	o := obj{
 		"createdAt": fmtMilli(q.createdAt), "id": q.id,
 		"messages": obj{"pending": c.pending, "processing": c.processing, "total": c.total},
 		"name":     q.name, "namespace": q.namespace, "partitions": len(q.partList), "task": q.task,
 	}
-	if withBytes {
-		o["retainedBytes"] = q.retainedBytes()
+	if retained != nil {
+		o["retainedBytes"] = *retained
 	}
 	return o
 }
@@ -28,7 +28,8 @@ func (b *Broker) handleQueueList(rc *reqCtx) {
 	list := make([]any, 0, len(t.queues))
 	for _, q := range t.sortedQueues() {
 		q.sweepRetention(now)
-		list = append(list, queueSummary(q, now, true))
+		retained := b.retainedBytesLocked(q, now)
+		list = append(list, queueSummary(q, now, &retained))
 	}
 	resp := obj{"queues": list}
 	if b.opts.ReportKVTimerBytes {

@@ -26,6 +26,8 @@ type reqCtx struct {
 	query  url.Values
 	// producerSub is the verified JWT sub stamped on pushed messages.
 	producerSub string
+	// rust: the broker follows TenancyRust for this request.
+	rust bool
 }
 
 func encodeJSON(v any) []byte {
@@ -66,8 +68,15 @@ func badRequest(w http.ResponseWriter, msg string) {
 	writeJSON(w, http.StatusBadRequest, obj{"error": msg})
 }
 
-// ok answers 200 with v.
-func (rc *reqCtx) ok(v any) { writeJSON(rc.w, http.StatusOK, v) }
+// ok answers v: with 200, or under TenancyRust with the status a Rust
+// broker gives it (rustStatus).
+func (rc *reqCtx) ok(v any) {
+	status := http.StatusOK
+	if rc.rust {
+		status = rustStatus(v)
+	}
+	writeJSON(rc.w, status, v)
+}
 
 // object parses the body as a JSON object the way the broker's synchronous
 // validation does: an empty body and invalid JSON are answered with 400 here

@@ -11,8 +11,11 @@ type route struct {
 	method  string
 	pattern string
 	scoped  bool // acts on tenant data, so subject to Options.RequireTenant
-	handler func(*Broker, *reqCtx)
-	segs    []string
+	// rustOnly: served only under TenancyRust (rusttenancy.go); the
+	// 0.15.1 model has no such route.
+	rustOnly bool
+	handler  func(*Broker, *reqCtx)
+	segs     []string
 }
 
 // routes lists every route of the recorded broker (except the dashboard,
@@ -91,6 +94,21 @@ var routes = buildRoutes([]route{
 	{method: "POST", pattern: "/streams/v1/queries", scoped: true, handler: (*Broker).handleStreamRegister},
 	{method: "POST", pattern: "/streams/v1/cycle", scoped: true, handler: (*Broker).handleStreamCycle},
 	{method: "POST", pattern: "/streams/v1/state/get", scoped: true, handler: (*Broker).handleStreamStateGet},
+
+	// Queen's Rust brokers only (rusttenancy.go).
+	{method: "DELETE", pattern: "/api/v1/resources/tenant", scoped: true, rustOnly: true, handler: (*Broker).handleTenantDelete},
+	{method: "POST", pattern: "/api/v1/resources/quota", scoped: true, rustOnly: true, handler: (*Broker).handleQuotaSet},
+	{method: "POST", pattern: "/api/v1/system/quota", scoped: true, rustOnly: true, handler: (*Broker).handleQuotaSet},
+	{method: "POST", pattern: "/api/v1/system/quotas", scoped: true, rustOnly: true, handler: (*Broker).handleQuotaSet},
+	{method: "POST", pattern: "/api/v1/kv", scoped: true, rustOnly: true, handler: (*Broker).handleKVBatch},
+	{method: "PUT", pattern: "/api/v1/kv/:ns/:key", scoped: true, rustOnly: true, handler: (*Broker).handleKVPut},
+	{method: "GET", pattern: "/api/v1/kv/:ns/:key", scoped: true, rustOnly: true, handler: (*Broker).handleKVGet},
+	{method: "DELETE", pattern: "/api/v1/kv/:ns/:key", scoped: true, rustOnly: true, handler: (*Broker).handleKVDelete},
+	{method: "POST", pattern: "/api/v1/timers", scoped: true, rustOnly: true, handler: (*Broker).handleTimerSet},
+	{method: "POST", pattern: "/api/v1/locks", scoped: true, rustOnly: true, handler: (*Broker).handleLock},
+	{method: "POST", pattern: "/api/v1/ephemeral/push", scoped: true, rustOnly: true, handler: (*Broker).handleEphemeralPush},
+	{method: "GET", pattern: "/api/v1/ephemeral/pop", scoped: true, rustOnly: true, handler: (*Broker).handleEphemeralPop},
+	{method: "GET", pattern: "/auth/me", rustOnly: true, handler: (*Broker).handleAuthMe},
 })
 
 func buildRoutes(rs []route) []route {

@@ -101,7 +101,7 @@ func (b *Broker) handleStatusQueues(rc *reqCtx) {
 	from, to := page(len(qs), offset, limit)
 	list := make([]any, 0, to-from)
 	for _, q := range qs[from:to] {
-		list = append(list, queueSummary(q, now, false))
+		list = append(list, queueSummary(q, now, nil))
 	}
 	b.mu.Unlock()
 	rc.ok(obj{"pagination": obj{"limit": limit, "offset": offset}, "queues": list})

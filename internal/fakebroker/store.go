@@ -18,6 +18,13 @@ type tenant struct {
 
 	kvBytes, timerBytes int64
 	stored              int64 // messages ever stored (duplicates refused are not)
+
+	// TenancyRust only: the tenant's grants by kind, KV entries, timer
+	// count and ephemeral queues (rusttenancy.go).
+	grants    map[string]bool
+	kv        map[string]json.RawMessage
+	timers    int
+	ephemeral map[string][]json.RawMessage
 }
 
 // tenantLocked returns the tenant with id, creating it.
@@ -30,6 +37,10 @@ func (b *Broker) tenantLocked(id string) *tenant {
 			parts:   make(map[string]*partition),
 			leases:  make(map[string]*lease),
 			streams: make(map[string]*streamQuery),
+
+			grants:    make(map[string]bool),
+			kv:        make(map[string]json.RawMessage),
+			ephemeral: make(map[string][]json.RawMessage),
 		}
 		b.tenants[id] = t
 	}
@@ -112,6 +123,10 @@ type queue struct {
 	parts     map[string]*partition // by name
 	partList  []*partition          // creation order
 	groups    map[string]*group     // consumer groups that popped from it
+
+	// storedRetained is the retained bytes the TenancyRust slow lane last
+	// stored for the queue (rusttenancy.go); 0 until the lane first runs.
+	storedRetained int64
 }
 
 // group is a consumer group's subscription to one queue.
