@@ -8,7 +8,7 @@ import (
 
 // The refusals the pipeline answers with, wire-compatible with queen_proxy.
 var (
-	errClusterUnknown   = &apierror.Error{Status: http.StatusMisdirectedRequest, Code: apierror.ClusterUnknown, Message: "no cluster for this host"}
+	errClusterUnknown = &apierror.Error{Status: http.StatusMisdirectedRequest, Code: apierror.ClusterUnknown, Message: "no cluster for this host"}
 	// A cluster of a cell another gateway fronts: its limits are counted
 	// there, so this gateway admits none of its traffic. The reference's
 	// code for a misdirected Host, with a message that says why.
