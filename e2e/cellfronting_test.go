@@ -201,4 +201,31 @@ func TestBurstHoldsAcrossGatewaysOfTwoCells(t *testing.T) {
 	if got := cp.scalar(`SELECT group_name FROM queen_proxy.gateway_group_cells WHERE cell_slug = 'cell-a'`); got != "gw-a" {
 		t.Fatalf("cell-a fronted by %s after the refused claim", got)
 	}
+
+	// Handing cell-a over: released with the CLI, the old gateway serves
+	// its clusters until the new group claims it, then refuses them.
+	q := cliFor(t)(dbURL)
+	if out := q.ok(t, "cell", "release-gateway", "cell-a"); !strings.Contains(out, `cell "cell-a" is no longer recorded as fronted by gateway group "gw-a"`) {
+		t.Fatalf("release-gateway: %q", out)
+	}
+	if out := q.ok(t, "cell", "release-gateway", "cell-a"); !strings.Contains(out, "nothing changed") {
+		t.Fatalf("release-gateway again: %q", out)
+	}
+	cat := cp.cluster(cp.tenant("cat"), "cat", cellA)
+	_, catKey := cp.key(cat.id)
+	if r := push(gwA, "cat", catKey, 1); r.status != http.StatusOK && r.status != http.StatusCreated {
+		t.Fatalf("cat through the old group's gateway before the new claim: %d %s", r.status, r.body)
+	}
+	xPort := freePort(t)
+	startGateway(t, gatewayCaddyfile(xPort, dbURL, "gateway_name gw-x\n\t\tcells cell-a", ""))
+	eventually(t, 5*time.Second, func() error {
+		if r := push(gwA, "cat", catKey, 1); r.status != http.StatusMisdirectedRequest {
+			return fmt.Errorf("the old group's gateway after the new claim: %d %s", r.status, r.body)
+		}
+		return nil
+	})
+	gwX := &groupGateway{t: t, name: "gw-x", port: xPort}
+	if r := push(gwX, "cat", catKey, 1); r.status != http.StatusOK && r.status != http.StatusCreated {
+		t.Fatalf("cat through the new group's gateway: %d %s", r.status, r.body)
+	}
 }
