@@ -279,7 +279,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.backend = b
 	b.app.Store(a)
 	a.pushBlockSources = []limits.PushBlockSource{b.storage, b.quota}
-	a.extraReadiness = append(a.extraReadiness, b.storageReadiness, b.isolationReadiness, b.leaderReadiness)
+	a.extraReadiness = append(a.extraReadiness, b.storageReadiness, b.isolationReadiness, b.leaderReadiness, a.frontingReadiness)
 	ls, err := acquireLimitState(a.CellMaxParked)
 	if err != nil {
 		return fmt.Errorf("queen: limit state: %w", err)

@@ -147,3 +147,13 @@ func (a *App) claimCells(ctx context.Context) error {
 	}
 	return nil
 }
+
+// frontingReadiness says on /readyz which cells the gateway fronts; never
+// unready.
+func (a *App) frontingReadiness(context.Context) (string, string, bool) {
+	f := a.fronting
+	if f.FrontsEveryCell() {
+		return "cells", "every cell no gateway group has claimed (cells not set)", true
+	}
+	return "cells", strings.Join(f.Cells, ", ") + " (group " + f.Group + ")", true
+}

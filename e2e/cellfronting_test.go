@@ -81,7 +81,11 @@ func TestBurstHoldsAcrossGatewaysOfTwoCells(t *testing.T) {
 	gwA.awaitReady(http.StatusOK)
 	gwB.awaitReady(http.StatusOK)
 
-	// The database records which group fronts which cell.
+	// Each gateway says which cells it fronts, and the database records
+	// which group fronts which cell.
+	if _, body := gwA.ready(); !strings.Contains(body, `"cells":"cell-a (group gw-a)"`) {
+		t.Fatalf("gw-a /readyz: %s", body)
+	}
 	if got := cp.scalar(`SELECT string_agg(cell_slug || '=' || group_name || '/' || claimed_by, ',' ORDER BY cell_slug)
 		FROM queen_proxy.gateway_group_cells`); got != "cell-a=gw-a/gw-a,cell-b=gw-b/gw-b" {
 		t.Fatalf("gateway_group_cells: %s", got)
