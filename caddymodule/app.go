@@ -221,11 +221,18 @@ func (a *App) Provision(ctx caddy.Context) error {
 	setDuration(&a.ReconcileInterval, time.Minute)
 	setDuration(&a.IsolationProbeInterval, 15*time.Minute)
 	setDuration(&a.LeaderLeaseTTL, 2*time.Second)
+	// Names may come from the environment at run time ({env.POD_NAME}):
+	// two gateways must not share one by carrying the same placeholder.
+	repl := caddy.NewReplacer()
+	a.GatewayName = repl.ReplaceAll(a.GatewayName, "")
+	a.LeaderGroup = repl.ReplaceAll(a.LeaderGroup, "")
+	for i, c := range a.Cells {
+		a.Cells[i] = repl.ReplaceAll(c, "")
+	}
 	a.fronting = a.frontingOf()
 	if a.GatewayName == "" {
 		a.GatewayName = defaultGatewayName()
 	}
-	repl := caddy.NewReplacer()
 	a.PeerListen = repl.ReplaceAll(a.PeerListen, "")
 	a.PeerAddress = repl.ReplaceAll(a.PeerAddress, "")
 	a.PeerSecret = repl.ReplaceAll(a.PeerSecret, "")

@@ -20,18 +20,18 @@ import (
 	"github.com/queengate/queengate/internal/pgtest"
 )
 
-// startCellGateway runs the gateway binary as a gateway of its own named
-// name, against dbURL, with extra lines for the queen app.
-func startCellGateway(t *testing.T, name string, port int, dbURL, appOptions string) *groupGateway {
+// startCellGateway runs the gateway binary as a gateway of its own against
+// dbURL, with extra lines for the queen app and extra environment.
+func startCellGateway(t *testing.T, name string, port int, dbURL, appOptions string, env ...string) *groupGateway {
 	t.Helper()
 	home := t.TempDir()
-	cfg := gatewayCaddyfile(port, dbURL, "gateway_name "+name+"\n\t\tspool_dir "+filepath.Join(home, "spool")+"\n\t\t"+appOptions, "")
+	cfg := gatewayCaddyfile(port, dbURL, "spool_dir "+filepath.Join(home, "spool")+"\n\t\t"+appOptions, "")
 	cfgPath := filepath.Join(home, "Caddyfile")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(caddyBinary(t), "run", "--config", cfgPath, "--adapter", "caddyfile")
-	cmd.Env = append(withoutDatabaseURL(os.Environ()), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home)
+	cmd.Env = append(append(withoutDatabaseURL(os.Environ()), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home), env...)
 	g := &groupGateway{t: t, name: name, port: port, cmd: cmd, logPath: filepath.Join(home, "caddy.log"), done: make(chan struct{})}
 	logFile, err := os.Create(g.logPath)
 	if err != nil {
@@ -76,8 +76,10 @@ func TestBurstHoldsAcrossGatewaysOfTwoCells(t *testing.T) {
 	cp.exec(fmt.Sprintf(`SELECT queen_proxy.set_limit_override($1::uuid, '{"max_req_per_sec": 1, "req_burst": %d}')`, burst), acme.id)
 	cp.exec(fmt.Sprintf(`SELECT queen_proxy.set_limit_override($1::uuid, '{"max_msgs_per_sec": 1, "msgs_burst": %d}')`, msgBurst), bolt.id)
 
-	gwA := startCellGateway(t, "gw-a", freePort(t), dbURL, "cells cell-a")
-	gwB := startCellGateway(t, "gw-b", freePort(t), dbURL, "cells cell-b")
+	gwA := startCellGateway(t, "gw-a", freePort(t), dbURL, "gateway_name gw-a\n\t\tcells cell-a")
+	// Names and cells from the environment at run time, as in a pod.
+	gwB := startCellGateway(t, "gw-b", freePort(t), dbURL, "gateway_name {env.QG_NAME}\n\t\tcells {env.QG_CELL}",
+		"QG_NAME=gw-b", "QG_CELL=cell-b")
 	gwA.awaitReady(http.StatusOK)
 	gwB.awaitReady(http.StatusOK)
 
