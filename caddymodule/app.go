@@ -120,6 +120,18 @@ type App struct {
 	// requests to the cell, and going up to scoped takes 3 probes in a row.
 	IsolationProbeInterval caddy.Duration `json:"isolation_probe_interval,omitempty"`
 
+	// Cells are the slugs of the cells this gateway (or its leader group)
+	// fronts. It serves only clusters placed on them, answering any other
+	// cluster 421 cluster_unknown before authentication and before any
+	// limit, and records the claim at start in
+	// queen_proxy.gateway_group_cells under its leader_group (or, for a
+	// gateway of its own, its gateway_name, which must then be set). A
+	// cell another group claimed first fails the start. Empty: the gateway
+	// serves every cell no group has claimed, which keeps each limit exact
+	// only while it is the one gateway on its control plane (a warning at
+	// start says so); production sets it.
+	Cells []string `json:"cells,omitempty"`
+
 	// LeaderGroup makes this gateway one of a group that fronts one cell:
 	// only the group's leader serves, a standby answers 503
 	// gateway_standby (and /readyz 503) and takes over once the leader's
@@ -167,6 +179,7 @@ type App struct {
 
 	backend     *backend
 	limits      *limitState
+	fronting    tenancy.Fronting
 	released    bool
 	logger      *zap.Logger
 	sessionKeys *tenancy.SessionKeys
@@ -208,10 +221,18 @@ func (a *App) Provision(ctx caddy.Context) error {
 	setDuration(&a.ReconcileInterval, time.Minute)
 	setDuration(&a.IsolationProbeInterval, 15*time.Minute)
 	setDuration(&a.LeaderLeaseTTL, 2*time.Second)
+	// Names may come from the environment at run time ({env.POD_NAME}):
+	// two gateways must not share one by carrying the same placeholder.
+	repl := caddy.NewReplacer()
+	a.GatewayName = repl.ReplaceAll(a.GatewayName, "")
+	a.LeaderGroup = repl.ReplaceAll(a.LeaderGroup, "")
+	for i, c := range a.Cells {
+		a.Cells[i] = repl.ReplaceAll(c, "")
+	}
+	a.fronting = a.frontingOf()
 	if a.GatewayName == "" {
 		a.GatewayName = defaultGatewayName()
 	}
-	repl := caddy.NewReplacer()
 	a.PeerListen = repl.ReplaceAll(a.PeerListen, "")
 	a.PeerAddress = repl.ReplaceAll(a.PeerAddress, "")
 	a.PeerSecret = repl.ReplaceAll(a.PeerSecret, "")
@@ -265,12 +286,15 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.backend = b
 	b.app.Store(a)
 	a.pushBlockSources = []limits.PushBlockSource{b.storage, b.quota}
-	a.extraReadiness = append(a.extraReadiness, b.storageReadiness, b.isolationReadiness, b.leaderReadiness)
+	a.extraReadiness = append(a.extraReadiness, b.storageReadiness, b.isolationReadiness, b.leaderReadiness, a.frontingReadiness)
 	ls, err := acquireLimitState(a.CellMaxParked)
 	if err != nil {
 		return fmt.Errorf("queen: limit state: %w", err)
 	}
 	a.limits = ls
+	if err := a.stateFronting(ctx); err != nil {
+		return fmt.Errorf("queen: %w", err)
+	}
 	if reg := ctx.GetMetricsRegistry(); reg != nil {
 		if err := reg.Register(&collector{app: a, perCluster: a.MetricsPerCluster}); err != nil {
 			return fmt.Errorf("queen: register metrics: %w", err)
@@ -308,6 +332,9 @@ func (a *App) Validate() error {
 	}
 	if a.LeaderGroup != "" && strings.TrimSpace(a.LeaderGroup) != a.LeaderGroup {
 		return fmt.Errorf("queen: leader_group %q has surrounding spaces", a.LeaderGroup)
+	}
+	if err := a.validateCells(); err != nil {
+		return err
 	}
 	if err := a.validatePeer(); err != nil {
 		return err

@@ -99,7 +99,7 @@ func (g *Gateway) authenticateKey(ctx context.Context, st *requestState, t targe
 	var cluster *tenancy.Cluster
 	switch {
 	case t.unknownHost:
-		return nil, errClusterUnknown
+		return nil, t.unknownHostRefusal()
 	case t.sharedHost:
 		cluster = key.Cluster
 	case key.Cluster.ID != t.cluster.ID:
@@ -156,7 +156,7 @@ func (g *Gateway) authenticateSession(ctx context.Context, st *requestState, t t
 		return nil, e
 	}
 	if t.unknownHost {
-		return nil, errClusterUnknown
+		return nil, t.unknownHostRefusal()
 	}
 	cluster, named := t.cluster, false
 	switch {

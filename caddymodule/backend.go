@@ -215,6 +215,7 @@ func (b *backend) awaitDatabase(ctx context.Context, s backendSettings, log *zap
 		if err == nil {
 			b.lastDatabaseOK.Store(time.Now().UnixNano())
 			log.Info("control-plane database answers")
+			b.claimFrontingLate(ctx, log)
 			b.meter.DatabaseAnswers(ctx)
 			return
 		}

@@ -46,6 +46,7 @@ import (
 //		max_batch_items      <n>
 //		reconcile_interval   <duration>
 //		isolation_probe_interval <duration>
+//		cells             <cell slug...>
 //		leader_group      <group name>
 //		gateway_name      <name in the group>
 //		leader_lease_ttl  <duration>
@@ -174,6 +175,12 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := parseDuration(d, &a.IsolationProbeInterval); err != nil {
 				return err
 			}
+		case "cells":
+			cells := d.RemainingArgs()
+			if len(cells) == 0 {
+				return d.ArgErr()
+			}
+			a.Cells = append(a.Cells, cells...)
 		case "leader_group":
 			if !d.AllArgs(&a.LeaderGroup) {
 				return d.ArgErr()

@@ -153,6 +153,10 @@ func (s gatewayState) ServingGateway() (name, group, role string) {
 	return s.g.app.backend.servingGateway()
 }
 
+func (s gatewayState) FrontedCells() []string {
+	return slices.Clone(s.g.app.fronting.Cells)
+}
+
 func (s gatewayState) CellServes(ctx context.Context, c *tenancy.Cluster) bool {
 	return s.g.app.backend.isolation.Admit(ctx, tenancy.ProbeCellOf(c), c.ID).Serve
 }

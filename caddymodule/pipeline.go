@@ -169,6 +169,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if e != nil {
 		return g.refuse(w, r, st, e)
 	}
+	// A cluster the credential named (shared host, x-queen-act-cluster)
+	// is held to the same rule as the Host's at step 1, before any limit.
+	if !g.app.fronting.Serves(cluster) {
+		return g.refuse(w, r, st, errClusterElsewhere)
+	}
 	st.cluster = cluster
 	caddyhttp.SetVar(r.Context(), varClusterSlug, (*clusterSlugVar)(cluster))
 	g.app.backend.noteCell(cluster)

@@ -8,7 +8,11 @@ import (
 
 // The refusals the pipeline answers with, wire-compatible with queen_proxy.
 var (
-	errClusterUnknown   = &apierror.Error{Status: http.StatusMisdirectedRequest, Code: apierror.ClusterUnknown, Message: "no cluster for this host"}
+	errClusterUnknown = &apierror.Error{Status: http.StatusMisdirectedRequest, Code: apierror.ClusterUnknown, Message: "no cluster for this host"}
+	// A cluster of a cell another gateway fronts: its limits are counted
+	// there, so this gateway admits none of its traffic. The reference's
+	// code for a misdirected Host, with a message that says why.
+	errClusterElsewhere = &apierror.Error{Status: http.StatusMisdirectedRequest, Code: apierror.ClusterUnknown, Message: "this gateway does not front the cell of this cluster; reach it through the gateway of its own cell"}
 	errClusterSuspended = &apierror.Error{Status: http.StatusForbidden, Code: apierror.ClusterSuspended, Message: "cluster suspended"}
 
 	errAmbiguousPath      = &apierror.Error{Status: http.StatusBadRequest, Code: apierror.BadRequest, Message: "ambiguous request path: percent-encoded separators, dot segments and empty segments are refused"}

@@ -25,6 +25,10 @@ type target struct {
 	// unknownHost: on a shielded listener, a Host that names no cluster is
 	// answered 421 only to a caller with a live credential.
 	unknownHost bool
+	// elsewhere: the Host names a cluster of a cell this gateway does not
+	// front; on a shielded listener it is refused like an unknown host,
+	// after a live credential.
+	elsewhere bool
 	// actAs is the x-queen-act-cluster value, trimmed.
 	actAs string
 }
@@ -49,6 +53,15 @@ func (g *Gateway) resolveTarget(r *http.Request) (target, *apierror.Error) {
 		return t, nil
 	}
 	cluster, err := g.clusterForHost(r.Context(), host)
+	if err == nil && !g.app.fronting.Serves(cluster) {
+		// Refused before the credential is looked at or any bucket is
+		// touched: the cluster's limits are its own cell's gateway's.
+		if g.shielded() {
+			t.unknownHost, t.elsewhere = true, true
+			return t, nil
+		}
+		return t, errClusterElsewhere
+	}
 	if err != nil {
 		if g.shielded() {
 			t.unknownHost = true
@@ -58,6 +71,15 @@ func (g *Gateway) resolveTarget(r *http.Request) (target, *apierror.Error) {
 	}
 	t.cluster = cluster
 	return t, nil
+}
+
+// unknownHostRefusal is the 421 a live credential gets on a shielded
+// listener for a Host this gateway does not serve.
+func (t target) unknownHostRefusal() *apierror.Error {
+	if t.elsewhere {
+		return errClusterElsewhere
+	}
+	return errClusterUnknown
 }
 
 func (g *Gateway) clusterForHost(ctx context.Context, host string) (*tenancy.Cluster, error) {

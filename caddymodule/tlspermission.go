@@ -40,6 +40,7 @@ type CertPermission struct {
 	// backend after Cleanup released it.
 	cache       *tenancy.ClusterCache
 	baseDomains []string
+	fronting    tenancy.Fronting
 	logger      *zap.Logger
 }
 
@@ -62,13 +63,25 @@ func (p *CertPermission) Provision(ctx caddy.Context) error {
 	}
 	p.cache = app.Cache()
 	p.baseDomains = slices.Clone(app.BaseDomains)
+	p.fronting = app.fronting
 	return nil
+}
+
+// servedCluster looks a cluster up as the pipeline serves it: a cluster of a
+// cell another gateway fronts gets no certificate here, since every request
+// for it would be refused.
+func (p *CertPermission) servedCluster(ctx context.Context, slug string) (*tenancy.Cluster, error) {
+	c, err := p.cache.ClusterBySlug(ctx, slug)
+	if err == nil && !p.fronting.Serves(c) {
+		return nil, fmt.Errorf("cell %q: %w", c.CellSlug, tenancy.ErrClusterElsewhere)
+	}
+	return c, err
 }
 
 // CertificateAllowed implements caddytls.OnDemandPermission. A refusal
 // wraps caddytls.ErrPermissionDenied and fails the handshake.
 func (p *CertPermission) CertificateAllowed(ctx context.Context, name string) error {
-	slug, err := tenancy.CertificateAllowed(ctx, name, p.baseDomains, p.cache.ClusterBySlug)
+	slug, err := tenancy.CertificateAllowed(ctx, name, p.baseDomains, p.servedCluster)
 	if err == nil {
 		return nil
 	}

@@ -54,6 +54,9 @@ type ClusterState interface {
 	// ServingGateway is the gateway that serves the cell now: its name,
 	// its group ("" for a gateway of its own) and this gateway's role.
 	ServingGateway() (name, group, role string)
+	// FrontedCells are the cells this gateway is configured to front;
+	// empty when it fronts every cell no group claimed.
+	FrontedCells() []string
 	// Unflushed is the cluster's metered usage not yet written to
 	// usage_minutes (the open minute, and closed ones waiting for the
 	// next flush). Every request of a cluster crosses its cell's one

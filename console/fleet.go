@@ -47,6 +47,9 @@ type leaseJSON struct {
 	AcquiredAt string `json:"acquired_at"`
 	RenewedAt  string `json:"renewed_at"`
 	ExpiresAt  string `json:"expires_at"`
+	// Cells are the cells recorded as fronted by the group
+	// (gateway_group_cells).
+	Cells []string `json:"cells"`
 }
 
 type cellTenancyJSON struct {
@@ -70,17 +73,33 @@ type cellJSON struct {
 	UsedSlots     int             `json:"used_slots"`
 	Clusters      int             `json:"clusters"`
 	Tenancy       cellTenancyJSON `json:"tenancy"`
-	Gateway       *leaseJSON      `json:"gateway"`
+	// GatewayGroup is the group recorded as fronting the cell, with the
+	// member that recorded it and when a member last stated it; nil when
+	// no gateway configured with the cell has started.
+	GatewayGroup *cellGroupJSON `json:"gateway_group"`
+	// Gateway is that group's lease, when it is a leader group.
+	Gateway *leaseJSON `json:"gateway"`
+}
+
+type cellGroupJSON struct {
+	Group     string `json:"group"`
+	ClaimedBy string `json:"claimed_by"`
+	ClaimedAt string `json:"claimed_at"`
+	StatedAt  string `json:"stated_at"`
 }
 
 // fleetCells lists every cell with its use, its tenancy verdict and the
-// gateway group named after it, and every gateway group's lease.
+// gateway group recorded as fronting it (gateway_group_cells, written by
+// the gateways themselves, so a group is shown with the cells it claimed
+// whatever it is called), and every gateway group's lease.
 func (s *Surface) fleetCells(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	rows, err := s.o.Pool.Query(ctx, `SELECT group_name, holder, epoch, holder_peer_url, acquired_at, renewed_at, expires_at,
-			expires_at > now()
-		FROM queen_proxy.gateway_leases ORDER BY group_name`)
+			expires_at > now(),
+			coalesce((SELECT array_agg(g.cell_slug ORDER BY g.cell_slug) FROM queen_proxy.gateway_group_cells g
+			   WHERE g.group_name = l.group_name), '{}')
+		FROM queen_proxy.gateway_leases l ORDER BY group_name`)
 	if err != nil {
 		s.fleetFailed(w, "gateway leases", err)
 		return
@@ -88,7 +107,7 @@ func (s *Surface) fleetCells(w http.ResponseWriter, r *http.Request) {
 	leases, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (leaseJSON, error) {
 		var l leaseJSON
 		var acquired, renewed, expires time.Time
-		err := row.Scan(&l.Group, &l.Holder, &l.Epoch, &l.PeerURL, &acquired, &renewed, &expires, &l.Serving)
+		err := row.Scan(&l.Group, &l.Holder, &l.Epoch, &l.PeerURL, &acquired, &renewed, &expires, &l.Serving, &l.Cells)
 		l.AcquiredAt, l.RenewedAt, l.ExpiresAt = utcText(acquired), utcText(renewed), utcText(expires)
 		return l, err
 	})
@@ -105,9 +124,10 @@ func (s *Surface) fleetCells(w http.ResponseWriter, r *http.Request) {
 			(SELECT count(*) FROM queen_proxy.clusters c WHERE c.cell_id = ce.id)::int,
 			ce.tenancy_stated, ce.tenant_scoping, ce.tenant_scoping_checked_at, coalesce(ce.tenant_scoping_detail, ''),
 			queen_proxy.tenancy_keeper_only(ce.tenancy_stated, ce.tenant_scoping),
-			k.slug
+			k.slug, gc.group_name, coalesce(gc.claimed_by, ''), gc.claimed_at, gc.stated_at
 		FROM queen_proxy.cells ce
 		LEFT JOIN queen_proxy.clusters k ON k.id = queen_proxy.cell_keeper_cluster(ce.id)
+		LEFT JOIN queen_proxy.gateway_group_cells gc ON gc.cell_slug = ce.slug
 		ORDER BY ce.slug`)
 	if err != nil {
 		s.fleetFailed(w, "cells", err)
@@ -115,23 +135,32 @@ func (s *Surface) fleetCells(w http.ResponseWriter, r *http.Request) {
 	}
 	cells, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (cellJSON, error) {
 		var c cellJSON
-		var checked *time.Time
+		var checked, claimed, stated *time.Time
+		var group *string
+		var claimedBy string
 		t := &c.Tenancy
 		err := row.Scan(&c.ID, &c.Slug, &c.Region, &c.URL, &c.Class, &c.Status, &c.CapacitySlots, &c.UsedSlots, &c.Clusters,
-			&t.Stated, &t.Probed, &checked, &t.Detail, &t.KeeperOnly, &t.Keeper)
+			&t.Stated, &t.Probed, &checked, &t.Detail, &t.KeeperOnly, &t.Keeper, &group, &claimedBy, &claimed, &stated)
 		t.CheckedAt = timeJSON(checked)
 		t.Contradicted = t.Stated == "scoped" && t.Probed == "unscoped"
-		c.Gateway = byGroup[c.Slug]
+		if group != nil && claimed != nil && stated != nil {
+			c.GatewayGroup = &cellGroupJSON{Group: *group, ClaimedBy: claimedBy, ClaimedAt: utcText(*claimed), StatedAt: utcText(*stated)}
+			c.Gateway = byGroup[*group]
+		}
 		return c, err
 	})
 	if err != nil {
 		s.fleetFailed(w, "cells", err)
 		return
 	}
-	var self map[string]string
+	var self map[string]any
 	if s.o.State != nil {
 		name, group, role := s.o.State.ServingGateway()
-		self = map[string]string{"name": name, "group": group, "role": role}
+		cells := s.o.State.FrontedCells()
+		if cells == nil {
+			cells = []string{}
+		}
+		self = map[string]any{"name": name, "group": group, "role": role, "cells": cells}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"cells": nonNil(cells), "gateway_groups": nonNil(leases), "this_gateway": self,

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -116,8 +117,14 @@ func TestFleetViews(t *testing.T) {
 	w := e.world()
 	op := e.operator()
 	e.exec(`UPDATE queen_proxy.cells SET capacity_slots = 7, tenancy_stated = 'scoped' WHERE id = $1::uuid`, e.cellID)
+	// The cell is fronted by a group whose name is not the cell's: the
+	// fleet pairs them from gateway_group_cells, and a lease that merely
+	// carries the cell's name is not the cell's gateway.
+	group := name("front")
+	e.exec(`SELECT * FROM queen_proxy.claim_gateway_cells($1, 'gw-b', ARRAY[$2])`, group, e.cell)
 	e.exec(`INSERT INTO queen_proxy.gateway_leases (group_name, holder, expires_at, holder_peer_url)
-		VALUES ($1, 'gw-b', now() + interval '1 minute', 'http://192.0.2.12:7946')`, e.cell)
+		VALUES ($1, 'gw-b', now() + interval '1 minute', 'http://192.0.2.12:7946')`, group)
+	e.exec(`INSERT INTO queen_proxy.gateway_leases (group_name, holder, expires_at) VALUES ($1, 'gw-namesake', now() + interval '1 minute')`, e.cell)
 	stale := name("group")
 	e.exec(`INSERT INTO queen_proxy.gateway_leases (group_name, holder, expires_at) VALUES ($1, 'gw-x', now() - interval '1 minute')`, stale)
 	e.exec(`UPDATE queen_proxy.clusters SET limit_overrides = '{"monthly_msgs_quota": 1000000}' WHERE id = $1::uuid`, w.clusterID)
@@ -137,14 +144,24 @@ func TestFleetViews(t *testing.T) {
 	if ten["stated"] != "scoped" || ten["probed"] != "unknown" || ten["keeper_cluster"] != strings.TrimSuffix(w.host, "."+baseDomain) {
 		t.Fatalf("cell tenancy %v", ten)
 	}
+	if g, _ := cell["gateway_group"].(map[string]any); g["group"] != group || g["claimed_by"] != "gw-b" || g["stated_at"] == "" {
+		t.Fatalf("cell gateway group %v, want %s", cell["gateway_group"], group)
+	}
 	gw := cell["gateway"].(map[string]any)
-	if gw["holder"] != "gw-b" || gw["serving"] != true || gw["peer_url"] != "http://192.0.2.12:7946" {
+	if gw["group"] != group || gw["holder"] != "gw-b" || gw["serving"] != true || gw["peer_url"] != "http://192.0.2.12:7946" {
 		t.Fatalf("cell gateway %v", gw)
+	}
+	if g := find(t, cells["gateway_groups"], "group", group); fmt.Sprint(g["cells"]) != fmt.Sprint([]any{e.cell}) {
+		t.Fatalf("group %s fronts %v, want [%s]", group, g["cells"], e.cell)
+	}
+	if g := find(t, cells["gateway_groups"], "group", e.cell); fmt.Sprint(g["cells"]) != "[]" {
+		t.Fatalf("the lease named after the cell fronts %v, want nothing", g["cells"])
 	}
 	if g := find(t, cells["gateway_groups"], "group", stale); g["serving"] != false || g["holder"] != "gw-x" {
 		t.Fatalf("stale group %v", g)
 	}
-	if self := cells["this_gateway"].(map[string]any); self["name"] != "gw-test" || self["role"] != "leader" {
+	if self := cells["this_gateway"].(map[string]any); self["name"] != "gw-test" || self["role"] != "leader" ||
+		fmt.Sprint(self["cells"]) != "[cell-test]" {
 		t.Fatalf("this gateway %v", self)
 	}
 

@@ -102,6 +102,7 @@ func (testState) Storage(string) limits.StorageStatus               { return lim
 func (testState) CellCredential(c *tenancy.Cluster) string          { return "" }
 func (testState) CellServes(context.Context, *tenancy.Cluster) bool { return true }
 func (testState) ServingGateway() (string, string, string)          { return "gw-test", "", "leader" }
+func (testState) FrontedCells() []string                            { return []string{"cell-test"} }
 
 // env is one surface on the package database, with its own cell (a fake
 // broker) and a clock tests can move.

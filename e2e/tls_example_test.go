@@ -48,7 +48,7 @@ func productionExample(t *testing.T, caLines, dnsLines string) string {
 // queen_gateway.
 func TestTLSProductionExampleAdapts(t *testing.T) {
 	for _, v := range []string{"QUEENGATE_BASE_DOMAIN", "QUEENGATE_ONDEMAND_DOMAIN", "QUEENGATE_ACME_EMAIL", "QUEENGATE_STATE_DIR",
-		"QUEENGATE_LEADER_GROUP", "QUEENGATE_PRIVATE_ADDRESS", "QUEENGATE_PROBE_PORT", "QUEENGATE_METRICS_PORT", "QUEENGATE_LOG_LEVEL"} {
+		"QUEENGATE_LEADER_GROUP", "QUEENGATE_CELL", "QUEENGATE_PRIVATE_ADDRESS", "QUEENGATE_PROBE_PORT", "QUEENGATE_METRICS_PORT", "QUEENGATE_LOG_LEVEL"} {
 		unsetEnv(t, v) // the file's defaults apply
 	}
 	caddyfile := productionExample(t, "", "dns queen_testdns 127.0.0.1:1")
@@ -75,6 +75,10 @@ func TestTLSProductionExampleAdapts(t *testing.T) {
 	}
 	for _, w := range warnings { // "input is not formatted" among them: caddy fmt
 		t.Errorf("Caddyfile warning: %s", w.String())
+	}
+	// Production names the cell its group fronts.
+	if !strings.Contains(string(out), `"cells":["eu1-a"]`) {
+		t.Errorf("the production example does not name the cell it fronts: %s", out)
 	}
 
 	var cfg struct {

@@ -99,6 +99,11 @@ gateway_leases acquired_at timestamptz NN now()
 gateway_leases renewed_at timestamptz NN now()
 gateway_leases expires_at timestamptz NN -
 gateway_leases holder_peer_url text NN ''::text
+gateway_group_cells cell_slug text NN -
+gateway_group_cells group_name text NN -
+gateway_group_cells claimed_by text NN ''::text
+gateway_group_cells claimed_at timestamptz NN now()
+gateway_group_cells stated_at timestamptz NN now()
 quota_announcements cluster_id uuid NN -
 quota_announcements month text NN -
 quota_announcements kind text NN -
@@ -270,6 +275,7 @@ func TestSchemaIndexes(t *testing.T) {
 		{"idx_operations_cluster_at", "(cluster_id, at DESC) WHERE (cluster_id IS NOT NULL)"},
 		{"idx_revoked_tokens_expires_at", "(expires_at)"},
 		{"idx_outbox_pending", "(created_at) WHERE (consumed_at IS NULL)"},
+		{"idx_gateway_group_cells_group", "(group_name)"},
 	} {
 		var def string
 		err := pool.QueryRow(ctxT(t), "SELECT indexdef FROM pg_indexes WHERE schemaname = 'queen_proxy' AND indexname = $1", idx.name).Scan(&def)
@@ -295,7 +301,7 @@ func TestSchemaIndexes(t *testing.T) {
 	for table, cols := range map[string]string{
 		"cluster_roles": "(user_id, cluster_id)", "usage_minutes": "(cluster_id, minute, op_class)",
 		"usage_days": "(cluster_id, day, op_class)", "revoked_tokens": "(jti)", "schema_migrations": "(name)",
-		"request_minutes": "(cluster_id, minute, key_id, outcome)",
+		"request_minutes": "(cluster_id, minute, key_id, outcome)", "gateway_group_cells": "(cell_slug)",
 	} {
 		def := scalar[string](t, pool, `SELECT pg_get_constraintdef(oid) FROM pg_constraint
 			WHERE contype = 'p' AND conrelid = ('queen_proxy.' || $1)::regclass`, table)

@@ -410,7 +410,7 @@ clusters away with "cluster move" (their broker data does not move), then
 			return nil
 		})
 	})
-	cmd.AddCommand(add, cellUpdateCommand(), list, drain, cellRemoveCommand())
+	cmd.AddCommand(add, cellUpdateCommand(), list, drain, cellRemoveCommand(), cellReleaseGatewayCommand())
 	return cmd
 }
 

@@ -169,3 +169,40 @@ clusters has nothing cached on any gateway, so no gateway needs telling.`,
 	})
 	return remove
 }
+
+func cellReleaseGatewayCommand() *cobra.Command {
+	release := &cobra.Command{
+		Use:   "release-gateway <cell>",
+		Short: "Forgets which gateway group fronts a cell, so that another group may claim it",
+		Long: `
+A gateway configured with "cells" in its queen block records at start that
+its group (its leader_group, or its gateway_name) fronts those cells, in
+queen_proxy.gateway_group_cells; a cell is fronted by one group, and a
+gateway of another group that claims it does not start. To hand a cell to
+new gateways, stop the old group's gateways (or remove the cell from their
+"cells"), release the cell here, then start the new ones. A gateway of the
+old group that still runs serves the cell's clusters until the new group has
+claimed it; started again with the cell configured, it claims it again.
+Every gateway reloads the cell's clusters within a second.`,
+	}
+	release.RunE = action(exactly(1), func(r *run, args []string) error {
+		pool, err := r.db()
+		if err != nil {
+			return err
+		}
+		out, err := controlplane.ReleaseCellGateway(r.ctx, pool, args[0])
+		if err != nil {
+			return err
+		}
+		return r.emit(out, func() error {
+			if out.Group == nil {
+				r.printf("no gateway group is recorded as fronting cell %q; nothing changed", out.Cell)
+				return nil
+			}
+			r.printf("cell %q is no longer recorded as fronted by gateway group %q; the next group to start with it in \"cells\" claims it",
+				out.Cell, *out.Group)
+			return nil
+		})
+	})
+	return release
+}

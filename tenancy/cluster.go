@@ -25,6 +25,9 @@ type Cluster struct {
 	// (cells.tenancy_stated): "probe" (the probe decides), "scoped" or
 	// "unscoped" (see docs/isolation.md).
 	CellTenancy string
+	// CellGroup is the gateway group recorded as fronting the cell
+	// (gateway_group_cells), "" when none is; see Fronting.
+	CellGroup string
 
 	Limits   limits.Effective
 	Features Features

@@ -33,6 +33,7 @@ const clusterColumns = `
 	c.id::text, c.tenant_id::text, c.slug, c.broker_tenant_uuid::text,
 	t.status, c.status, p.code,
 	ce.id::text, ce.slug, ce.base_url, coalesce(ce.cell_secret, ''), ce.tenancy_stated,
+	coalesce(gc.group_name, ''),
 	p.max_req_per_sec, p.req_burst, p.max_msgs_per_sec, p.msgs_burst,
 	p.max_queues, p.max_partitions_per_queue, p.max_parked_pops,
 	p.max_payload_bytes, p.max_batch_items, p.max_retained_bytes,
@@ -42,6 +43,7 @@ const clusterJoins = `
 	FROM queen_proxy.clusters c
 	JOIN queen_proxy.tenants t ON t.id = c.tenant_id
 	JOIN queen_proxy.cells ce ON ce.id = c.cell_id
+	LEFT JOIN queen_proxy.gateway_group_cells gc ON gc.cell_slug = ce.slug
 	JOIN queen_proxy.plans p ON p.id = c.plan_id`
 
 // ClusterBySlug reads the cluster whose hostname label is slug.
@@ -103,6 +105,7 @@ func scanCluster(row pgx.Row, extra []any) (*Cluster, error) {
 		&c.ID, &c.TenantID, &c.Slug, &c.BrokerTenant,
 		&tenantStatus, &clusterStatus, &c.PlanCode,
 		&c.CellID, &c.CellSlug, &c.CellURL, &c.CellSecret, &c.CellTenancy,
+		&c.CellGroup,
 		&reqRate, &reqBurst, &msgRate, &msgBurst,
 		&queues, &partitions, &parked,
 		&payload, &batch, &retained,

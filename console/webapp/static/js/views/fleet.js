@@ -19,9 +19,15 @@ function verdict(t) {
 		parts.join(' · '), t.contradicted ? ' · CONTRADICTED' : '');
 }
 
-function gatewayCell(g) {
-	if (!g) return h('span', { class: 'muted' }, 'no group named after this cell');
-	return h('span', {}, g.serving ? badge(`${g.holder} serving`, 'on') : badge(`${g.holder}: lease expired`, 'warn'),
+// gatewayCell is the group recorded as fronting the cell (written by its
+// gateways at start), with its lease when it is a leader group.
+function gatewayCell(c) {
+	const front = c.gateway_group;
+	if (!front) return h('span', { class: 'muted' }, 'no gateway has claimed this cell');
+	const g = c.gateway;
+	if (!g) return h('span', { title: `claimed by ${front.claimed_by}, last stated ${front.stated_at}` }, front.group);
+	return h('span', { title: `claimed by ${front.claimed_by}, last stated ${front.stated_at}` }, `${front.group}: `,
+		g.serving ? badge(`${g.holder} serving`, 'on') : badge(`${g.holder}: lease expired`, 'warn'),
 		h('span', { class: 'muted' }, ` epoch ${g.epoch}`));
 }
 
@@ -35,24 +41,27 @@ function cellsPanel(data) {
 			rows: data.cells.map((c) => [
 				h('strong', {}, c.slug), h('code', {}, c.url), c.class, badge(c.status, c.status === 'active' ? 'active' : 'warn'),
 				`${fmtInt(c.used_slots)} / ${c.capacity_slots ? fmtInt(c.capacity_slots) : '∞'}`,
-				verdict(c.tenancy), gatewayCell(c.gateway)]),
+				verdict(c.tenancy), gatewayCell(c)]),
 			rowAttrs: (i) => ({
 				'data-testid': 'fleet-cell-row', 'data-cell': data.cells[i].slug,
 				'data-used': data.cells[i].used_slots, 'data-capacity': data.cells[i].capacity_slots,
 				'data-probed': data.cells[i].tenancy.probed, 'data-stated': data.cells[i].tenancy.stated,
+				'data-gateway-group': data.cells[i].gateway_group ? data.cells[i].gateway_group.group : '',
 			}),
 			empty: 'No cells.',
 		}),
 		h('h3', {}, 'Gateway groups'),
 		table({
 			testid: 'fleet-gateways',
-			columns: [{ label: 'Group' }, { label: 'Serving member' }, { label: 'Epoch', num: true }, { label: 'Lease expires' }],
-			rows: data.gateway_groups.map((g) => [g.group, g.serving ? g.holder : h('span', { class: 'muted' }, `none (${g.holder} expired)`),
+			columns: [{ label: 'Group' }, { label: 'Cells' }, { label: 'Serving member' }, { label: 'Epoch', num: true }, { label: 'Lease expires' }],
+			rows: data.gateway_groups.map((g) => [g.group, g.cells.length ? g.cells.join(', ') : h('span', { class: 'muted' }, 'none claimed'),
+				g.serving ? g.holder : h('span', { class: 'muted' }, `none (${g.holder} expired)`),
 				fmtInt(g.epoch), fmtDate(g.expires_at)]),
 			empty: 'No gateway groups: every gateway serves on its own.',
 		}),
 		data.this_gateway ? h('p', { class: 'muted', 'data-testid': 'fleet-this-gateway' },
-			`This page is served by ${data.this_gateway.name}${data.this_gateway.group ? ` (group ${data.this_gateway.group})` : ''}, ${data.this_gateway.role}.`) : null);
+			`This page is served by ${data.this_gateway.name}${data.this_gateway.group ? ` (group ${data.this_gateway.group})` : ''}, ${data.this_gateway.role}, `
+			+ (data.this_gateway.cells.length ? `fronting ${data.this_gateway.cells.join(', ')}.` : 'fronting every cell no group claimed.')) : null);
 }
 
 function quotaText(q) {
