@@ -44,7 +44,8 @@ type requestState struct {
 	held       heldBody        // the buffered body, pooled once nothing reads it (bodybuffer.go)
 	bodyReader bodyReader      // r.Body once the body is buffered
 	forwarded  bool            // the request went on to the proxy, its body with it
-	detached   detachedContext // a produce route's exchange: the client's context without its cancellation
+	detached   detachedContext // a produce route's or an answered pop's exchange: the client's context without its cancellation
+	popPhase   popPhase        // a pop's exchange: whether its answer began before its client left (detach.go)
 	ctx        clusterContext
 	rw         meteredResponse
 	scrub      cellErrorScrub // between rw and the client: withholds cell internals
@@ -226,9 +227,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// 5. Forward to the cluster's cell, bounded by the upstream timeout.
 	// A route billed from what it adds keeps its exchange going (under
 	// that timeout) if the client leaves: the cell may commit it anyway.
+	// A pop does too once its answer began: the broker delivered it.
 	_, rule := billingOf(r, st)
 	detach := detaches(rule)
-	fr, cancel, e := g.prepareForward(r, st, cluster, detach)
+	fr, cancel, e := g.prepareForward(r, st, cluster, rule)
 	if e != nil {
 		return g.refuse(w, r, st, e)
 	}
@@ -238,7 +240,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// 6. Relay the answer as it comes, and meter it from what it says.
 	client := st.scrub.attach(w, r, g.logger, &st.rid)
 	st.rw = meteredResponse{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: client},
-		keep: rule != billPlain, rule: rule, detached: detach, onHead: release}
+		keep: rule != billPlain, rule: rule, detached: detach || rule == billPop, onHead: release}
 	st.rw.tallyAnswers(rule)
 	if st.rw.keep {
 		var judge errorFreeJudge
@@ -250,12 +252,18 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	rw := &st.rw
 	var err error
 	st.forwarded = true
-	if detach {
+	if rw.detached {
 		var aborted bool
 		if aborted, err = relay(next, rw, r); aborted {
-			// The cell's answer broke off: what it committed is unknown.
+			// The cell's answer broke off: what a produce request
+			// committed is unknown; a pop is billed what it had begun
+			// to deliver.
 			counters.request(st, 2)
-			g.recordUsage(r, st, cluster, rw, exchangeUnanswered)
+			fate := exchangeUnanswered
+			if rule == billPop {
+				fate = exchangeCut
+			}
+			g.recordUsage(r, st, cluster, rw, fate)
 			g.tallyRequest(st, http.StatusBadGateway)
 			panic(http.ErrAbortHandler)
 		}
@@ -285,18 +293,30 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // prepareForward readies the request for the cell: the cell's credential,
 // the upstream deadline (cancel releases it), the cluster for the dynamic
 // upstream, and the headers the cell sees. A detached request's deadline
-// is the gateway's alone: the client leaving does not cancel it.
-func (g *Gateway) prepareForward(r *http.Request, st *requestState, c *tenancy.Cluster, detach bool) (*http.Request, context.CancelFunc, *apierror.Error) {
+// is the gateway's alone: the client leaving does not cancel it (a pop's,
+// once its answer began).
+func (g *Gateway) prepareForward(r *http.Request, st *requestState, c *tenancy.Cluster, rule billing) (*http.Request, context.CancelFunc, *apierror.Error) {
 	cellAuth, e := g.cellCredential(c, st)
 	if e != nil {
 		return nil, nil, e
 	}
 	parent := r.Context()
-	if detach {
+	var stop func()
+	switch {
+	case detaches(rule):
 		st.detached = detachedContext{parent: parent}
 		parent = &st.detached
+	case rule == billPop:
+		parent, stop = st.detachOnAnswer(parent)
 	}
 	ctx, cancel := context.WithTimeout(parent, g.upstreamTimeout(st))
+	if stop != nil {
+		timeout := cancel
+		cancel = func() {
+			timeout()
+			stop()
+		}
+	}
 	st.ctx = clusterContext{Context: ctx, cluster: c}
 	r = r.WithContext(&st.ctx)
 	// Client trailers would reach the cell after the gateway's headers
