@@ -224,7 +224,7 @@ func TestPopIsBilledWhenItsClientLeaves(t *testing.T) {
 		name     string
 		messages int
 		cutAt    float64 // the answer breaks off after this share of it; 0: it ends whole
-		billed   int64 // -1: the messages begun before the cut
+		billed   int64   // -1: the messages begun before the cut
 	}{
 		{"whole", 20, 0, 20},
 		{"cut", 20, 0.5, -1},

@@ -227,4 +227,3 @@ func mustRequest(t *testing.T, method, url, key string) *http.Request {
 	req.Header.Set("Authorization", "Bearer "+key)
 	return req
 }
-
