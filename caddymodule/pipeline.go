@@ -327,6 +327,7 @@ func (g *Gateway) prepareForward(r *http.Request, st *requestState, c *tenancy.C
 }
 
 func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, st *requestState, e *apierror.Error) error {
+	closeUnreadBody(w, r, st)
 	counters.request(st, 1)
 	counters.refused(e.Code)
 	g.tallyRequest(st, e.Status)
@@ -335,6 +336,24 @@ func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, st *requestStat
 		zap.Int("status", e.Status), zap.String("host", r.Host), zap.String("path", r.URL.Path))
 	apierror.Write(w, e, st.rid)
 	return nil
+}
+
+// closeUnreadBody makes an HTTP/1 refusal of a caller not (yet)
+// authenticated close its connection when the request's body has not
+// been read: else the server would read up to 256 KiB of that body (to
+// keep the connection) before it sent the refusal, and again when the
+// handler is done, so a caller that never sends the body it announced
+// would hold the connection unanswered, and an anonymous one would cost
+// the gateway a body. The connection's read deadline passes at once, so
+// nothing more of it is read; the refusal is still written. Callers that
+// authenticated keep their connection (the server takes the rest of a
+// small body, as for any answer).
+func closeUnreadBody(w http.ResponseWriter, r *http.Request, st *requestState) {
+	if r.ProtoMajor != 1 || st.principal.Kind != 0 || st.buffered || r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+		return
+	}
+	w.Header()["Connection"] = []string{"close"}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 }
 
 // tallyRequest counts the request for the console's per-key usage and
