@@ -166,6 +166,22 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := parseCount(d, &a.MaxBatchItems); err != nil {
 				return err
 			}
+		case "produce_max_exchanges":
+			if err := parseCount(d, &a.ProduceMaxExchanges); err != nil {
+				return err
+			}
+		case "produce_max_bytes":
+			if err := parseSizeInt(d, &a.ProduceMaxBytes); err != nil {
+				return err
+			}
+		case "cluster_produce_max_exchanges":
+			if err := parseCount(d, &a.ClusterProduceMaxExchanges); err != nil {
+				return err
+			}
+		case "cluster_produce_max_bytes":
+			if err := parseSizeInt(d, &a.ClusterProduceMaxBytes); err != nil {
+				return err
+			}
 		case "reconcile_interval":
 			if err := parseDuration(d, &a.ReconcileInterval); err != nil {
 				return err

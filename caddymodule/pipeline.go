@@ -210,14 +210,36 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return g.refuse(w, r, st, e)
 	}
 
-	// 4b. Bodies that add data: size caps, queue and partition admission,
+	// 4b. A route billed from what it adds keeps its exchange going
+	// (under the upstream timeout) if the client leaves, as a pop does
+	// once its answer began: the cell may commit it anyway. Such an
+	// exchange holds a share of the gateway's in-flight budget until it
+	// ends (inflight.go); a push's or a transaction's is taken for the
+	// length it announced before its body is read, so that a refused body
+	// is not read.
+	var held inflightHold
+	defer held.release()
+	if st.route.Class == tenancy.ClassProduce {
+		if e := held.take(cluster.ID, max(r.ContentLength, 0), g.app.inflightCaps()); e != nil {
+			return g.refuse(w, r, st, e)
+		}
+	}
+
+	// 4c. Bodies that add data: size caps, queue and partition admission,
 	// the message bucket, the storage estimate.
 	if e := g.admitBody(r, st, cluster); e != nil {
 		return g.refuse(w, r, st, e)
 	}
+	_, rule := billingOf(r, st)
+	detach := detaches(rule)
+	if detach {
+		if e := held.take(cluster.ID, inflightBytes(r, st), g.app.inflightCaps()); e != nil {
+			return g.refuse(w, r, st, e)
+		}
+	}
 	g.setRateLimitHeaders(w, st, cluster)
 
-	// 4c. A long-poll pop holds a parked slot until the cell answers.
+	// 4d. A long-poll pop holds a parked slot until the cell answers.
 	release, e := g.parkSlot(r, st, cluster)
 	if e != nil {
 		return g.refuse(w, r, st, e)
@@ -225,11 +247,6 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	defer release()
 
 	// 5. Forward to the cluster's cell, bounded by the upstream timeout.
-	// A route billed from what it adds keeps its exchange going (under
-	// that timeout) if the client leaves: the cell may commit it anyway.
-	// A pop does too once its answer began: the broker delivered it.
-	_, rule := billingOf(r, st)
-	detach := detaches(rule)
 	fr, cancel, e := g.prepareForward(r, st, cluster, rule)
 	if e != nil {
 		return g.refuse(w, r, st, e)
