@@ -129,7 +129,6 @@ func inflightBytes(r *http.Request, st *requestState) int64 {
 	return max(r.ContentLength, 0)
 }
 
-
 // inflightHold is one request's share of the budget: taken before its
 // body is read when it announced a length, and grown to what it holds
 // once read (a chunked body announces none).
