@@ -125,3 +125,23 @@ func mayHaveReachedCell(err error) bool {
 	}
 	return true
 }
+
+// markResendable tells the transport whether the request may be sent
+// again on a fresh connection when a reused connection to the cell fails
+// before any byte of the answer came (the cell closed it as the request
+// went out: a keep-alive race). net/http's transport does that for a
+// request marked idempotent by an Idempotency-Key header whose body it
+// can read again (the buffered body's GetBody). The key is the request id
+// (already sent as X-Queen-Request-Id; reverse_proxy's header copy drops
+// a key of no value, which would mark it without sending it). Only a push
+// whose every item carries a transactionId is marked: the broker stores
+// such items once, however often they come. A client's own
+// Idempotency-Key headers never reach the transport, so no other request
+// is sent twice.
+func markResendable(h http.Header, resendable bool, rid *string) {
+	delete(h, "Idempotency-Key")
+	delete(h, "X-Idempotency-Key")
+	if resendable {
+		h["Idempotency-Key"] = []string{*rid}
+	}
+}

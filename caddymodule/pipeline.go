@@ -33,6 +33,7 @@ type requestState struct {
 	msgDecision limits.Decision
 	msgChecked  bool
 	produced    int                 // items a push, transaction or ephemeral push carries, as counted at admission
+	resendable  bool                // a push whose every item carries a transactionId: safe to send again
 	cycle       limits.ProduceBatch // a streams cycle's sink items, as grouped at admission
 
 	// Storage the pipeline points into instead of allocating each piece
@@ -340,6 +341,7 @@ func (g *Gateway) prepareForward(r *http.Request, st *requestState, c *tenancy.C
 	// (reverse_proxy relays them at the body's end): none are forwarded.
 	r.Trailer = nil
 	g.setUpstreamHeaders(r.Header, c, st.rid, cellAuth, &st.headers)
+	markResendable(r.Header, st.resendable, &st.rid)
 	return r, cancel, nil
 }
 
