@@ -15,6 +15,9 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/queengate/queengate/meter"
 )
@@ -290,5 +293,35 @@ func TestPopIsBilledWhenItsClientLeaves(t *testing.T) {
 				t.Fatalf("billed %d requests, %d messages; want 1 and %d", got.Reqs, got.Msgs, want)
 			}
 		})
+	}
+}
+
+// The warning of a produce request billed as unanswered says whether its
+// client had left: a client that hung up before any answer byte (no write
+// to it ever failed) is gone, one that waits is not.
+func TestUnansweredWarningSaysWhetherTheClientLeft(t *testing.T) {
+	for _, leaves := range []bool{true, false} {
+		env, _ := meteredEnv(t)
+		core, logs := observer.New(zapcore.WarnLevel)
+		env.g.logger = zap.New(core)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		r := httptest.NewRequestWithContext(ctx, "POST", "/api/v1/push", strings.NewReader(push("a", "b")))
+		r.Host = "pro.eu1.example.com"
+		r.Header.Set("Authorization", "Bearer qk_live_full_pro")
+		next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+			if leaves {
+				cancel()
+			}
+			return caddyhttp.Error(502, io.ErrUnexpectedEOF)
+		})
+		_ = env.g.ServeHTTP(httptest.NewRecorder(), r, next)
+		entries := logs.FilterMessageSnippet("billed as unanswered").All()
+		if len(entries) != 1 {
+			t.Fatalf("client leaves %v: %d unanswered warnings, want 1", leaves, len(entries))
+		}
+		if got := entries[0].ContextMap()["client_gone"]; got != leaves {
+			t.Fatalf("client leaves %v: the warning says client_gone %v", leaves, got)
+		}
 	}
 }
