@@ -1,6 +1,7 @@
 package meter
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -61,4 +62,33 @@ func TestPopBegunAtEveryCut(t *testing.T) {
 			t.Fatalf("%s: Begun %d / %d, want 0", bad, c.Begun(200), k.Begun(200))
 		}
 	}
+}
+
+// FuzzPopBegun: at any cut of any answer, the two readers agree on the
+// messages begun, but for the one the cut fell in when it is no object
+// (a broker's messages always are); a whole answer that either reader reads as a pop begun
+// exactly the messages it delivered; and a longer start of a well-formed
+// answer never begun fewer.
+func FuzzPopBegun(f *testing.F) {
+	for _, s := range []string{`{"messages":[{"id":"a"},{"id":"b"}]}`, `{"messages":[],"messages":[1]}`,
+		`{"messages":"x"}`, `{"messages":[[[]]]}`, `{"a":1,"messages":[null]}`, string(popAnswerBody(3, 10))} {
+		f.Add([]byte(s), uint16(len(s)/2))
+	}
+	f.Fuzz(func(t *testing.T, body []byte, cut uint16) {
+		at := int(cut) % (len(body) + 1)
+		c, k := NewPopCount(), NewPopKeys()
+		_, _ = c.Write(body[:at])
+		_, _ = k.Write(body[:at])
+		if d := c.Begun(200) - k.Begun(200); d < -1 || d > 1 {
+			t.Fatalf("cut at %d: PopCount begun %d, PopKeys %d: %q", at, c.Begun(200), k.Begun(200), body)
+		}
+		whole := NewPopCount()
+		_, _ = whole.Write(body)
+		if n := whole.Messages(200); n > 0 && whole.Begun(200) != n {
+			t.Fatalf("a whole answer of %d messages begun %d: %q", n, whole.Begun(200), body)
+		}
+		if json.Valid(body) && c.Begun(200) > whole.Begun(200) && strings.Count(string(body), `"messages"`) <= 1 {
+			t.Fatalf("the start to %d begun %d, the whole answer %d: %q", at, c.Begun(200), whole.Begun(200), body)
+		}
+	})
 }

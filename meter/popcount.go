@@ -145,7 +145,8 @@ func (s *messagesWatch) element(scan *answerScan, p []byte, i int) int {
 // Begun is how many messages a pop answer cut short had begun before its
 // end, for an upstream status: the answer read so far is a well-formed
 // start of one JSON object, and each element of its "messages" array
-// that started counts, the one the cut fell in too. The broker sent at
+// that started counts, the one the cut fell in too (when it is an object
+// or an array, as the broker's messages are; a scalar counts once whole). The broker sent at
 // least these, so a pop whose answer broke off is billed them; a start
 // that is not well-formed JSON, or not an object, counts 0, as Messages
 // does. It is the same reading as Messages, stopped where the bytes did.
