@@ -68,7 +68,7 @@ func connectionsTo(t *testing.T, port int) int {
 
 // TestProduceInFlightIsBounded is the red team's load: pushes sent all at
 // once to a cell that answers after 3 s, each client hanging up when no
-// answer came within a second. The pushes in flight stay within the
+// answer came before the cell's. The pushes in flight stay within the
 // cluster's share of the budget (cluster_produce_max_bytes 64MiB,
 // cluster_produce_max_exchanges 128 by default); every other push is
 // refused 503 exchange_capacity with Retry-After, at once, and reaches
@@ -222,9 +222,9 @@ func TestProduceInFlightIsBounded(t *testing.T) {
 					}()
 					start := time.Now()
 					go func() { _, _ = conn.Write(request) }()
-					// An answer within the second is a refusal; none is a
-					// push at the cell, which the client leaves.
-					_ = conn.SetReadDeadline(time.Now().Add(time.Second + 500*time.Millisecond))
+					// An answer before the cell's (3 s) is a refusal; none
+					// is a push at the cell, which the client leaves.
+					_ = conn.SetReadDeadline(time.Now().Add(2500 * time.Millisecond))
 					resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 					mu.Lock()
 					defer mu.Unlock()
@@ -253,7 +253,9 @@ func TestProduceInFlightIsBounded(t *testing.T) {
 			if len(unexpected) > 0 {
 				t.Fatalf("answers other than 503 exchange_capacity: %v", unexpected)
 			}
-			if reached != hungUp || reached+refused != load.pushes {
+			// A client whose body was still on its way when it hung up (a
+			// loaded machine) reached nothing: reached ≤ hungUp.
+			if reached > hungUp || hungUp+refused != load.pushes {
 				t.Fatalf("%d pushes reached the cell, %d clients got no answer and hung up, %d were refused, of %d", reached, hungUp, refused, load.pushes)
 			}
 			if reached == 0 || reached > load.maxForwarded {
