@@ -109,6 +109,9 @@ func (g *Gateway) admitProduce(r *http.Request, st *requestState, c *tenancy.Clu
 	// copies the names it learns).
 	defer batch.Release()
 	st.produced = batch.Items
+	// A push whose every item the broker deduplicates may be sent again
+	// when the cell closed a reused connection under it (forward.go).
+	st.resendable = r.URL.Path == "/api/v1/push" && batch.Items > 0 && batch.Identified == batch.Items
 	if refusal := limits.CheckProduce(batch, c.Limits, g.app.MaxBatchItems); refusal != nil {
 		return payloadTooLarge(refusal.Message)
 	}

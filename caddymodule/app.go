@@ -94,6 +94,17 @@ type App struct {
 	// set no max_batch_items. Default 10000.
 	MaxBatchItems int `json:"max_batch_items,omitempty"`
 
+	// ProduceMaxExchanges and ProduceMaxBytes bound the produce requests
+	// in flight to the cells on this gateway (each may outlive its
+	// client: detach.go), in exchanges and in the body bytes they hold;
+	// ClusterProduceMaxExchanges and ClusterProduceMaxBytes bound one
+	// cluster's share. Past a bound, 503 exchange_capacity before
+	// forwarding. Defaults 1024, 256 MiB, 128 and 64 MiB.
+	ProduceMaxExchanges        int `json:"produce_max_exchanges,omitempty"`
+	ProduceMaxBytes            int `json:"produce_max_bytes,omitempty"`
+	ClusterProduceMaxExchanges int `json:"cluster_produce_max_exchanges,omitempty"`
+	ClusterProduceMaxBytes     int `json:"cluster_produce_max_bytes,omitempty"`
+
 	// SpoolDir is where usage rows wait on disk while the database cannot
 	// take them. Default: "queengate-spool" in Caddy's data directory.
 	SpoolDir string `json:"spool_dir,omitempty"`
@@ -249,6 +260,15 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if a.MaxBatchItems == 0 {
 		a.MaxBatchItems = 10000
 	}
+	for _, d := range []struct {
+		v   *int
+		def int
+	}{{&a.ProduceMaxExchanges, defaultProduceMaxExchanges}, {&a.ProduceMaxBytes, defaultProduceMaxBytes},
+		{&a.ClusterProduceMaxExchanges, defaultClusterProduceMaxExchanges}, {&a.ClusterProduceMaxBytes, defaultClusterProduceMaxBytes}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
 	if err := a.Validate(); err != nil {
 		return err
 	}
@@ -323,6 +343,9 @@ func (a *App) Validate() error {
 	}
 	if a.CellMaxParked < 0 || a.MaxBatchItems < 0 {
 		return fmt.Errorf("queen: cell_max_parked and max_batch_items must be positive")
+	}
+	if a.ProduceMaxExchanges < 0 || a.ProduceMaxBytes < 0 || a.ClusterProduceMaxExchanges < 0 || a.ClusterProduceMaxBytes < 0 {
+		return fmt.Errorf("queen: produce_max_exchanges, produce_max_bytes, cluster_produce_max_exchanges and cluster_produce_max_bytes must be positive")
 	}
 	if a.LeaderLeaseTTL != 0 && time.Duration(a.LeaderLeaseTTL) < 500*time.Millisecond {
 		return fmt.Errorf("queen: leader_lease_ttl must be at least 500ms, got %s", time.Duration(a.LeaderLeaseTTL))

@@ -315,7 +315,7 @@ func BenchmarkStageForward(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		r := req.reset()
-		fr, cancel, e := env.g.prepareForward(r, st, env.cluster, true)
+		fr, cancel, e := env.g.prepareForward(r, st, env.cluster, billPush)
 		if e != nil {
 			b.Fatal(e)
 		}

@@ -167,6 +167,22 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := parseCount(d, &a.MaxBatchItems); err != nil {
 				return err
 			}
+		case "produce_max_exchanges":
+			if err := parseCount(d, &a.ProduceMaxExchanges); err != nil {
+				return err
+			}
+		case "produce_max_bytes":
+			if err := parseSizeInt(d, &a.ProduceMaxBytes); err != nil {
+				return err
+			}
+		case "cluster_produce_max_exchanges":
+			if err := parseCount(d, &a.ClusterProduceMaxExchanges); err != nil {
+				return err
+			}
+		case "cluster_produce_max_bytes":
+			if err := parseSizeInt(d, &a.ClusterProduceMaxBytes); err != nil {
+				return err
+			}
 		case "reconcile_interval":
 			if err := parseDuration(d, &a.ReconcileInterval); err != nil {
 				return err
@@ -352,12 +368,14 @@ func parseCellTLS(d *caddyfile.Dispenser) (*reverseproxy.TLSConfig, error) {
 // newCellProxy is the reverse_proxy the directive places after the gateway:
 // upstreams from the resolved cluster's cell, the Host set to the cell, and
 // HTTP/1.1 keep-alive connections to cells, over TLS when cellTLS is set
-// (HTTP/1.1 even when a TLS cell offers HTTP/2).
+// (HTTP/1.1 even when a TLS cell offers HTTP/2), given up when idle before
+// the broker gives them up (CellIdleTimeout).
 func newCellProxy(dialTimeout caddy.Duration, cellTLS *reverseproxy.TLSConfig) *reverseproxy.Handler {
 	if dialTimeout == 0 {
 		dialTimeout = caddy.Duration(defaultDialTimeout)
 	}
-	transport := &reverseproxy.HTTPTransport{DialTimeout: dialTimeout, TLS: cellTLS, Versions: []string{"1.1"}}
+	transport := &reverseproxy.HTTPTransport{DialTimeout: dialTimeout, TLS: cellTLS, Versions: []string{"1.1"},
+		KeepAlive: &reverseproxy.KeepAlive{IdleConnTimeout: caddy.Duration(CellIdleTimeout)}}
 	upstreams := &Upstreams{CellsTLS: cellTLS != nil}
 	return &reverseproxy.Handler{
 		DynamicUpstreamsRaw: caddyconfig.JSONModuleObject(upstreams, "source", "queen", nil),

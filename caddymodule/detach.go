@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptrace"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -27,6 +29,51 @@ func (c *detachedContext) Deadline() (time.Time, bool) { return time.Time{}, fal
 func (c *detachedContext) Done() <-chan struct{}       { return nil }
 func (c *detachedContext) Err() error                  { return nil }
 func (c *detachedContext) Value(key any) any           { return c.parent.Value(key) }
+
+// A pop's answer is what the broker delivered (with autoAck, acknowledged
+// too), so a client that breaks it off does not stop it either: from the
+// answer's first byte on, a pop's exchange is detached like a produce
+// request's and its answer read to its end and billed. Before that byte
+// the pop is still the client's: a long poll whose client left stops
+// waiting, so that the broker does not deliver to nobody.
+
+// Phases of a pop's exchange (requestState.popPhase).
+const (
+	popWaiting   int32 = iota // no answer byte yet: the client leaving cancels the exchange
+	popAnswering              // the answer began: the exchange no longer ends with the client
+	popLeft                   // the client left before the answer began: the exchange is cancelled
+)
+
+// detachOnAnswer returns the context of a pop's exchange: cancelled with
+// the client until the cell's first answer byte, detached from it after.
+// Which came first is settled once (popPhase), so an answer that began is
+// never cancelled by a client leaving a moment later. stop releases it.
+func (st *requestState) detachOnAnswer(client context.Context) (ctx context.Context, stop func()) {
+	st.detached = detachedContext{parent: client}
+	ctx, cancel := context.WithCancel(&st.detached)
+	unwatch := context.AfterFunc(client, func() {
+		if st.popPhase.CompareAndSwap(popWaiting, popLeft) {
+			cancel()
+		}
+	})
+	// reverse_proxy adds a trace of its own, composed with this one.
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotFirstResponseByte: func() {
+		st.popPhase.CompareAndSwap(popWaiting, popAnswering)
+	}})
+	return ctx, func() {
+		unwatch()
+		cancel()
+	}
+}
+
+// clientGone reports whether the client left: a write to it failed, or
+// (on a detached exchange) its own context ended.
+func (st *requestState) clientGone() bool {
+	return st.rw.clientGone || (st.detached.parent != nil && st.detached.parent.Err() != nil)
+}
+
+// popPhase is an atomic phase of a pop's exchange.
+type popPhase = atomic.Int32
 
 // detaches reports the routes whose exchange outlives the client: those
 // billed from what they add to the cell.
@@ -77,4 +124,24 @@ func mayHaveReachedCell(err error) bool {
 		}
 	}
 	return true
+}
+
+// markResendable tells the transport whether the request may be sent
+// again on a fresh connection when a reused connection to the cell fails
+// before any byte of the answer came (the cell closed it as the request
+// went out: a keep-alive race). net/http's transport does that for a
+// request marked idempotent by an Idempotency-Key header whose body it
+// can read again (the buffered body's GetBody). The key is the request id
+// (already sent as X-Queen-Request-Id; reverse_proxy's header copy drops
+// a key of no value, which would mark it without sending it). Only a push
+// whose every item carries a transactionId is marked: the broker stores
+// such items once, however often they come. A client's own
+// Idempotency-Key headers never reach the transport, so no other request
+// is sent twice.
+func markResendable(h http.Header, resendable bool, rid *string) {
+	delete(h, "Idempotency-Key")
+	delete(h, "X-Idempotency-Key")
+	if resendable {
+		h["Idempotency-Key"] = []string{*rid}
+	}
 }

@@ -70,6 +70,7 @@ const (
 	exchangeAnswered   exchangeFate = iota // the cell's answer came (the client may not have taken it)
 	exchangeFailed                         // no answer, and the request never reached the cell
 	exchangeUnanswered                     // no whole answer, though the request may have reached the cell
+	exchangeCut                            // a pop's answer broke off after it began: billed what it had begun
 )
 
 // meteredResponse passes the cell's response to the client as it comes,
@@ -292,6 +293,21 @@ func (w *meteredResponse) popAnswer(status int) *meter.PopAnswer {
 	return w.pop
 }
 
+// begunMessages is how many messages a pop answer cut short had begun,
+// from the reader that read it: the streamed one past the copy's bound,
+// else the kept copy, read as it stands.
+func (w *meteredResponse) begunMessages() int64 {
+	if w.pops != nil {
+		return w.pops.Begun(w.status)
+	}
+	if !w.keep {
+		return 0
+	}
+	count := meter.NewPopCount()
+	_, _ = count.Write(w.body)
+	return count.Begun(w.status)
+}
+
 // releasePop gives the pop answer's reading back to its pool.
 func (w *meteredResponse) releasePop() {
 	if w.pop != nil {
@@ -321,6 +337,17 @@ func (g *Gateway) recordUsage(r *http.Request, st *requestState, c *tenancy.Clus
 	case exchangeUnanswered:
 		s.BytesOut = rw.written
 		g.recordUnanswered(st, c, rule, s)
+		return
+	case exchangeCut:
+		// The broker delivered at least the messages its answer had
+		// begun; none is keyed, so each is a first delivery.
+		s.BytesOut = rw.written
+		s.Msgs = rw.begunMessages()
+		g.debitDeliveries(c, s.Msgs, nil)
+		record(s)
+		g.logger.Warn("pop answer broke off; billed the messages it had begun",
+			zap.String("request_id", st.rid), zap.String("cluster", c.Slug), zap.Int64("messages", s.Msgs),
+			zap.Bool("client_gone", st.clientGone()))
 		return
 	}
 	s.BytesOut = rw.written
@@ -448,7 +475,7 @@ func (g *Gateway) recordUnanswered(st *requestState, c *tenancy.Cluster, rule bi
 	record(s)
 	g.logger.Warn("produce request got no whole answer from the cell; its admitted items are billed as unanswered",
 		zap.String("request_id", st.rid), zap.String("cluster", c.Slug), zap.Int64("items", items),
-		zap.Bool("client_gone", st.rw.clientGone))
+		zap.Bool("client_gone", st.clientGone()))
 }
 
 // record books a sample; handler tests run without a meter.

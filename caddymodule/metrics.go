@@ -72,6 +72,9 @@ var (
 	descClusterReqs   = prometheus.NewDesc("queengate_cluster_requests_total", "Forwarded requests per cluster (metrics_per_cluster only).", []string{"cluster"}, nil)
 	descParked        = prometheus.NewDesc("queengate_parked_pops", "Long-poll pops parked now.", nil, nil)
 	descParkedCap     = prometheus.NewDesc("queengate_parked_pops_max", "The cell-wide cap on parked pops.", nil, nil)
+	descInflight      = prometheus.NewDesc("queengate_produce_exchanges_in_flight", "Produce requests in flight to the cells now (each may outlive its client), counted against produce_max_exchanges.", nil, nil)
+	descInflightBytes = prometheus.NewDesc("queengate_produce_exchange_bytes_in_flight", "Body bytes the produce requests in flight hold, counted against produce_max_bytes.", nil, nil)
+	descInflightCaps  = prometheus.NewDesc("queengate_produce_exchanges_max", "The bounds on produce requests in flight: exchanges and bytes, for the gateway and for one cluster.", []string{"bound"}, nil)
 	descFlushes       = prometheus.NewDesc("queengate_meter_flushes_total", "Usage flushes, by result.", []string{"result"}, nil)
 	descFlushSeconds  = prometheus.NewDesc("queengate_meter_last_flush_seconds", "Duration of the last usage flush.", nil, nil)
 	descSpoolFiles    = prometheus.NewDesc("queengate_meter_spool_files", "Usage spool files waiting for the database.", nil, nil)
@@ -103,6 +106,7 @@ type collector struct {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRequests, descRefusals, descClusterReqs, descParked, descParkedCap,
+		descInflight, descInflightBytes, descInflightCaps,
 		descFlushes, descFlushSeconds, descSpoolFiles, descSpoolBytes, descSpooledRows, descReplayedRows,
 		descQuarantined, descCircuit, descCache, descPoolConns, descPoolAcquires, descPoolWaits, descStorageActive, descCellScoping, descContradicted,
 		descGatewayRole, descLeaseRenewals, descTakeovers, descWithheld, descLeaseLapsed, descOnGrants} {
@@ -132,6 +136,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			return true
 		})
 	}
+	exchanges, bytes := inflight.held()
+	gauge(descInflight, float64(exchanges))
+	gauge(descInflightBytes, float64(bytes))
+	caps := c.app.inflightCaps()
+	gauge(descInflightCaps, float64(caps.exchanges), "exchanges")
+	gauge(descInflightCaps, float64(caps.bytes), "bytes")
+	gauge(descInflightCaps, float64(caps.clusterExchanges), "cluster_exchanges")
+	gauge(descInflightCaps, float64(caps.clusterBytes), "cluster_bytes")
 	if ls := c.app.limits; ls != nil {
 		gauge(descParked, float64(ls.parked.Cell()))
 		gauge(descParkedCap, float64(ls.parked.CellCap()))

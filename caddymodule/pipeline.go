@@ -33,6 +33,7 @@ type requestState struct {
 	msgDecision limits.Decision
 	msgChecked  bool
 	produced    int                 // items a push, transaction or ephemeral push carries, as counted at admission
+	resendable  bool                // a push whose every item carries a transactionId: safe to send again
 	cycle       limits.ProduceBatch // a streams cycle's sink items, as grouped at admission
 
 	// Storage the pipeline points into instead of allocating each piece
@@ -44,7 +45,8 @@ type requestState struct {
 	held       heldBody        // the buffered body, pooled once nothing reads it (bodybuffer.go)
 	bodyReader bodyReader      // r.Body once the body is buffered
 	forwarded  bool            // the request went on to the proxy, its body with it
-	detached   detachedContext // a produce route's exchange: the client's context without its cancellation
+	detached   detachedContext // a produce route's or an answered pop's exchange: the client's context without its cancellation
+	popPhase   popPhase        // a pop's exchange: whether its answer began before its client left (detach.go)
 	ctx        clusterContext
 	rw         meteredResponse
 	scrub      cellErrorScrub // between rw and the client: withholds cell internals
@@ -214,14 +216,36 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return g.refuse(w, r, st, e)
 	}
 
-	// 4b. Bodies that add data: size caps, queue and partition admission,
+	// 4b. A route billed from what it adds keeps its exchange going
+	// (under the upstream timeout) if the client leaves, as a pop does
+	// once its answer began: the cell may commit it anyway. Such an
+	// exchange holds a share of the gateway's in-flight budget until it
+	// ends (inflight.go); a push's or a transaction's is taken for the
+	// length it announced before its body is read, so that a refused body
+	// is not read.
+	var held inflightHold
+	defer held.release()
+	if st.route.Class == tenancy.ClassProduce {
+		if e := held.take(cluster.ID, max(r.ContentLength, 0), g.app.inflightCaps()); e != nil {
+			return g.refuse(w, r, st, e)
+		}
+	}
+
+	// 4c. Bodies that add data: size caps, queue and partition admission,
 	// the message bucket, the storage estimate.
 	if e := g.admitBody(r, st, cluster); e != nil {
 		return g.refuse(w, r, st, e)
 	}
+	_, rule := billingOf(r, st)
+	detach := detaches(rule)
+	if detach {
+		if e := held.take(cluster.ID, inflightBytes(r, st), g.app.inflightCaps()); e != nil {
+			return g.refuse(w, r, st, e)
+		}
+	}
 	g.setRateLimitHeaders(w, st, cluster)
 
-	// 4c. A long-poll pop holds a parked slot until the cell answers.
+	// 4d. A long-poll pop holds a parked slot until the cell answers.
 	release, e := g.parkSlot(r, st, cluster)
 	if e != nil {
 		return g.refuse(w, r, st, e)
@@ -229,11 +253,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	defer release()
 
 	// 5. Forward to the cluster's cell, bounded by the upstream timeout.
-	// A route billed from what it adds keeps its exchange going (under
-	// that timeout) if the client leaves: the cell may commit it anyway.
-	_, rule := billingOf(r, st)
-	detach := detaches(rule)
-	fr, cancel, e := g.prepareForward(r, st, cluster, detach)
+	fr, cancel, e := g.prepareForward(r, st, cluster, rule)
 	if e != nil {
 		return g.refuse(w, r, st, e)
 	}
@@ -243,7 +263,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// 6. Relay the answer as it comes, and meter it from what it says.
 	client := st.scrub.attach(w, r, g.logger, &st.rid)
 	st.rw = meteredResponse{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: client},
-		keep: rule != billPlain, rule: rule, detached: detach, onHead: release}
+		keep: rule != billPlain, rule: rule, detached: detach || rule == billPop, onHead: release}
 	st.rw.tallyAnswers(rule)
 	if st.rw.keep {
 		var judge errorFreeJudge
@@ -255,12 +275,18 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	rw := &st.rw
 	var err error
 	st.forwarded = true
-	if detach {
+	if rw.detached {
 		var aborted bool
 		if aborted, err = relay(next, rw, r); aborted {
-			// The cell's answer broke off: what it committed is unknown.
+			// The cell's answer broke off: what a produce request
+			// committed is unknown; a pop is billed what it had begun
+			// to deliver.
 			counters.request(st, 2)
-			g.recordUsage(r, st, cluster, rw, exchangeUnanswered)
+			fate := exchangeUnanswered
+			if rule == billPop {
+				fate = exchangeCut
+			}
+			g.recordUsage(r, st, cluster, rw, fate)
 			g.tallyRequest(st, http.StatusBadGateway)
 			panic(http.ErrAbortHandler)
 		}
@@ -290,28 +316,42 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // prepareForward readies the request for the cell: the cell's credential,
 // the upstream deadline (cancel releases it), the cluster for the dynamic
 // upstream, and the headers the cell sees. A detached request's deadline
-// is the gateway's alone: the client leaving does not cancel it.
-func (g *Gateway) prepareForward(r *http.Request, st *requestState, c *tenancy.Cluster, detach bool) (*http.Request, context.CancelFunc, *apierror.Error) {
+// is the gateway's alone: the client leaving does not cancel it (a pop's,
+// once its answer began).
+func (g *Gateway) prepareForward(r *http.Request, st *requestState, c *tenancy.Cluster, rule billing) (*http.Request, context.CancelFunc, *apierror.Error) {
 	cellAuth, e := g.cellCredential(c, st)
 	if e != nil {
 		return nil, nil, e
 	}
 	parent := r.Context()
-	if detach {
+	var stop func()
+	switch {
+	case detaches(rule):
 		st.detached = detachedContext{parent: parent}
 		parent = &st.detached
+	case rule == billPop:
+		parent, stop = st.detachOnAnswer(parent)
 	}
 	ctx, cancel := context.WithTimeout(parent, g.upstreamTimeout(st))
+	if stop != nil {
+		timeout := cancel
+		cancel = func() {
+			timeout()
+			stop()
+		}
+	}
 	st.ctx = clusterContext{Context: ctx, cluster: c}
 	r = r.WithContext(&st.ctx)
 	// Client trailers would reach the cell after the gateway's headers
 	// (reverse_proxy relays them at the body's end): none are forwarded.
 	r.Trailer = nil
 	g.setUpstreamHeaders(r.Header, c, st.rid, cellAuth, &st.headers)
+	markResendable(r.Header, st.resendable, &st.rid)
 	return r, cancel, nil
 }
 
 func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, st *requestState, e *apierror.Error) error {
+	closeUnreadBody(w, r, st)
 	counters.request(st, 1)
 	counters.refused(e.Code)
 	g.tallyRequest(st, e.Status)
@@ -320,6 +360,24 @@ func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, st *requestStat
 		zap.Int("status", e.Status), zap.String("host", r.Host), zap.String("path", r.URL.Path))
 	apierror.Write(w, e, st.rid)
 	return nil
+}
+
+// closeUnreadBody makes an HTTP/1 refusal of a caller not (yet)
+// authenticated close its connection when the request's body has not
+// been read: else the server would read up to 256 KiB of that body (to
+// keep the connection) before it sent the refusal, and again when the
+// handler is done, so a caller that never sends the body it announced
+// would hold the connection unanswered, and an anonymous one would cost
+// the gateway a body. The connection's read deadline passes at once, so
+// nothing more of it is read; the refusal is still written. Callers that
+// authenticated keep their connection (the server takes the rest of a
+// small body, as for any answer).
+func closeUnreadBody(w http.ResponseWriter, r *http.Request, st *requestState) {
+	if r.ProtoMajor != 1 || st.principal.Kind != 0 || st.buffered || r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+		return
+	}
+	w.Header()["Connection"] = []string{"close"}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 }
 
 // tallyRequest counts the request for the console's per-key usage and

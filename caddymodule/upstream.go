@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/url"
 	"sync"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
@@ -13,6 +14,15 @@ import (
 
 	"github.com/queengate/queengate/tenancy"
 )
+
+// CellIdleTimeout is how long an idle keep-alive connection to a cell is
+// kept for the next request. It stays well below the broker's own idle
+// timeout (the real broker 0.15.1 closes an idle connection after 10 to
+// 12 s, as TestRealBrokerKeepAliveIdleTimeout measures): a request sent on a
+// connection the broker is closing at that moment fails before the broker
+// reads it, and a produce request that fails so is answered 502 and billed
+// as unanswered. The gateway closing first avoids the race.
+const CellIdleTimeout = 5 * time.Second
 
 // Upstreams is a dynamic upstream source for reverse_proxy that sends each
 // request to the cell of the cluster the queen_gateway handler resolved.

@@ -342,3 +342,53 @@ http://:%d {
 		}
 	})
 }
+
+// TestUnauthenticatedRefusalWaitsForNoBody: a request without a valid
+// credential that announces a body and never sends it is answered 401 at
+// once, and its connection is closed without the body being read; one
+// that announces a small body it does send is answered at once too.
+func TestUnauthenticatedRefusalWaitsForNoBody(t *testing.T) {
+	broker := startBroker(t, fakebroker.Options{Name: "nobody-cell", RequireTenant: true})
+	cp := newControlPlane(t, pgtest.URL(t))
+	cl := cp.cluster(cp.tenant("nobody"), "nobody", cp.cell("nobody-cell", broker.URL(), ""))
+	port := freePort(t)
+	startGateway(t, gatewayCaddyfile(port, pgtest.URL(t), "", ""))
+	for _, tc := range []struct{ name, auth string }{
+		{"no credential", ""},
+		{"unknown key", "Authorization: Bearer qk_test_unknownkey\r\n"},
+	} {
+		for _, length := range []int{100, 100 << 10, 10 << 20} {
+			t.Run(fmt.Sprintf("%s, %d bytes announced", tc.name, length), func(t *testing.T) {
+				conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 5*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				start := time.Now()
+				// Generous: an answer that waits for the body never comes.
+				_ = conn.SetDeadline(start.Add(20 * time.Second))
+				if _, err := fmt.Fprintf(conn, "POST /api/v1/push HTTP/1.1\r\nHost: %s.eu1.example.test\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
+					cl.slug, tc.auth, length); err != nil {
+					t.Fatal(err)
+				}
+				rd := bufio.NewReader(conn)
+				resp, err := http.ReadResponse(rd, nil)
+				if err != nil {
+					t.Fatalf("no answer while the body is withheld (%v): %v", time.Since(start), err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusUnauthorized {
+					t.Fatalf("status %d, want 401", resp.StatusCode)
+				}
+				if _, err := rd.ReadByte(); err != io.EOF {
+					t.Fatalf("after the refusal the connection gave %v, want it closed (EOF)", err)
+				}
+				t.Logf("answered 401 after %v and closed", time.Since(start).Round(time.Millisecond))
+			})
+		}
+	}
+	if got := forwarded(broker); len(got) != 0 {
+		t.Fatalf("%d anonymous requests reached the cell", len(got))
+	}
+}

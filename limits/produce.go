@@ -33,6 +33,10 @@ type ProduceBatch struct {
 	PairItems []int
 	// PayloadBytes is the sum of the items' payload sizes.
 	PayloadBytes int64
+	// Identified is how many push items carry a transactionId that is a
+	// non-empty string: those the broker deduplicates, so that sending
+	// them again stores nothing twice.
+	Identified int
 	// Heaviest is the first item with the largest payload: its index (among
 	// counted items; for a streams cycle, its position in push_items) and its
 	// payload size. Index is -1 when there are no items.
@@ -66,7 +70,7 @@ const (
 const produceLinearPairs = 8
 
 func (b *ProduceBatch) reset() {
-	b.Items, b.PayloadBytes = 0, 0
+	b.Items, b.PayloadBytes, b.Identified = 0, 0, 0
 	b.Pairs = b.Pairs[:0]
 	b.PairItems = b.PairItems[:0]
 	b.Heaviest.Index, b.Heaviest.Bytes = -1, 0

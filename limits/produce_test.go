@@ -454,3 +454,28 @@ func TestParsePushAllocations(t *testing.T) {
 		}
 	}
 }
+
+// Identified counts the push items whose transactionId is a non-empty
+// string, whichever reader took the body (the SDK's shape, another
+// member order, escapes, whitespace).
+func TestParsePushCountsIdentifiedItems(t *testing.T) {
+	for _, tc := range []struct {
+		body       string
+		items, ids int
+	}{
+		{`{"items":[{"queue":"q","partition":"p","payload":1,"transactionId":"t1","traceId":null},{"queue":"q","partition":"p","payload":2,"transactionId":"t2","traceId":null}]}`, 2, 2},
+		{`{"items":[{"queue":"q","payload":1,"transactionId":"t1"},{"queue":"q","payload":2}]}`, 2, 1},
+		{`{"items":[{"transactionId":"t\u0031","queue":"q"},{ "queue" : "q" , "transactionId" : "x" }]}`, 2, 2},
+		{`{"items":[{"queue":"q","transactionId":""},{"queue":"q","transactionId":null}]}`, 2, 0},
+		{`{"items":[{"queue":"q","transactionId":"a","transactionId":""}]}`, 1, 0},
+	} {
+		b, err := ParsePush([]byte(tc.body))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.body, err)
+		}
+		if b.Items != tc.items || b.Identified != tc.ids {
+			t.Errorf("%s: %d items, %d identified; want %d, %d", tc.body, b.Items, b.Identified, tc.items, tc.ids)
+		}
+		b.Release()
+	}
+}

@@ -303,6 +303,9 @@ func (n *nameBuf) countPushItem(b *ProduceBatch, v *pushFields, plain uint8, ref
 	if payload == nil {
 		size = missingPayloadBytes
 	}
+	if len(txn) > 2 && txn[0] == '"' {
+		b.Identified++
+	}
 	b.add(q, p, size, b.Items)
 	return nil
 }

@@ -141,3 +141,18 @@ func (s *messagesWatch) element(scan *answerScan, p []byte, i int) int {
 	}
 	return end
 }
+
+// Begun is how many messages a pop answer cut short had begun before its
+// end, for an upstream status: the answer read so far is a well-formed
+// start of one JSON object, and each element of its "messages" array
+// that started counts, the one the cut fell in too (when it is an object
+// or an array, as the broker's messages are; a scalar counts once whole). The broker sent at
+// least these, so a pop whose answer broke off is billed them; a start
+// that is not well-formed JSON, or not an object, counts 0, as Messages
+// does. It is the same reading as Messages, stopped where the bytes did.
+func (p *PopCount) Begun(status int) int64 {
+	if !is2xx(status) || p.scan.failed || !p.messages.isObject {
+		return 0
+	}
+	return p.messages.count
+}

@@ -299,3 +299,13 @@ func nameFolds(raw []byte, word string) bool {
 	var text string
 	return json.Unmarshal(quoted, &text) == nil && strings.EqualFold(text, word)
 }
+
+// Begun is PopCount.Begun for an answer too large to keep: the messages
+// an answer cut short had begun (a scalar the cut fell in counts too). None is keyed (the one the cut fell in
+// may have lost part of its key), so each is billed a first delivery.
+func (p *PopKeys) Begun(status int) int64 {
+	if !is2xx(status) || p.check.Write(nil) != nil || !p.scan.isObject {
+		return 0
+	}
+	return p.scan.count
+}

@@ -39,6 +39,10 @@ const (
 	// GatewayStandby is queengate's own: the gateway is the standby of its
 	// group and serves nothing; the leader does.
 	GatewayStandby Code = "gateway_standby"
+	// ExchangeCapacity is queengate's own: the produce requests in flight
+	// to the cells (each may outlive its client) are at the bound of the
+	// cluster's share or the gateway's; nothing was forwarded.
+	ExchangeCapacity Code = "exchange_capacity"
 
 	// The identity, console and operator surfaces.
 	CSRFRejected     Code = "csrf_rejected"

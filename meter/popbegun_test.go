@@ -1,0 +1,94 @@
+package meter
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// A pop answer cut at any byte bills the messages begun before the cut,
+// the same through the reader of a kept answer and the one of an answer
+// too large to keep; a whole answer bills what Messages does, and a start
+// that is not a JSON object bills nothing.
+func TestPopBegunAtEveryCut(t *testing.T) {
+	body := popAnswerBody(5, 40)
+	s := string(body)
+	// Where each message opens: the test finds them by the member each
+	// starts with.
+	var opens []int
+	for i := 0; ; {
+		j := strings.Index(s[i:], `{"consumerGroup":"worker","createdAt"`)
+		if j < 0 {
+			break
+		}
+		opens = append(opens, i+j)
+		i += j + 1
+	}
+	if len(opens) != 5 {
+		t.Fatalf("found %d messages in the answer, want 5", len(opens))
+	}
+	for at := 0; at <= len(body); at++ {
+		var want int64
+		for _, o := range opens {
+			if o < at {
+				want++
+			}
+		}
+		c := NewPopCount()
+		_, _ = c.Write(body[:at])
+		k := NewPopKeys()
+		_, _ = k.Write(body[:at/2])
+		_, _ = k.Write(body[at/2 : at])
+		if got := c.Begun(200); got != want {
+			t.Fatalf("cut at %d (%q): PopCount.Begun %d, want %d", at, s[max(0, at-20):at], got, want)
+		}
+		if got := k.Begun(200); got != want {
+			t.Fatalf("cut at %d (%q): PopKeys.Begun %d, want %d", at, s[max(0, at-20):at], got, want)
+		}
+		if got := c.Begun(500); got != 0 {
+			t.Fatalf("cut at %d: a 500 answer bills %d", at, got)
+		}
+	}
+	whole := NewPopCount()
+	_, _ = whole.Write(body)
+	if whole.Begun(200) != 5 || whole.Messages(200) != 5 {
+		t.Fatalf("the whole answer: Begun %d, Messages %d, want 5", whole.Begun(200), whole.Messages(200))
+	}
+	for _, bad := range []string{`[{"messages":[{}]`, `{"messages":[{}}`, `{"messages":[1,]`, `{"messages":7,`} {
+		c, k := NewPopCount(), NewPopKeys()
+		_, _ = c.Write([]byte(bad))
+		_, _ = k.Write([]byte(bad))
+		if c.Begun(200) != 0 || k.Begun(200) != 0 {
+			t.Fatalf("%s: Begun %d / %d, want 0", bad, c.Begun(200), k.Begun(200))
+		}
+	}
+}
+
+// FuzzPopBegun: at any cut of any answer, the two readers agree on the
+// messages begun, but for the one the cut fell in when it is no object
+// (a broker's messages always are); a whole answer that either reader reads as a pop begun
+// exactly the messages it delivered; and a longer start of a well-formed
+// answer never begun fewer.
+func FuzzPopBegun(f *testing.F) {
+	for _, s := range []string{`{"messages":[{"id":"a"},{"id":"b"}]}`, `{"messages":[],"messages":[1]}`,
+		`{"messages":"x"}`, `{"messages":[[[]]]}`, `{"a":1,"messages":[null]}`, string(popAnswerBody(3, 10))} {
+		f.Add([]byte(s), uint16(len(s)/2))
+	}
+	f.Fuzz(func(t *testing.T, body []byte, cut uint16) {
+		at := int(cut) % (len(body) + 1)
+		c, k := NewPopCount(), NewPopKeys()
+		_, _ = c.Write(body[:at])
+		_, _ = k.Write(body[:at])
+		if d := c.Begun(200) - k.Begun(200); d < -1 || d > 1 {
+			t.Fatalf("cut at %d: PopCount begun %d, PopKeys %d: %q", at, c.Begun(200), k.Begun(200), body)
+		}
+		whole := NewPopCount()
+		_, _ = whole.Write(body)
+		if n := whole.Messages(200); n > 0 && whole.Begun(200) != n {
+			t.Fatalf("a whole answer of %d messages begun %d: %q", n, whole.Begun(200), body)
+		}
+		if json.Valid(body) && c.Begun(200) > whole.Begun(200) && strings.Count(string(body), `"messages"`) <= 1 {
+			t.Fatalf("the start to %d begun %d, the whole answer %d: %q", at, c.Begun(200), whole.Begun(200), body)
+		}
+	})
+}
