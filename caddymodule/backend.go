@@ -57,7 +57,9 @@ type backend struct {
 	reconciler *limits.Reconciler
 	isolation  *tenancy.CellIsolation
 	// elector is nil for a gateway that is not part of a group.
-	elector     *leader.Elector
+	elector *leader.Elector
+	// leasePool is the elector's own connections; nil without a group.
+	leasePool   *pgxpool.Pool
 	peerServer  *http.Server // answers the group's members; nil without peer_listen
 	gatewayName string
 	seenCells   sync.Map // cell id -> struct{}: the cells whose clusters are reconciled
@@ -127,13 +129,14 @@ func newBackend(ctx context.Context, key string, s backendSettings, log *zap.Log
 		b.lastDatabaseOK.Store(time.Now().UnixNano())
 	}
 	b.newCellIsolation(s.isolationEvery, log)
-	if err := b.newElector(ctx, s.leader, log); err != nil {
+	if err := b.newElector(ctx, s.databaseURL, s.leader, log); err != nil {
 		stop()
 		pool.Close()
 		return nil, err
 	}
 	if err := b.newLimitsAndMeter(s, log); err != nil {
 		b.closePeer()
+		b.closeLeasePool()
 		stop()
 		pool.Close()
 		return nil, err
@@ -229,6 +232,7 @@ func (b *backend) Destruct() error {
 	b.closePeer()
 	b.stop()
 	<-b.stopped
+	b.closeLeasePool()
 	b.pool.Close()
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
 	"github.com/queengate/queengate/internal/apierror"
@@ -77,16 +78,53 @@ func defaultGatewayName() string {
 	return host + "-" + strconv.Itoa(os.Getpid())
 }
 
+// leasePoolConns is the size of the lease's own pool: the elector runs one
+// statement at a time (attempts, the take after one, the release are
+// serialized), and a second connection stands by while a cancelled
+// statement's connection is being closed.
+const leasePoolConns = 2
+
+// newLeasePool opens the connections the elector alone uses. The lease
+// never queues behind request traffic on the shared pool: a flood of
+// lookups that fills it must not make the leader's renewal miss its
+// deadline (the lease would lapse and the group hand over), nor make a
+// standby believe it lost the database. One connection is kept open, so
+// that a renewal does not pay for a connect.
+func newLeasePool(databaseURL string, ttl time.Duration) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse database_url: %w", err)
+	}
+	cfg.MaxConns, cfg.MinConns = leasePoolConns, 1
+	if ttl <= 0 {
+		ttl = 2 * time.Second
+	}
+	// An attempt has TTL/2; a connect that takes longer is of no use to it.
+	cfg.ConnConfig.ConnectTimeout = ttl / 2
+	cfg.ConnConfig.RuntimeParams["application_name"] = "queengate-lease"
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create the lease's database pool: %w", err)
+	}
+	return pool, nil
+}
+
 // newElector builds the backend's elector when the gateway is part of a
-// group, and its peer listener when it has one.
-func (b *backend) newElector(ctx context.Context, s leaderSettings, log *zap.Logger) error {
+// group, with its own database connections, and its peer listener when it
+// has one.
+func (b *backend) newElector(ctx context.Context, databaseURL string, s leaderSettings, log *zap.Logger) error {
 	b.gatewayName = s.name
 	if s.group == "" {
 		return nil
 	}
+	leasePool, err := newLeasePool(databaseURL, s.ttl)
+	if err != nil {
+		return err
+	}
+	b.leasePool = leasePool
 	cfg := leader.Config{
 		Group: s.group, Name: s.name, TTL: s.ttl, Members: s.members,
-		Store: leader.PgStore{Pool: b.pool},
+		Store: leader.PgStore{Pool: leasePool},
 		Log:   log.Named("leader"),
 	}
 	if s.peerListen == "" {
@@ -100,10 +138,12 @@ func (b *backend) newElector(ctx context.Context, s leaderSettings, log *zap.Log
 	b.elector = leader.New(cfg)
 	na, err := caddy.ParseNetworkAddress(s.peerListen)
 	if err != nil {
+		leasePool.Close()
 		return fmt.Errorf("peer_listen %q: %w", s.peerListen, err)
 	}
 	ln, err := na.Listen(ctx, 0, net.ListenConfig{})
 	if err != nil {
+		leasePool.Close()
 		return fmt.Errorf("peer_listen %q: %w", s.peerListen, err)
 	}
 	b.peerServer = &http.Server{
@@ -186,4 +226,12 @@ func (b *backend) servingGateway() (name, group, role string) {
 		name = b.elector.Holder()
 	}
 	return name, b.elector.Group(), role
+}
+
+// closeLeasePool closes the elector's connections, once it has released
+// the lease; a no-op without a group.
+func (b *backend) closeLeasePool() {
+	if b.leasePool != nil {
+		b.leasePool.Close()
+	}
 }
