@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/queengate/queengate/internal/harden"
 	"github.com/queengate/queengate/leader"
 	"github.com/queengate/queengate/limits"
 	"github.com/queengate/queengate/meter"
@@ -44,9 +45,12 @@ type backend struct {
 	cache    *tenancy.ClusterCache
 	identity *tenancy.IdentityCache
 	toucher  *tenancy.KeyToucher
-	listener *tenancy.InvalidationListener
-	stop     context.CancelFunc
-	stopped  chan struct{}
+	// hostLookups bounds the lookups of hosts and TLS names the cache
+	// cannot answer, across every site and the TLS permission module.
+	hostLookups *harden.HostLookups
+	listener    *tenancy.InvalidationListener
+	stop        context.CancelFunc
+	stopped     chan struct{}
 
 	store      *tenancy.Store
 	meter      *meter.Meter
@@ -122,8 +126,9 @@ func newBackend(ctx context.Context, key string, s backendSettings, log *zap.Log
 	identity := tenancy.NewIdentityCache(store, s.identity, log.Named("identity"))
 	runCtx, stop := context.WithCancel(context.Background())
 	b := &backend{key: key, pool: pool, cache: cache, identity: identity, store: store,
-		toucher: tenancy.NewKeyToucher(pool, s.keyTouch, log.Named("key_touch")),
-		stop:    stop, stopped: make(chan struct{})}
+		toucher:     tenancy.NewKeyToucher(pool, s.keyTouch, log.Named("key_touch")),
+		hostLookups: harden.NewHostLookups(harden.HostLookupsConfig{}),
+		stop:        stop, stopped: make(chan struct{})}
 	b.staleGrace = s.cache.StaleGrace
 	if databaseUp {
 		b.lastDatabaseOK.Store(time.Now().UnixNano())

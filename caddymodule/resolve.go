@@ -49,6 +49,10 @@ func (g *Gateway) resolveTarget(r *http.Request) (target, *apierror.Error) {
 		return t, nil
 	}
 	cluster, err := g.clusterForHost(r.Context(), host)
+	var refused *hostLookupRefused
+	if errors.As(err, &refused) {
+		return t, tooManyHostLookups(refused.retryAfter)
+	}
 	if err != nil {
 		if g.shielded() {
 			t.unknownHost = true
@@ -71,7 +75,7 @@ func (g *Gateway) clusterForHost(ctx context.Context, host string) (*tenancy.Clu
 	} else {
 		slug = tenancy.SlugFromHost(host)
 	}
-	cluster, err := g.app.Cache().ClusterBySlug(ctx, slug)
+	cluster, err := g.app.backend.clusterBySlugBounded(ctx, slug, clientAddrOf(ctx))
 	if errors.Is(err, tenancy.ErrUnavailable) {
 		g.logger.Warn("cluster lookup failed; refusing the unconfirmed host",
 			zap.String("slug", slug), zap.Error(err))
