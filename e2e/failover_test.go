@@ -51,10 +51,18 @@ func startGroupGatewayIn(t *testing.T, name string, port int, dbURL, home string
 // queen app and extra sites: a member restarted with a new configuration.
 func startGroupGatewayWith(t *testing.T, name string, port int, dbURL, home, appOptions, sites string) *groupGateway {
 	t.Helper()
+	return startGroupGatewayGlobals(t, name, port, dbURL, home, "", appOptions, sites)
+}
+
+// startGroupGatewayGlobals is startGroupGatewayWith with extra global
+// options (lines of Caddy's global block, outside the queen app).
+func startGroupGatewayGlobals(t *testing.T, name string, port int, dbURL, home, globals, appOptions, sites string) *groupGateway {
+	t.Helper()
 	peerPort := freePort(t)
 	cfg := gatewayCaddyfile(port, dbURL,
 		"leader_group cell-a\n\t\tgateway_name "+name+"\n\t\tspool_dir "+filepath.Join(home, "spool")+"\n\t\tdatabase_timeout 1s"+
 			fmt.Sprintf("\n\t\tpeer_listen 127.0.0.1:%d\n\t\tpeer_secret %s\n\t\t%s", peerPort, groupPeerSecret, appOptions), "") + sites
+	cfg = strings.Replace(cfg, "\tqueen {\n", globals+"\n\tqueen {\n", 1)
 	cfgPath := filepath.Join(home, "Caddyfile")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
