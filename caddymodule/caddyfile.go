@@ -50,6 +50,7 @@ import (
 //		gateway_name      <name in the group>
 //		leader_lease_ttl  <duration>
 //		leader_group_size <n>
+//		leader_group_members <name> <name>...
 //		peer_listen       <host:port>
 //		peer_address      <url>
 //		peer_secret       <secret>
@@ -189,6 +190,11 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "leader_group_size":
 			if err := parseCount(d, &a.LeaderGroupSize); err != nil {
 				return err
+			}
+		case "leader_group_members":
+			a.LeaderGroupMembers = d.RemainingArgs()
+			if len(a.LeaderGroupMembers) == 0 {
+				return d.ArgErr()
 			}
 		case "peer_listen":
 			if err := parseString(d, &a.PeerListen); err != nil {

@@ -24,20 +24,21 @@ import (
 // leaderSettings configure the backend's elector; an empty group means a
 // gateway of its own, always the leader.
 type leaderSettings struct {
-	group      string
-	name       string
-	ttl        time.Duration
-	members    int
-	peerListen string
-	peerURL    string
-	peerSecret string
+	group       string
+	name        string
+	ttl         time.Duration
+	members     int
+	memberNames []string
+	peerListen  string
+	peerURL     string
+	peerSecret  string
 }
 
 // String keys the shared backend; the secret appears only as a digest.
 func (s leaderSettings) String() string {
 	digest := sha256.Sum256([]byte(s.peerSecret))
-	return fmt.Sprintf("group=%s name=%s ttl=%v members=%d peer_listen=%s peer_url=%s peer_secret=%s",
-		s.group, s.name, s.ttl, s.members, s.peerListen, s.peerURL, hex.EncodeToString(digest[:8]))
+	return fmt.Sprintf("group=%s name=%s ttl=%v members=%d member_names=%q peer_listen=%s peer_url=%s peer_secret=%s",
+		s.group, s.name, s.ttl, s.members, s.memberNames, s.peerListen, s.peerURL, hex.EncodeToString(digest[:8]))
 }
 
 // validatePeer checks the peer options: all or none of listen and
@@ -64,6 +65,32 @@ func (a *App) validatePeer() error {
 	}
 	if ip := net.ParseIP(u.Hostname()); u.Hostname() == "" || (ip != nil && ip.IsUnspecified()) {
 		return fmt.Errorf("queen: peer_address %q names no host the other members can reach; set peer_address when peer_listen listens on every interface", a.PeerAddress)
+	}
+	return nil
+}
+
+// validateMembers checks leader_group_members: only in a group, each name
+// once, this gateway's among them, and leader_group_size, when also set,
+// their number.
+func (a *App) validateMembers() error {
+	if len(a.LeaderGroupMembers) == 0 {
+		return nil
+	}
+	if a.LeaderGroup == "" {
+		return errors.New("queen: leader_group_members needs leader_group")
+	}
+	seen := map[string]bool{}
+	for _, m := range a.LeaderGroupMembers {
+		if m == "" || seen[m] {
+			return fmt.Errorf("queen: leader_group_members names %q twice, or an empty name", m)
+		}
+		seen[m] = true
+	}
+	if !seen[a.GatewayName] {
+		return fmt.Errorf("queen: leader_group_members %q does not name this gateway (gateway_name %q)", a.LeaderGroupMembers, a.GatewayName)
+	}
+	if a.LeaderGroupSize != 0 && a.LeaderGroupSize != len(a.LeaderGroupMembers) {
+		return fmt.Errorf("queen: leader_group_size %d but leader_group_members names %d gateways", a.LeaderGroupSize, len(a.LeaderGroupMembers))
 	}
 	return nil
 }
@@ -123,7 +150,7 @@ func (b *backend) newElector(ctx context.Context, databaseURL string, s leaderSe
 	}
 	b.leasePool = leasePool
 	cfg := leader.Config{
-		Group: s.group, Name: s.name, TTL: s.ttl, Members: s.members,
+		Group: s.group, Name: s.name, TTL: s.ttl, Members: s.members, MemberNames: s.memberNames,
 		Store: leader.PgStore{Pool: leasePool},
 		Log:   log.Named("leader"),
 	}
@@ -132,6 +159,10 @@ func (b *backend) newElector(ctx context.Context, databaseURL string, s leaderSe
 			"only the leader's own bound keeps two members from serving at once", zap.String("group", s.group))
 		b.elector = leader.New(cfg)
 		return nil
+	}
+	if len(s.memberNames) == 0 {
+		log.Warn("leader group without leader_group_members: no member's grant counts, so a leader that cannot reach the database "+
+			"stops at its own lease even when every member is cut off from it", zap.String("group", s.group))
 	}
 	cfg.PeerURL = s.peerURL
 	cfg.Peer = leader.PeerClient{Group: s.group, Name: s.name, Secret: []byte(s.peerSecret)}

@@ -21,9 +21,10 @@ import (
 
 // groupGateway is one real gateway process of a leader group.
 type groupGateway struct {
-	t       *testing.T
-	name    string
-	port    int
+	t        *testing.T
+	name     string
+	port     int
+	peerPort int
 	cmd     *exec.Cmd
 	logPath string
 	done    chan struct{}
@@ -60,7 +61,7 @@ func startGroupGatewayGlobals(t *testing.T, name string, port int, dbURL, home, 
 	t.Helper()
 	peerPort := freePort(t)
 	cfg := gatewayCaddyfile(port, dbURL,
-		"leader_group cell-a\n\t\tgateway_name "+name+"\n\t\tspool_dir "+filepath.Join(home, "spool")+"\n\t\tdatabase_timeout 1s"+
+		"leader_group cell-a\n\t\tleader_group_members gw-a gw-b\n\t\tgateway_name "+name+"\n\t\tspool_dir "+filepath.Join(home, "spool")+"\n\t\tdatabase_timeout 1s"+
 			fmt.Sprintf("\n\t\tpeer_listen 127.0.0.1:%d\n\t\tpeer_secret %s\n\t\t%s", peerPort, groupPeerSecret, appOptions), "") + sites
 	cfg = strings.Replace(cfg, "\tqueen {\n", globals+"\n\tqueen {\n", 1)
 	cfgPath := filepath.Join(home, "Caddyfile")
@@ -69,7 +70,7 @@ func startGroupGatewayGlobals(t *testing.T, name string, port int, dbURL, home, 
 	}
 	cmd := exec.Command(caddyBinary(t), "run", "--config", cfgPath, "--adapter", "caddyfile")
 	cmd.Env = append(withoutDatabaseURL(os.Environ()), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home)
-	g := &groupGateway{t: t, name: name, port: port, cmd: cmd, logPath: filepath.Join(home, fmt.Sprintf("caddy-%d.log", time.Now().UnixNano())), done: make(chan struct{})}
+	g := &groupGateway{t: t, name: name, port: port, peerPort: peerPort, cmd: cmd, logPath: filepath.Join(home, fmt.Sprintf("caddy-%d.log", time.Now().UnixNano())), done: make(chan struct{})}
 	logFile, err := os.Create(g.logPath)
 	if err != nil {
 		t.Fatal(err)

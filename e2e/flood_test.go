@@ -192,6 +192,16 @@ func TestFloodOfUnknownHostsKeepsTheLeader(t *testing.T) {
 	if status, body := b.ready(); status != http.StatusServiceUnavailable || !strings.Contains(body, "leader: gw-a") {
 		t.Errorf("standby after the flood: /readyz %d %s", status, body)
 	}
+
+	// Whoever reaches a peer address without the group's secret learns
+	// nothing of the member there.
+	for _, g := range []*groupGateway{a, b} {
+		r := do(t, client(g.peerPort), "GET", fmt.Sprintf("http://127.0.0.1:%d/queengate/peer/v2/lease?nonce=%032x&from=gw-b&at=%d&proof=%064x",
+			g.peerPort, 1, time.Now().UnixMilli(), 2), "", "")
+		if r.status != http.StatusUnauthorized || strings.Contains(string(r.body), "leading") || strings.Contains(string(r.body), "epoch") {
+			t.Errorf("%s's peer address, asked without the secret: %d %s", g.name, r.status, r.body)
+		}
+	}
 }
 
 // TestClusterCreatedAfterItsNameWasRefusedIsServedAtOnce: the gateway
