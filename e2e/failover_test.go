@@ -25,9 +25,9 @@ type groupGateway struct {
 	name     string
 	port     int
 	peerPort int
-	cmd     *exec.Cmd
-	logPath string
-	done    chan struct{}
+	cmd      *exec.Cmd
+	logPath  string
+	done     chan struct{}
 }
 
 // groupPeerSecret is the peer secret of the test group.
