@@ -98,6 +98,7 @@ func (*Gateway) CaddyModule() caddy.ModuleInfo {
 // Provision sets defaults and attaches the handler to the queen app.
 func (g *Gateway) Provision(ctx caddy.Context) error {
 	g.logger = ctx.Logger()
+	boundHeaderRead(ctx, g.logger)
 	setDuration(&g.UpstreamTimeout, 35*time.Second)
 	setDuration(&g.LongPollMax, 90*time.Second)
 	setDuration(&g.LongPollMargin, 10*time.Second)
