@@ -249,6 +249,7 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 //		max_header_bytes       <size>
 //		max_body_bytes         <size>
 //		auth_failures          <per second> <burst>
+//		preauth_conns          <n>
 //		probes
 //	}
 //

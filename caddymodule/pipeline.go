@@ -170,6 +170,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return g.refuse(w, r, st, e)
 	}
 	st.cluster = cluster
+	preauthConn(r.Context()).Authenticated()
 	caddyhttp.SetVar(r.Context(), varClusterSlug, (*clusterSlugVar)(cluster))
 	g.app.backend.noteCell(cluster)
 	if !gatesFirst && !cluster.Status.Serves() {

@@ -1,0 +1,150 @@
+package harden
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Before a connection's first request authenticates, the gateway knows
+// nothing of who holds it: anyone can open thousands and hold each until
+// its header timeout. PreauthConns bounds, per client address, the open
+// connections that have not yet carried an authenticated request; past
+// the cap a new connection from that address is closed as it is accepted.
+// A connection that authenticated no longer counts, so a tenant's parked
+// long-poll pops behind one NAT address are never limited by it.
+//
+// It learns of a connection at accept and of its authentication from the
+// request, but of its close from nothing: it checks whether the connections
+// it counts are still open when an address reaches the cap, and all of
+// them at most every preauthSweep.
+
+// preauthSweep is how often at most every tracked connection is checked.
+const preauthSweep = 5 * time.Second
+
+// PreauthConns counts connections that have not authenticated, per
+// address (IPv6 per /64).
+type PreauthConns struct {
+	max     int
+	mu      sync.Mutex
+	byAddr  map[netip.Prefix]map[*PreauthConn]struct{}
+	total   int
+	sweptAt time.Time
+}
+
+// PreauthConn is one counted connection.
+type PreauthConn struct {
+	p      *PreauthConns
+	key    netip.Prefix
+	raw    syscall.RawConn
+	authed atomic.Bool
+}
+
+// NewPreauthConns returns a counter that admits perAddress connections
+// that have not authenticated from one address.
+func NewPreauthConns(perAddress int) *PreauthConns {
+	return &PreauthConns{max: max(1, perAddress), byAddr: map[netip.Prefix]map[*PreauthConn]struct{}{}}
+}
+
+// Admit counts c and reports whether it may be served; a refused c is the
+// caller's to close. A connection whose address or liveness cannot be
+// read (not TCP underneath) is admitted uncounted, with a nil handle.
+func (p *PreauthConns) Admit(c net.Conn) (*PreauthConn, bool) {
+	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
+	raw := rawConn(c)
+	if err != nil || raw == nil {
+		return nil, true
+	}
+	pc := &PreauthConn{p: p, key: AddressKey(ap.Addr()), raw: raw}
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if now.Sub(p.sweptAt) >= preauthSweep {
+		p.sweptAt = now
+		for key, set := range p.byAddr {
+			p.pruneLocked(key, set)
+		}
+	}
+	set := p.byAddr[pc.key]
+	if len(set) >= p.max {
+		p.pruneLocked(pc.key, set)
+		if len(set) >= p.max {
+			return nil, false
+		}
+	}
+	if set == nil {
+		set = map[*PreauthConn]struct{}{}
+		p.byAddr[pc.key] = set
+	}
+	set[pc] = struct{}{}
+	p.total++
+	return pc, true
+}
+
+// Authenticated stops counting the connection: a request on it
+// authenticated. Safe on a nil handle and more than once.
+func (pc *PreauthConn) Authenticated() {
+	if pc == nil || !pc.authed.CompareAndSwap(false, true) {
+		return
+	}
+	pc.p.mu.Lock()
+	defer pc.p.mu.Unlock()
+	pc.p.removeLocked(pc)
+}
+
+// Open reports how many connections that have not authenticated are
+// counted, all addresses together (closed ones until they are noticed).
+func (p *PreauthConns) Open() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.total
+}
+
+func (p *PreauthConns) removeLocked(pc *PreauthConn) {
+	set := p.byAddr[pc.key]
+	if _, ok := set[pc]; !ok {
+		return
+	}
+	delete(set, pc)
+	p.total--
+	if len(set) == 0 {
+		delete(p.byAddr, pc.key)
+	}
+}
+
+// pruneLocked forgets the connections of key that have been closed.
+func (p *PreauthConns) pruneLocked(key netip.Prefix, set map[*PreauthConn]struct{}) {
+	for pc := range set {
+		if pc.raw.Control(func(uintptr) {}) != nil {
+			delete(set, pc)
+			p.total--
+		}
+	}
+	if len(set) == 0 {
+		delete(p.byAddr, key)
+	}
+}
+
+// rawConn is the socket under c and whatever wraps it (TLS, a proxy
+// protocol header), whose Control fails once the socket is closed; nil
+// when there is none.
+func rawConn(c net.Conn) syscall.RawConn {
+	for range 8 {
+		if sc, ok := c.(syscall.Conn); ok {
+			raw, err := sc.SyscallConn()
+			if err != nil {
+				return nil
+			}
+			return raw
+		}
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return nil
+		}
+		c = u.NetConn()
+	}
+	return nil
+}
