@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -48,7 +49,7 @@ func (g *Gateway) resolveTarget(r *http.Request) (target, *apierror.Error) {
 	if t.actAs != "" {
 		return t, nil
 	}
-	cluster, err := g.clusterForHost(r.Context(), host)
+	cluster, err := g.clusterForHost(r.Context(), host, clientAddr(r))
 	var refused *hostLookupRefused
 	if errors.As(err, &refused) {
 		return t, tooManyHostLookups(refused.retryAfter)
@@ -64,7 +65,9 @@ func (g *Gateway) resolveTarget(r *http.Request) (target, *apierror.Error) {
 	return t, nil
 }
 
-func (g *Gateway) clusterForHost(ctx context.Context, host string) (*tenancy.Cluster, error) {
+// clusterForHost is the cluster host names, looked up within addr's budget
+// for hosts the cache cannot answer.
+func (g *Gateway) clusterForHost(ctx context.Context, host string, addr netip.Addr) (*tenancy.Cluster, error) {
 	var slug string
 	if domains := g.app.BaseDomains; len(domains) > 0 {
 		s, ok := tenancy.SlugUnderDomain(host, domains)
@@ -75,7 +78,7 @@ func (g *Gateway) clusterForHost(ctx context.Context, host string) (*tenancy.Clu
 	} else {
 		slug = tenancy.SlugFromHost(host)
 	}
-	cluster, err := g.app.backend.clusterBySlugBounded(ctx, slug, clientAddrOf(ctx))
+	cluster, err := g.app.backend.clusterBySlugBounded(ctx, slug, addr)
 	if errors.Is(err, tenancy.ErrUnavailable) {
 		g.logger.Warn("cluster lookup failed; refusing the unconfirmed host",
 			zap.String("slug", slug), zap.Error(err))
