@@ -444,7 +444,7 @@ func TestLeaderCutOffFromTheDatabase(t *testing.T) {
 	})
 	// The peer endpoint is not on the port tenants reach.
 	for _, host := range []string{"127.0.0.1", "cut.eu1.example.test"} {
-		r := do(t, client(a.port), "GET", fmt.Sprintf("http://%s:%d/queengate/peer/v1/lease?nonce=%s", host, a.port, strings.Repeat("ab", 16)), key, "")
+		r := do(t, client(a.port), "GET", fmt.Sprintf("http://%s:%d/queengate/peer/v2/lease?nonce=%s", host, a.port, strings.Repeat("ab", 16)), key, "")
 		if r.status == http.StatusOK || strings.Contains(string(r.body), "proof") {
 			t.Fatalf("the tenant port answered the peer endpoint on host %s: %d %s", host, r.status, r.body)
 		}

@@ -274,7 +274,10 @@ func TestPeerProtocol(t *testing.T) {
 	var recorded []byte
 	{
 		rec := httptest.NewRecorder()
-		PeerHandler(a, testSecret).ServeHTTP(rec, httptest.NewRequest("GET", PeerPath+"?nonce="+strings.Repeat("ab", 16), nil))
+		PeerHandler(a, testSecret).ServeHTTP(rec, httptest.NewRequest("GET", askTarget(testSecret, "g", "b", strings.Repeat("ab", 16), time.Now()), nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("a proven ask: %d %s", rec.Code, rec.Body)
+		}
 		recorded = rec.Body.Bytes()
 	}
 	unproven("a replayed answer", client, serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
