@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/queengate/queengate/internal/fakebroker"
+	"github.com/queengate/queengate/internal/harden"
 	"github.com/queengate/queengate/internal/pgtest"
 )
 
@@ -23,9 +24,9 @@ func closedByServer(c net.Conn, d time.Duration) bool {
 }
 
 // TestUnauthenticatedConnectionsAreCappedPerAddress: one address may hold
-// only preauth_conns connections on which nothing authenticated; more are
-// closed as they are accepted, while a connection that authenticated goes
-// on being served and no longer counts.
+// only preauth_conns connections on which nothing authenticated for more
+// than the grace; more are closed as they are accepted, while a connection
+// that authenticated goes on being served and no longer counts.
 func TestUnauthenticatedConnectionsAreCappedPerAddress(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
 	broker := startBroker(t, fakebroker.Options{Name: "conn-cell", RequireTenant: true})
@@ -60,6 +61,8 @@ func TestUnauthenticatedConnectionsAreCappedPerAddress(t *testing.T) {
 			t.Fatalf("connection %d of the cap was closed", i+1)
 		}
 	}
+	// They count once they have been open a grace without authenticating.
+	time.Sleep(harden.PreauthGrace + 300*time.Millisecond)
 	refused := 0
 	for range 5 {
 		if closedByServer(dial(), 2*time.Second) {

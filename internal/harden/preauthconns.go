@@ -3,6 +3,7 @@ package harden
 import (
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -15,7 +16,12 @@ import (
 // connections that have not yet carried an authenticated request; past
 // the cap a new connection from that address is closed as it is accepted.
 // A connection that authenticated no longer counts, so a tenant's parked
-// long-poll pops behind one NAT address are never limited by it.
+// long-poll pops behind one NAT address are never limited by it; and a
+// connection counts only once it has been open for PreauthGrace without
+// authenticating, so that a crowd of clients behind one address that
+// reconnects at once (after a hand-over) is not cut while the gateway
+// works through their first requests. Once more than the cap of an
+// address's connections are past the grace, the oldest of them are closed.
 //
 // It learns of a connection at accept and of its authentication from the
 // request, but of its close from nothing: it checks whether the connections
@@ -23,7 +29,11 @@ import (
 // them at most every preauthSweep.
 
 // preauthSweep is how often at most every tracked connection is checked.
-const preauthSweep = 5 * time.Second
+const preauthSweep = time.Second
+
+// PreauthGrace is how long a connection may be open without authenticating
+// before it counts against its address's cap.
+const PreauthGrace = time.Second
 
 // PreauthConns counts connections that have not authenticated, per
 // address (IPv6 per /64).
@@ -33,47 +43,49 @@ type PreauthConns struct {
 	byAddr  map[netip.Prefix]map[*PreauthConn]struct{}
 	total   int
 	sweptAt time.Time
+	now     func() time.Time
 }
 
 // PreauthConn is one counted connection.
 type PreauthConn struct {
 	p      *PreauthConns
 	key    netip.Prefix
+	conn   net.Conn // the socket itself: closing it writes nothing, so never blocks
 	raw    syscall.RawConn
+	at     time.Time // accepted
 	authed atomic.Bool
 }
 
 // NewPreauthConns returns a counter that admits perAddress connections
 // that have not authenticated from one address.
 func NewPreauthConns(perAddress int) *PreauthConns {
-	return &PreauthConns{max: max(1, perAddress), byAddr: map[netip.Prefix]map[*PreauthConn]struct{}{}}
+	return &PreauthConns{max: max(1, perAddress), byAddr: map[netip.Prefix]map[*PreauthConn]struct{}{}, now: time.Now}
 }
 
-// Admit counts c and reports whether it may be served; a refused c is the
-// caller's to close. A connection whose address or liveness cannot be
+// Admit counts c and reports whether it may be served: not when its
+// address already holds the cap of connections past the grace; a refused c
+// is the caller's to close. Connections of the address past the grace
+// beyond the cap are closed. A connection whose address or liveness cannot be
 // read (not TCP underneath) is admitted uncounted, with a nil handle.
 func (p *PreauthConns) Admit(c net.Conn) (*PreauthConn, bool) {
 	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
-	raw := rawConn(c)
+	socket, raw := rawConn(c)
 	if err != nil || raw == nil {
 		return nil, true
 	}
-	pc := &PreauthConn{p: p, key: AddressKey(ap.Addr()), raw: raw}
-	now := time.Now()
+	now := p.now()
+	pc := &PreauthConn{p: p, key: AddressKey(ap.Addr()), conn: socket, raw: raw, at: now}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if now.Sub(p.sweptAt) >= preauthSweep {
 		p.sweptAt = now
 		for key, set := range p.byAddr {
-			p.pruneLocked(key, set)
+			p.pruneLocked(key, set, now)
 		}
 	}
 	set := p.byAddr[pc.key]
-	if len(set) >= p.max {
-		p.pruneLocked(pc.key, set)
-		if len(set) >= p.max {
-			return nil, false
-		}
+	if len(set) >= p.max && p.pruneLocked(pc.key, set, now) >= p.max {
+		return nil, false
 	}
 	if set == nil {
 		set = map[*PreauthConn]struct{}{}
@@ -115,36 +127,52 @@ func (p *PreauthConns) removeLocked(pc *PreauthConn) {
 	}
 }
 
-// pruneLocked forgets the connections of key that have been closed.
-func (p *PreauthConns) pruneLocked(key netip.Prefix, set map[*PreauthConn]struct{}) {
+// pruneLocked forgets the connections of key that have been closed,
+// closes the oldest of those past the grace beyond the cap, and returns
+// how many past the grace remain.
+func (p *PreauthConns) pruneLocked(key netip.Prefix, set map[*PreauthConn]struct{}, now time.Time) int {
+	var old []*PreauthConn
 	for pc := range set {
-		if pc.raw.Control(func(uintptr) {}) != nil {
+		switch {
+		case pc.raw.Control(func(uintptr) {}) != nil:
+			delete(set, pc)
+			p.total--
+		case now.Sub(pc.at) >= PreauthGrace:
+			old = append(old, pc)
+		}
+	}
+	if len(old) > p.max {
+		slices.SortFunc(old, func(a, b *PreauthConn) int { return a.at.Compare(b.at) })
+		for _, pc := range old[:len(old)-p.max] {
+			_ = pc.conn.Close()
 			delete(set, pc)
 			p.total--
 		}
+		old = old[len(old)-p.max:]
 	}
 	if len(set) == 0 {
 		delete(p.byAddr, key)
 	}
+	return len(old)
 }
 
 // rawConn is the socket under c and whatever wraps it (TLS, a proxy
-// protocol header), whose Control fails once the socket is closed; nil
-// when there is none.
-func rawConn(c net.Conn) syscall.RawConn {
+// protocol header), with its raw form, whose Control fails once the socket
+// is closed; nils when there is none.
+func rawConn(c net.Conn) (net.Conn, syscall.RawConn) {
 	for range 8 {
 		if sc, ok := c.(syscall.Conn); ok {
 			raw, err := sc.SyscallConn()
 			if err != nil {
-				return nil
+				return nil, nil
 			}
-			return raw
+			return c, raw
 		}
 		u, ok := c.(interface{ NetConn() net.Conn })
 		if !ok {
-			return nil
+			return nil, nil
 		}
 		c = u.NetConn()
 	}
-	return nil
+	return nil, nil
 }

@@ -3,6 +3,7 @@ package harden
 import (
 	"net"
 	"testing"
+	"time"
 )
 
 // dialPair opens n loopback connections and returns the server ends.
@@ -32,7 +33,9 @@ func TestPreauthConnsCapPerAddress(t *testing.T) {
 	}
 	defer ln.Close()
 	p := NewPreauthConns(3)
-	conns := dialPair(t, ln, 5)
+	clock := time.Unix(1_800_000_000, 0)
+	p.now = func() time.Time { return clock }
+	conns := dialPair(t, ln, 8)
 	var handles []*PreauthConn
 	for i, c := range conns[:3] {
 		h, ok := p.Admit(c)
@@ -40,19 +43,34 @@ func TestPreauthConnsCapPerAddress(t *testing.T) {
 			t.Fatalf("connection %d of the cap refused", i+1)
 		}
 		handles = append(handles, h)
+		clock = clock.Add(time.Millisecond)
 	}
-	if _, ok := p.Admit(conns[3]); ok {
-		t.Fatal("a fourth connection from the address was admitted")
+	// Within the grace, a crowd reconnecting at once is not cut.
+	if _, ok := p.Admit(conns[3]); !ok {
+		t.Fatal("a connection was refused while the others were within the grace")
+	}
+	clock = clock.Add(PreauthGrace)
+	// Past the grace, the four hold more than the cap: the oldest past it
+	// (the first) is closed, and a new one is refused.
+	if _, ok := p.Admit(conns[4]); ok {
+		t.Fatal("a connection past the cap was admitted")
+	}
+	if n := p.Open(); n != 3 {
+		t.Fatalf("open %d, want the cap 3 after the oldest was closed", n)
+	}
+	if handles[0].raw.Control(func(uintptr) {}) == nil {
+		t.Fatal("the oldest connection was not closed")
 	}
 	// A connection that authenticated no longer counts.
-	handles[0].Authenticated()
-	handles[0].Authenticated()
-	if _, ok := p.Admit(conns[3]); !ok {
+	handles[1].Authenticated()
+	handles[1].Authenticated()
+	if _, ok := p.Admit(conns[5]); !ok {
 		t.Fatal("an authenticated connection still counted")
 	}
+	clock = clock.Add(PreauthGrace)
 	// A closed one is noticed when the address reaches the cap.
-	conns[1].Close()
-	if _, ok := p.Admit(conns[4]); !ok {
+	conns[2].Close()
+	if _, ok := p.Admit(conns[6]); !ok {
 		t.Fatal("a closed connection still counted")
 	}
 	if n := p.Open(); n != 3 {
