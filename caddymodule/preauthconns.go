@@ -24,7 +24,7 @@ type preauthConnKey struct{}
 
 // countPreauthConns makes the server being provisioned count, per client
 // address, its connections on which nothing has authenticated yet, and
-// close those past perAddress as they are accepted. It returns the server
+// close the oldest of them past perAddress as new ones are accepted. It returns the server
 // (nil outside one).
 func countPreauthConns(ctx caddy.Context, perAddress int) *caddyhttp.Server {
 	srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
@@ -36,14 +36,7 @@ func countPreauthConns(ctx caddy.Context, perAddress int) *caddyhttp.Server {
 		return srv
 	}
 	srv.RegisterConnContext(func(ctx context.Context, c net.Conn) context.Context {
-		pc, ok := counter.Admit(c)
-		if !ok {
-			// The server reads nothing from a closed connection and
-			// drops it at once.
-			_ = c.Close()
-			return ctx
-		}
-		return context.WithValue(ctx, preauthConnKey{}, pc)
+		return context.WithValue(ctx, preauthConnKey{}, counter.Admit(c))
 	})
 	return srv
 }

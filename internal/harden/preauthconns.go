@@ -13,15 +13,17 @@ import (
 // Before a connection's first request authenticates, the gateway knows
 // nothing of who holds it: anyone can open thousands and hold each until
 // its header timeout. PreauthConns bounds, per client address, the open
-// connections that have not yet carried an authenticated request; past
-// the cap a new connection from that address is closed as it is accepted.
+// connections that have not yet carried an authenticated request: past
+// the cap, the address's oldest such connection is closed to make room
+// for the new one. The newest are kept so that a client behind the same
+// address (a NAT) still gets in while another holds idle connections: it
+// only makes the holder's connections churn.
 // A connection that authenticated no longer counts, so a tenant's parked
 // long-poll pops behind one NAT address are never limited by it; and a
 // connection counts only once it has been open for PreauthGrace without
 // authenticating, so that a crowd of clients behind one address that
 // reconnects at once (after a hand-over) is not cut while the gateway
-// works through their first requests. Once more than the cap of an
-// address's connections are past the grace, the oldest of them are closed.
+// works through their first requests.
 //
 // It learns of a connection at accept and of its authentication from the
 // request, but of its close from nothing: it checks whether the connections
@@ -62,16 +64,14 @@ func NewPreauthConns(perAddress int) *PreauthConns {
 	return &PreauthConns{max: max(1, perAddress), byAddr: map[netip.Prefix]map[*PreauthConn]struct{}{}, now: time.Now}
 }
 
-// Admit counts c and reports whether it may be served: not when its
-// address already holds the cap of connections past the grace; a refused c
-// is the caller's to close. Connections of the address past the grace
-// beyond the cap are closed. A connection whose address or liveness cannot be
-// read (not TCP underneath) is admitted uncounted, with a nil handle.
-func (p *PreauthConns) Admit(c net.Conn) (*PreauthConn, bool) {
+// Admit counts c, closing its address's oldest connections past the grace
+// beyond the cap less one. A connection whose address or liveness cannot
+// be read (not TCP underneath) is left uncounted, with a nil handle.
+func (p *PreauthConns) Admit(c net.Conn) *PreauthConn {
 	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
 	socket, raw := rawConn(c)
 	if err != nil || raw == nil {
-		return nil, true
+		return nil
 	}
 	now := p.now()
 	pc := &PreauthConn{p: p, key: AddressKey(ap.Addr()), conn: socket, raw: raw, at: now}
@@ -80,12 +80,12 @@ func (p *PreauthConns) Admit(c net.Conn) (*PreauthConn, bool) {
 	if now.Sub(p.sweptAt) >= preauthSweep {
 		p.sweptAt = now
 		for key, set := range p.byAddr {
-			p.pruneLocked(key, set, now)
+			p.pruneLocked(key, set, now, p.max)
 		}
 	}
 	set := p.byAddr[pc.key]
-	if len(set) >= p.max && p.pruneLocked(pc.key, set, now) >= p.max {
-		return nil, false
+	if len(set) >= p.max {
+		p.pruneLocked(pc.key, set, now, p.max-1)
 	}
 	if set == nil {
 		set = map[*PreauthConn]struct{}{}
@@ -93,7 +93,7 @@ func (p *PreauthConns) Admit(c net.Conn) (*PreauthConn, bool) {
 	}
 	set[pc] = struct{}{}
 	p.total++
-	return pc, true
+	return pc
 }
 
 // Authenticated stops counting the connection: a request on it
@@ -127,10 +127,9 @@ func (p *PreauthConns) removeLocked(pc *PreauthConn) {
 	}
 }
 
-// pruneLocked forgets the connections of key that have been closed,
-// closes the oldest of those past the grace beyond the cap, and returns
-// how many past the grace remain.
-func (p *PreauthConns) pruneLocked(key netip.Prefix, set map[*PreauthConn]struct{}, now time.Time) int {
+// pruneLocked forgets the connections of key that have been closed, and
+// closes the oldest of those past the grace beyond keep.
+func (p *PreauthConns) pruneLocked(key netip.Prefix, set map[*PreauthConn]struct{}, now time.Time, keep int) {
 	var old []*PreauthConn
 	for pc := range set {
 		switch {
@@ -141,19 +140,17 @@ func (p *PreauthConns) pruneLocked(key netip.Prefix, set map[*PreauthConn]struct
 			old = append(old, pc)
 		}
 	}
-	if len(old) > p.max {
+	if len(old) > keep {
 		slices.SortFunc(old, func(a, b *PreauthConn) int { return a.at.Compare(b.at) })
-		for _, pc := range old[:len(old)-p.max] {
+		for _, pc := range old[:len(old)-keep] {
 			_ = pc.conn.Close()
 			delete(set, pc)
 			p.total--
 		}
-		old = old[len(old)-p.max:]
 	}
 	if len(set) == 0 {
 		delete(p.byAddr, key)
 	}
-	return len(old)
 }
 
 // rawConn is the socket under c and whatever wraps it (TLS, a proxy

@@ -26,6 +26,9 @@ func dialPair(t *testing.T, ln net.Listener, n int) []net.Conn {
 	return out
 }
 
+// closed reports whether the server end h was closed by the counter.
+func closed(h *PreauthConn) bool { return h.raw.Control(func(uintptr) {}) != nil }
+
 func TestPreauthConnsCapPerAddress(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -36,42 +39,50 @@ func TestPreauthConnsCapPerAddress(t *testing.T) {
 	clock := time.Unix(1_800_000_000, 0)
 	p.now = func() time.Time { return clock }
 	conns := dialPair(t, ln, 8)
-	var handles []*PreauthConn
-	for i, c := range conns[:3] {
-		h, ok := p.Admit(c)
-		if !ok || h == nil {
-			t.Fatalf("connection %d of the cap refused", i+1)
+	var h []*PreauthConn
+	admit := func(c net.Conn) {
+		t.Helper()
+		pc := p.Admit(c)
+		if pc == nil {
+			t.Fatal("a TCP connection was not counted")
 		}
-		handles = append(handles, h)
+		h = append(h, pc)
 		clock = clock.Add(time.Millisecond)
 	}
+	for _, c := range conns[:4] {
+		admit(c)
+	}
 	// Within the grace, a crowd reconnecting at once is not cut.
-	if _, ok := p.Admit(conns[3]); !ok {
-		t.Fatal("a connection was refused while the others were within the grace")
+	for i := range 4 {
+		if closed(h[i]) {
+			t.Fatalf("connection %d was closed within the grace", i+1)
+		}
 	}
 	clock = clock.Add(PreauthGrace)
-	// Past the grace, the four hold more than the cap: the oldest past it
-	// (the first) is closed, and a new one is refused.
-	if _, ok := p.Admit(conns[4]); ok {
-		t.Fatal("a connection past the cap was admitted")
+	// Past the grace, a new connection makes room: the two oldest go, so
+	// that with it the address holds the cap.
+	admit(conns[4])
+	if !closed(h[0]) || !closed(h[1]) || closed(h[2]) || closed(h[3]) || closed(h[4]) {
+		t.Fatalf("closed: %v %v %v %v %v; want the two oldest only", closed(h[0]), closed(h[1]), closed(h[2]), closed(h[3]), closed(h[4]))
 	}
 	if n := p.Open(); n != 3 {
-		t.Fatalf("open %d, want the cap 3 after the oldest was closed", n)
+		t.Fatalf("open %d, want the cap 3", n)
 	}
-	if handles[0].raw.Control(func(uintptr) {}) == nil {
-		t.Fatal("the oldest connection was not closed")
-	}
-	// A connection that authenticated no longer counts.
-	handles[1].Authenticated()
-	handles[1].Authenticated()
-	if _, ok := p.Admit(conns[5]); !ok {
-		t.Fatal("an authenticated connection still counted")
-	}
+	// A connection that authenticated no longer counts, and is never
+	// closed by the counter.
+	h[2].Authenticated()
+	h[2].Authenticated()
 	clock = clock.Add(PreauthGrace)
-	// A closed one is noticed when the address reaches the cap.
-	conns[2].Close()
-	if _, ok := p.Admit(conns[6]); !ok {
-		t.Fatal("a closed connection still counted")
+	admit(conns[5])
+	if closed(h[2]) || closed(h[3]) {
+		t.Fatal("a connection was closed though the address held less than the cap")
+	}
+	// A connection closed by the server is forgotten, and makes room.
+	conns[3].Close()
+	clock = clock.Add(PreauthGrace)
+	admit(conns[6])
+	if closed(h[4]) || closed(h[5]) {
+		t.Fatal("a live connection was closed though a closed one made room")
 	}
 	if n := p.Open(); n != 3 {
 		t.Fatalf("open %d, want 3", n)
