@@ -169,6 +169,15 @@ type App struct {
 	// serves on the others' grants.
 	LeaderGroupSize int `json:"leader_group_size,omitempty"`
 
+	// LeaderGroupMembers are the gateway_name of every gateway of the
+	// group, this one included, the same list on each. The peer address
+	// answers only these members, and a leader serves on grants (while the
+	// database is down for the whole group) only once every other one of
+	// them has granted. Without it, the peer address answers any member
+	// that proves peer_secret and no grant counts: a leader that cannot
+	// reach the database stops at its own lease. Sets leader_group_size.
+	LeaderGroupMembers []string `json:"leader_group_members,omitempty"`
+
 	// PeerListen is the address (host:port) on which this gateway answers
 	// the other members of its group, and nothing else. A standby asks the
 	// holder of an expired lease there before it takes over, so a leader
@@ -288,7 +297,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		reconcile:      time.Duration(a.ReconcileInterval),
 		isolationEvery: time.Duration(a.IsolationProbeInterval),
 		leader: leaderSettings{group: a.LeaderGroup, name: a.GatewayName, ttl: time.Duration(a.LeaderLeaseTTL),
-			members: a.LeaderGroupSize, peerListen: a.PeerListen, peerURL: a.PeerAddress, peerSecret: a.PeerSecret},
+			members: a.LeaderGroupSize, memberNames: a.LeaderGroupMembers, peerListen: a.PeerListen, peerURL: a.PeerAddress, peerSecret: a.PeerSecret},
 		identity: tenancy.IdentityCacheConfig{
 			RevocationStrict: a.Sessions != nil && a.Sessions.RevocationStrict,
 			LookupTimeout:    time.Duration(a.DatabaseTimeout),
@@ -352,6 +361,9 @@ func (a *App) Validate() error {
 	}
 	if a.LeaderGroupSize < 0 || (a.LeaderGroupSize != 0 && a.LeaderGroup == "") {
 		return fmt.Errorf("queen: leader_group_size must be positive and needs leader_group, got %d", a.LeaderGroupSize)
+	}
+	if err := a.validateMembers(); err != nil {
+		return err
 	}
 	if a.LeaderGroup != "" && strings.TrimSpace(a.LeaderGroup) != a.LeaderGroup {
 		return fmt.Errorf("queen: leader_group %q has surrounding spaces", a.LeaderGroup)

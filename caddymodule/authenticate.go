@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
 	"github.com/queengate/queengate/internal/apierror"
@@ -235,10 +234,8 @@ func (g *Gateway) membership(ctx context.Context, claims tenancy.SessionClaims, 
 // clientAddr is the client's address as Caddy determined it (honouring its
 // trusted_proxies setting), else the connection's peer.
 func clientAddr(r *http.Request) netip.Addr {
-	if s, ok := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ok && s != "" {
-		if a, err := netip.ParseAddr(s); err == nil {
-			return a
-		}
+	if a := clientAddrOf(r.Context()); a.IsValid() {
+		return a
 	}
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
 		return ap.Addr()

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/queengate/queengate/internal/harden"
 	"github.com/queengate/queengate/leader"
 	"github.com/queengate/queengate/limits"
 	"github.com/queengate/queengate/meter"
@@ -44,9 +45,12 @@ type backend struct {
 	cache    *tenancy.ClusterCache
 	identity *tenancy.IdentityCache
 	toucher  *tenancy.KeyToucher
-	listener *tenancy.InvalidationListener
-	stop     context.CancelFunc
-	stopped  chan struct{}
+	// hostLookups bounds the lookups of hosts and TLS names the cache
+	// cannot answer, across every site and the TLS permission module.
+	hostLookups *harden.HostLookups
+	listener    *tenancy.InvalidationListener
+	stop        context.CancelFunc
+	stopped     chan struct{}
 
 	store      *tenancy.Store
 	meter      *meter.Meter
@@ -57,7 +61,9 @@ type backend struct {
 	reconciler *limits.Reconciler
 	isolation  *tenancy.CellIsolation
 	// elector is nil for a gateway that is not part of a group.
-	elector     *leader.Elector
+	elector *leader.Elector
+	// leasePool is the elector's own connections; nil without a group.
+	leasePool   *pgxpool.Pool
 	peerServer  *http.Server // answers the group's members; nil without peer_listen
 	gatewayName string
 	seenCells   sync.Map // cell id -> struct{}: the cells whose clusters are reconciled
@@ -120,20 +126,22 @@ func newBackend(ctx context.Context, key string, s backendSettings, log *zap.Log
 	identity := tenancy.NewIdentityCache(store, s.identity, log.Named("identity"))
 	runCtx, stop := context.WithCancel(context.Background())
 	b := &backend{key: key, pool: pool, cache: cache, identity: identity, store: store,
-		toucher: tenancy.NewKeyToucher(pool, s.keyTouch, log.Named("key_touch")),
-		stop:    stop, stopped: make(chan struct{})}
+		toucher:     tenancy.NewKeyToucher(pool, s.keyTouch, log.Named("key_touch")),
+		hostLookups: harden.NewHostLookups(harden.HostLookupsConfig{}),
+		stop:        stop, stopped: make(chan struct{})}
 	b.staleGrace = s.cache.StaleGrace
 	if databaseUp {
 		b.lastDatabaseOK.Store(time.Now().UnixNano())
 	}
 	b.newCellIsolation(s.isolationEvery, log)
-	if err := b.newElector(ctx, s.leader, log); err != nil {
+	if err := b.newElector(ctx, s.databaseURL, s.leader, log); err != nil {
 		stop()
 		pool.Close()
 		return nil, err
 	}
 	if err := b.newLimitsAndMeter(s, log); err != nil {
 		b.closePeer()
+		b.closeLeasePool()
 		stop()
 		pool.Close()
 		return nil, err
@@ -230,6 +238,7 @@ func (b *backend) Destruct() error {
 	b.closePeer()
 	b.stop()
 	<-b.stopped
+	b.closeLeasePool()
 	b.pool.Close()
 	return nil
 }

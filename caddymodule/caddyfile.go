@@ -51,6 +51,7 @@ import (
 //		gateway_name      <name in the group>
 //		leader_lease_ttl  <duration>
 //		leader_group_size <n>
+//		leader_group_members <name> <name>...
 //		peer_listen       <host:port>
 //		peer_address      <url>
 //		peer_secret       <secret>
@@ -213,6 +214,11 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := parseCount(d, &a.LeaderGroupSize); err != nil {
 				return err
 			}
+		case "leader_group_members":
+			a.LeaderGroupMembers = d.RemainingArgs()
+			if len(a.LeaderGroupMembers) == 0 {
+				return d.ArgErr()
+			}
 		case "peer_listen":
 			if err := parseString(d, &a.PeerListen); err != nil {
 				return err
@@ -266,6 +272,7 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 //		max_header_bytes       <size>
 //		max_body_bytes         <size>
 //		auth_failures          <per second> <burst>
+//		preauth_conns          <n>
 //		probes
 //	}
 //

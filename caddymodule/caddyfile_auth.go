@@ -145,6 +145,8 @@ func (g *Gateway) unmarshalEnforcement(d *caddyfile.Dispenser, opt string) (know
 		g.MaxBodyBytes = int64(n)
 	case "auth_failures":
 		err = g.unmarshalAuthFailures(d)
+	case "preauth_conns":
+		err = parseCount(d, &g.PreauthConns)
 	default:
 		return false, nil
 	}

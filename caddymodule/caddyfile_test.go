@@ -26,6 +26,7 @@ func TestAppUnmarshalCaddyfile(t *testing.T) {
 		gateway_name gw-1
 		leader_lease_ttl 3s
 		leader_group_size 3
+		leader_group_members gw-1 gw-2 gw-3
 		peer_listen 192.0.2.5:7946
 		peer_address http://gw-1.example.com:7946
 		peer_secret {env.PEER}
@@ -41,7 +42,8 @@ func TestAppUnmarshalCaddyfile(t *testing.T) {
 		a.DatabaseTimeout != caddy.Duration(2*time.Second) || a.CacheTTL != caddy.Duration(10*time.Second) ||
 		a.KeyNegativeTTL != caddy.Duration(time.Second) || a.StaleGrace != caddy.Duration(time.Minute) || !a.SkipMigrations ||
 		a.IsolationProbeInterval != caddy.Duration(5*time.Minute) || a.LeaderGroup != "eu1-a" || a.GatewayName != "gw-1" ||
-		a.LeaderLeaseTTL != caddy.Duration(3*time.Second) || a.LeaderGroupSize != 3 {
+		a.LeaderLeaseTTL != caddy.Duration(3*time.Second) || a.LeaderGroupSize != 3 ||
+		strings.Join(a.LeaderGroupMembers, ",") != "gw-1,gw-2,gw-3" {
 		t.Fatalf("parsed %+v", a)
 	}
 }
@@ -262,6 +264,30 @@ func TestAppValidate(t *testing.T) {
 		{"not http", "g", "127.0.0.1:7946", "ftp://127.0.0.1:7946", secret, "not an http(s) URL"},
 	} {
 		a := &App{DatabaseURL: "postgres://x", PoolMaxConns: 1, LeaderGroup: tc.group, PeerListen: tc.listen, PeerAddress: tc.url, PeerSecret: tc.key}
+		err := a.Validate()
+		if (tc.want == "" && err != nil) || (tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want))) {
+			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestAppValidateGroupMembers(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		group   string
+		size    int
+		members []string
+		want    string
+	}{
+		{"complete", "g", 0, []string{"gw-1", "gw-2"}, ""},
+		{"with its size", "g", 2, []string{"gw-1", "gw-2"}, ""},
+		{"without a group", "", 0, []string{"gw-1", "gw-2"}, "needs leader_group"},
+		{"twice", "g", 0, []string{"gw-1", "gw-2", "gw-2"}, "twice"},
+		{"not this gateway", "g", 0, []string{"gw-2", "gw-3"}, "does not name this gateway"},
+		{"another size", "g", 3, []string{"gw-1", "gw-2"}, "names 2 gateways"},
+	} {
+		a := &App{DatabaseURL: "postgres://x", PoolMaxConns: 1, LeaderGroup: tc.group, GatewayName: "gw-1",
+			LeaderGroupSize: tc.size, LeaderGroupMembers: tc.members}
 		err := a.Validate()
 		if (tc.want == "" && err != nil) || (tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want))) {
 			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.want)

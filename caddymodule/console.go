@@ -107,7 +107,7 @@ func requestIsHTTPS(r *http.Request) bool {
 type gatewayClusters struct{ g *Gateway }
 
 func (c gatewayClusters) ClusterForHost(ctx context.Context, host string) (*tenancy.Cluster, error) {
-	return c.g.clusterForHost(ctx, host)
+	return c.g.clusterForHost(ctx, host, clientAddrOf(ctx))
 }
 
 func (c gatewayClusters) ClusterByReference(ctx context.Context, ref string) (*tenancy.Cluster, error) {

@@ -74,7 +74,7 @@ func TestClusterOfAnotherCell(t *testing.T) {
 // cluster whose requests this gateway would refuse.
 func TestCertificateForClusterOfAnotherCell(t *testing.T) {
 	env := frontingEnv(t)
-	p := &CertPermission{cache: env.g.app.Cache(), baseDomains: env.g.app.BaseDomains, fronting: env.g.app.fronting, logger: env.g.logger}
+	p := &CertPermission{backend: env.g.app.backend, baseDomains: env.g.app.BaseDomains, fronting: env.g.app.fronting, logger: env.g.logger}
 	if err := p.CertificateAllowed(context.Background(), "acme.eu1.example.com"); err != nil {
 		t.Fatalf("own cell's cluster: %v", err)
 	}

@@ -75,6 +75,13 @@ type Gateway struct {
 	// client address may make. Default 20.
 	AuthFailureBurst int `json:"auth_failure_burst,omitempty"`
 
+	// PreauthConns caps, per client address (IPv6 per /64), the open
+	// connections to this handler's server on which no request has
+	// authenticated yet; past it a new connection from that address is
+	// closed as it is accepted. One cap per server: the first
+	// queen_gateway of a server sets it. Default 256.
+	PreauthConns int `json:"preauth_conns,omitempty"`
+
 	// Probes marks this handler as the probe listener's: /readyz shows
 	// every check's detail (cell names and verdicts, the group's members,
 	// database errors) to any caller, and runs the checks for each request.
@@ -84,6 +91,7 @@ type Gateway struct {
 
 	app        *App
 	logger     *zap.Logger
+	server     *caddyhttp.Server // nil outside an http server
 	headLimits harden.HeadLimits
 	failures   *harden.FailureGuard
 	surface    webSurface
@@ -98,6 +106,11 @@ func (*Gateway) CaddyModule() caddy.ModuleInfo {
 // Provision sets defaults and attaches the handler to the queen app.
 func (g *Gateway) Provision(ctx caddy.Context) error {
 	g.logger = ctx.Logger()
+	boundHeaderRead(ctx, g.logger)
+	if g.PreauthConns == 0 {
+		g.PreauthConns = DefaultPreauthConns
+	}
+	g.server = countPreauthConns(ctx, g.PreauthConns)
 	setDuration(&g.UpstreamTimeout, 35*time.Second)
 	setDuration(&g.LongPollMax, 90*time.Second)
 	setDuration(&g.LongPollMargin, 10*time.Second)
@@ -139,6 +152,9 @@ func (g *Gateway) Validate() error {
 	}
 	if g.MaxURIBytes < 0 || g.MaxHeaders < 0 || g.MaxHeaderValueBytes < 0 || g.MaxHeaderBytes < 0 || g.MaxBodyBytes < 0 {
 		return fmt.Errorf("queen_gateway: size limits must not be negative")
+	}
+	if g.PreauthConns < 0 {
+		return fmt.Errorf("queen_gateway: preauth_conns must be positive")
 	}
 	if g.AuthFailureRate < 0 || g.AuthFailureBurst < 0 {
 		return fmt.Errorf("queen_gateway: auth_failures rate and burst must not be negative")

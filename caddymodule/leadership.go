@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
 	"github.com/queengate/queengate/internal/apierror"
@@ -23,20 +24,21 @@ import (
 // leaderSettings configure the backend's elector; an empty group means a
 // gateway of its own, always the leader.
 type leaderSettings struct {
-	group      string
-	name       string
-	ttl        time.Duration
-	members    int
-	peerListen string
-	peerURL    string
-	peerSecret string
+	group       string
+	name        string
+	ttl         time.Duration
+	members     int
+	memberNames []string
+	peerListen  string
+	peerURL     string
+	peerSecret  string
 }
 
 // String keys the shared backend; the secret appears only as a digest.
 func (s leaderSettings) String() string {
 	digest := sha256.Sum256([]byte(s.peerSecret))
-	return fmt.Sprintf("group=%s name=%s ttl=%v members=%d peer_listen=%s peer_url=%s peer_secret=%s",
-		s.group, s.name, s.ttl, s.members, s.peerListen, s.peerURL, hex.EncodeToString(digest[:8]))
+	return fmt.Sprintf("group=%s name=%s ttl=%v members=%d member_names=%q peer_listen=%s peer_url=%s peer_secret=%s",
+		s.group, s.name, s.ttl, s.members, s.memberNames, s.peerListen, s.peerURL, hex.EncodeToString(digest[:8]))
 }
 
 // validatePeer checks the peer options: all or none of listen and
@@ -67,6 +69,32 @@ func (a *App) validatePeer() error {
 	return nil
 }
 
+// validateMembers checks leader_group_members: only in a group, each name
+// once, this gateway's among them, and leader_group_size, when also set,
+// their number.
+func (a *App) validateMembers() error {
+	if len(a.LeaderGroupMembers) == 0 {
+		return nil
+	}
+	if a.LeaderGroup == "" {
+		return errors.New("queen: leader_group_members needs leader_group")
+	}
+	seen := map[string]bool{}
+	for _, m := range a.LeaderGroupMembers {
+		if m == "" || seen[m] {
+			return fmt.Errorf("queen: leader_group_members names %q twice, or an empty name", m)
+		}
+		seen[m] = true
+	}
+	if !seen[a.GatewayName] {
+		return fmt.Errorf("queen: leader_group_members %q does not name this gateway (gateway_name %q)", a.LeaderGroupMembers, a.GatewayName)
+	}
+	if a.LeaderGroupSize != 0 && a.LeaderGroupSize != len(a.LeaderGroupMembers) {
+		return fmt.Errorf("queen: leader_group_size %d but leader_group_members names %d gateways", a.LeaderGroupSize, len(a.LeaderGroupMembers))
+	}
+	return nil
+}
+
 // defaultGatewayName names a gateway that was given no name: unique per
 // process, so that two gateways on one machine never share a lease.
 func defaultGatewayName() string {
@@ -77,16 +105,53 @@ func defaultGatewayName() string {
 	return host + "-" + strconv.Itoa(os.Getpid())
 }
 
+// leasePoolConns is the size of the lease's own pool: the elector runs one
+// statement at a time (attempts, the take after one, the release are
+// serialized), and a second connection stands by while a cancelled
+// statement's connection is being closed.
+const leasePoolConns = 2
+
+// newLeasePool opens the connections the elector alone uses. The lease
+// never queues behind request traffic on the shared pool: a flood of
+// lookups that fills it must not make the leader's renewal miss its
+// deadline (the lease would lapse and the group hand over), nor make a
+// standby believe it lost the database. One connection is kept open, so
+// that a renewal does not pay for a connect.
+func newLeasePool(databaseURL string, ttl time.Duration) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse database_url: %w", err)
+	}
+	cfg.MaxConns, cfg.MinConns = leasePoolConns, 1
+	if ttl <= 0 {
+		ttl = 2 * time.Second
+	}
+	// An attempt has TTL/2; a connect that takes longer is of no use to it.
+	cfg.ConnConfig.ConnectTimeout = ttl / 2
+	cfg.ConnConfig.RuntimeParams["application_name"] = "queengate-lease"
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create the lease's database pool: %w", err)
+	}
+	return pool, nil
+}
+
 // newElector builds the backend's elector when the gateway is part of a
-// group, and its peer listener when it has one.
-func (b *backend) newElector(ctx context.Context, s leaderSettings, log *zap.Logger) error {
+// group, with its own database connections, and its peer listener when it
+// has one.
+func (b *backend) newElector(ctx context.Context, databaseURL string, s leaderSettings, log *zap.Logger) error {
 	b.gatewayName = s.name
 	if s.group == "" {
 		return nil
 	}
+	leasePool, err := newLeasePool(databaseURL, s.ttl)
+	if err != nil {
+		return err
+	}
+	b.leasePool = leasePool
 	cfg := leader.Config{
-		Group: s.group, Name: s.name, TTL: s.ttl, Members: s.members,
-		Store: leader.PgStore{Pool: b.pool},
+		Group: s.group, Name: s.name, TTL: s.ttl, Members: s.members, MemberNames: s.memberNames,
+		Store: leader.PgStore{Pool: leasePool},
 		Log:   log.Named("leader"),
 	}
 	if s.peerListen == "" {
@@ -95,15 +160,21 @@ func (b *backend) newElector(ctx context.Context, s leaderSettings, log *zap.Log
 		b.elector = leader.New(cfg)
 		return nil
 	}
+	if len(s.memberNames) == 0 {
+		log.Warn("leader group without leader_group_members: no member's grant counts, so a leader that cannot reach the database "+
+			"stops at its own lease even when every member is cut off from it", zap.String("group", s.group))
+	}
 	cfg.PeerURL = s.peerURL
 	cfg.Peer = leader.PeerClient{Group: s.group, Name: s.name, Secret: []byte(s.peerSecret)}
 	b.elector = leader.New(cfg)
 	na, err := caddy.ParseNetworkAddress(s.peerListen)
 	if err != nil {
+		leasePool.Close()
 		return fmt.Errorf("peer_listen %q: %w", s.peerListen, err)
 	}
 	ln, err := na.Listen(ctx, 0, net.ListenConfig{})
 	if err != nil {
+		leasePool.Close()
 		return fmt.Errorf("peer_listen %q: %w", s.peerListen, err)
 	}
 	b.peerServer = &http.Server{
@@ -186,4 +257,12 @@ func (b *backend) servingGateway() (name, group, role string) {
 		name = b.elector.Holder()
 	}
 	return name, b.elector.Group(), role
+}
+
+// closeLeasePool closes the elector's connections, once it has released
+// the lease; a no-op without a group.
+func (b *backend) closeLeasePool() {
+	if b.leasePool != nil {
+		b.leasePool.Close()
+	}
 }

@@ -177,6 +177,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return g.refuse(w, r, st, errClusterElsewhere)
 	}
 	st.cluster = cluster
+	preauthConn(r.Context()).Authenticated()
 	caddyhttp.SetVar(r.Context(), varClusterSlug, (*clusterSlugVar)(cluster))
 	g.app.backend.noteCell(cluster)
 	if !gatesFirst && !cluster.Status.Serves() {

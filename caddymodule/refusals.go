@@ -46,6 +46,13 @@ func tooManyFailures(retryAfter int) *apierror.Error {
 		Message: "too many requests from this address", RetryAfter: retryAfter}
 }
 
+// tooManyHostLookups answers a host the cluster cache cannot answer, from
+// an address (or a gateway) that has spent its lookups of unknown hosts.
+func tooManyHostLookups(retryAfter int) *apierror.Error {
+	return &apierror.Error{Status: http.StatusTooManyRequests, Code: apierror.RateLimited,
+		Message: "too many requests for hosts this gateway does not know", RetryAfter: retryAfter}
+}
+
 // headTooLarge answers a request head over a limit (414 or 431).
 func headTooLarge(status int, msg string) *apierror.Error {
 	return &apierror.Error{Status: status, Code: apierror.RequestHeadersTooLarge, Message: msg}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -52,7 +53,11 @@ func (g *Gateway) resolveTarget(r *http.Request) (target, *apierror.Error) {
 	if t.actAs != "" {
 		return t, nil
 	}
-	cluster, err := g.clusterForHost(r.Context(), host)
+	cluster, err := g.clusterForHost(r.Context(), host, clientAddr(r))
+	var refused *hostLookupRefused
+	if errors.As(err, &refused) {
+		return t, tooManyHostLookups(refused.retryAfter)
+	}
 	if err == nil && !g.app.fronting.Serves(cluster) {
 		// Refused before the credential is looked at or any bucket is
 		// touched: the cluster's limits are its own cell's gateway's.
@@ -82,7 +87,9 @@ func (t target) unknownHostRefusal() *apierror.Error {
 	return errClusterUnknown
 }
 
-func (g *Gateway) clusterForHost(ctx context.Context, host string) (*tenancy.Cluster, error) {
+// clusterForHost is the cluster host names, looked up within addr's budget
+// for hosts the cache cannot answer.
+func (g *Gateway) clusterForHost(ctx context.Context, host string, addr netip.Addr) (*tenancy.Cluster, error) {
 	var slug string
 	if domains := g.app.BaseDomains; len(domains) > 0 {
 		s, ok := tenancy.SlugUnderDomain(host, domains)
@@ -93,7 +100,7 @@ func (g *Gateway) clusterForHost(ctx context.Context, host string) (*tenancy.Clu
 	} else {
 		slug = tenancy.SlugFromHost(host)
 	}
-	cluster, err := g.app.Cache().ClusterBySlug(ctx, slug)
+	cluster, err := g.app.backend.clusterBySlugBounded(ctx, slug, addr)
 	if errors.Is(err, tenancy.ErrUnavailable) {
 		g.logger.Warn("cluster lookup failed; refusing the unconfirmed host",
 			zap.String("slug", slug), zap.Error(err))

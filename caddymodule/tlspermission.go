@@ -4,7 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"net"
+	"net/netip"
 	"slices"
 
 	"github.com/caddyserver/caddy/v2"
@@ -24,8 +24,10 @@ import (
 // deleted. Suspended clusters keep their certificate, so their clients get
 // a 403 cluster_suspended over TLS rather than a failed handshake.
 //
-// The decision reads the queen app's cluster cache: a cached cluster costs
-// no database query. While the database does not answer, clusters the
+// The decision reads the queen app's cluster cache: a cached cluster, or a
+// name recently found to be none, costs no database query; any other name
+// is looked up only within the handshaking address's and the gateway's
+// budgets for unknown hosts, as a Host header is. While the database does not answer, clusters the
 // gateway already knows keep being allowed for the app's stale_grace;
 // clusters it has never seen are refused.
 //
@@ -36,9 +38,10 @@ import (
 //	}
 type CertPermission struct {
 	// Taken from the queen app at Provision, so that a handshake still in
-	// flight while its configuration is unloaded never reads the app's
-	// backend after Cleanup released it.
-	cache       *tenancy.ClusterCache
+	// flight while its configuration is unloaded never reads the app after
+	// Cleanup released it; the backend's cache and budgets outlive it (a
+	// closed pool only fails the lookup, and the handshake).
+	backend     *backend
 	baseDomains []string
 	fronting    tenancy.Fronting
 	logger      *zap.Logger
@@ -61,7 +64,7 @@ func (p *CertPermission) Provision(ctx caddy.Context) error {
 	if len(app.BaseDomains) == 0 {
 		return fmt.Errorf("on_demand_tls permission queen: the queen app has no base_domain; certificates are only allowed for <slug>.<base domain>, so set base_domain in the queen global option")
 	}
-	p.cache = app.Cache()
+	p.backend = app.backend
 	p.baseDomains = slices.Clone(app.BaseDomains)
 	p.fronting = app.fronting
 	return nil
@@ -70,8 +73,8 @@ func (p *CertPermission) Provision(ctx caddy.Context) error {
 // servedCluster looks a cluster up as the pipeline serves it: a cluster of a
 // cell another gateway fronts gets no certificate here, since every request
 // for it would be refused.
-func (p *CertPermission) servedCluster(ctx context.Context, slug string) (*tenancy.Cluster, error) {
-	c, err := p.cache.ClusterBySlug(ctx, slug)
+func (p *CertPermission) servedCluster(ctx context.Context, slug string, remote netip.Addr) (*tenancy.Cluster, error) {
+	c, err := p.backend.clusterBySlugBounded(ctx, slug, remote)
 	if err == nil && !p.fronting.Serves(c) {
 		return nil, fmt.Errorf("cell %q: %w", c.CellSlug, tenancy.ErrClusterElsewhere)
 	}
@@ -81,7 +84,16 @@ func (p *CertPermission) servedCluster(ctx context.Context, slug string) (*tenan
 // CertificateAllowed implements caddytls.OnDemandPermission. A refusal
 // wraps caddytls.ErrPermissionDenied and fails the handshake.
 func (p *CertPermission) CertificateAllowed(ctx context.Context, name string) error {
-	slug, err := tenancy.CertificateAllowed(ctx, name, p.baseDomains, p.servedCluster)
+	var remote netip.Addr
+	hello, _ := ctx.Value(certmagic.ClientHelloInfoCtxKey).(*tls.ClientHelloInfo)
+	if hello != nil && hello.Conn != nil {
+		if ap, err := netip.ParseAddrPort(hello.Conn.RemoteAddr().String()); err == nil {
+			remote = ap.Addr()
+		}
+	}
+	slug, err := tenancy.CertificateAllowed(ctx, name, p.baseDomains, func(ctx context.Context, slug string) (*tenancy.Cluster, error) {
+		return p.servedCluster(ctx, slug, remote)
+	})
 	if err == nil {
 		return nil
 	}
@@ -89,10 +101,8 @@ func (p *CertPermission) CertificateAllowed(ctx context.Context, name string) er
 	// A database outage is already reported, rate-limited, by the cache.
 	if ce := p.logger.Check(zapcore.DebugLevel, "on-demand certificate refused"); ce != nil {
 		fields := []zap.Field{zap.String("server_name", name), zap.String("slug", slug), zap.Error(err)}
-		if hello, ok := ctx.Value(certmagic.ClientHelloInfoCtxKey).(*tls.ClientHelloInfo); ok && hello != nil && hello.Conn != nil {
-			if host, _, splitErr := net.SplitHostPort(hello.Conn.RemoteAddr().String()); splitErr == nil {
-				fields = append(fields, zap.String("remote_ip", host))
-			}
+		if remote.IsValid() {
+			fields = append(fields, zap.String("remote_ip", remote.String()))
 		}
 		ce.Write(fields...)
 	}

@@ -21,12 +21,13 @@ import (
 
 // groupGateway is one real gateway process of a leader group.
 type groupGateway struct {
-	t       *testing.T
-	name    string
-	port    int
-	cmd     *exec.Cmd
-	logPath string
-	done    chan struct{}
+	t        *testing.T
+	name     string
+	port     int
+	peerPort int
+	cmd      *exec.Cmd
+	logPath  string
+	done     chan struct{}
 }
 
 // groupPeerSecret is the peer secret of the test group.
@@ -51,17 +52,25 @@ func startGroupGatewayIn(t *testing.T, name string, port int, dbURL, home string
 // queen app and extra sites: a member restarted with a new configuration.
 func startGroupGatewayWith(t *testing.T, name string, port int, dbURL, home, appOptions, sites string) *groupGateway {
 	t.Helper()
+	return startGroupGatewayGlobals(t, name, port, dbURL, home, "", appOptions, sites)
+}
+
+// startGroupGatewayGlobals is startGroupGatewayWith with extra global
+// options (lines of Caddy's global block, outside the queen app).
+func startGroupGatewayGlobals(t *testing.T, name string, port int, dbURL, home, globals, appOptions, sites string) *groupGateway {
+	t.Helper()
 	peerPort := freePort(t)
 	cfg := gatewayCaddyfile(port, dbURL,
-		"leader_group cell-a\n\t\tgateway_name "+name+"\n\t\tspool_dir "+filepath.Join(home, "spool")+"\n\t\tdatabase_timeout 1s"+
+		"leader_group cell-a\n\t\tleader_group_members gw-a gw-b\n\t\tgateway_name "+name+"\n\t\tspool_dir "+filepath.Join(home, "spool")+"\n\t\tdatabase_timeout 1s"+
 			fmt.Sprintf("\n\t\tpeer_listen 127.0.0.1:%d\n\t\tpeer_secret %s\n\t\t%s", peerPort, groupPeerSecret, appOptions), "") + sites
+	cfg = strings.Replace(cfg, "\tqueen {\n", globals+"\n\tqueen {\n", 1)
 	cfgPath := filepath.Join(home, "Caddyfile")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(caddyBinary(t), "run", "--config", cfgPath, "--adapter", "caddyfile")
 	cmd.Env = append(withoutDatabaseURL(os.Environ()), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home)
-	g := &groupGateway{t: t, name: name, port: port, cmd: cmd, logPath: filepath.Join(home, fmt.Sprintf("caddy-%d.log", time.Now().UnixNano())), done: make(chan struct{})}
+	g := &groupGateway{t: t, name: name, port: port, peerPort: peerPort, cmd: cmd, logPath: filepath.Join(home, fmt.Sprintf("caddy-%d.log", time.Now().UnixNano())), done: make(chan struct{})}
 	logFile, err := os.Create(g.logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -435,7 +444,7 @@ func TestLeaderCutOffFromTheDatabase(t *testing.T) {
 	})
 	// The peer endpoint is not on the port tenants reach.
 	for _, host := range []string{"127.0.0.1", "cut.eu1.example.test"} {
-		r := do(t, client(a.port), "GET", fmt.Sprintf("http://%s:%d/queengate/peer/v1/lease?nonce=%s", host, a.port, strings.Repeat("ab", 16)), key, "")
+		r := do(t, client(a.port), "GET", fmt.Sprintf("http://%s:%d/queengate/peer/v2/lease?nonce=%s", host, a.port, strings.Repeat("ab", 16)), key, "")
 		if r.status == http.StatusOK || strings.Contains(string(r.body), "proof") {
 			t.Fatalf("the tenant port answered the peer endpoint on host %s: %d %s", host, r.status, r.body)
 		}

@@ -144,7 +144,7 @@ func TestTLSProductionExampleAdapts(t *testing.T) {
 	}
 	for _, want := range []string{`"base_domains":["eu1.example.com","eu2.example.com"]`, `"spool_dir":"/var/lib/queengate/spool"`,
 		`"ed25519_key_file":"/etc/queengate/session-ed25519.pem"`, `"identity":{`,
-		`"leader_group":"eu1-a"`, `"gateway_name":"eu1-a-gw1"`, `"leader_group_size":2`,
+		`"leader_group":"eu1-a"`, `"gateway_name":"eu1-a-gw1"`, `"leader_group_members":["eu1-a-gw1","eu1-a-gw2"]`,
 		`"peer_listen":"192.0.2.11:7946"`, `"peer_secret":"{env.QUEENGATE_PEER_SECRET}"`} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the queen app lacks %s:\n%s", want, out)

@@ -81,6 +81,7 @@ func TestProductionExampleWithPebble(t *testing.T) {
 		"QUEENGATE_GATEWAY_NAME":    "prod-gw1",
 		"QUEENGATE_LEADER_GROUP":    "prod-cell-group",
 		"QUEENGATE_CELL":            "prod-cell",
+		"QUEENGATE_GROUP_MEMBERS":   "prod-gw1 prod-gw2",
 		"QUEENGATE_PEER_LISTEN":     fmt.Sprintf("127.0.0.1:%d", freePort(t)),
 		"QUEENGATE_PEER_SECRET":     "a production peer secret of at least 32 bytes",
 		"QUEENGATE_PRIVATE_ADDRESS": "127.0.0.1",

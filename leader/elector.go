@@ -107,7 +107,15 @@ type Config struct {
 	// Members is how many gateways the group has (default 2). A leader
 	// serves on grants only while every other member has granted: a member
 	// that did not promise anything may take the lease once it expired.
+	// With MemberNames it is their number.
 	Members int
+	// MemberNames are the names of the group's gateways, this one
+	// included. The peer endpoint answers only these (other than itself),
+	// and only their grants count, each once. Empty: it answers any name
+	// that proves the secret, and takes no grant at all, since a holder of
+	// the secret could grant under names of members the group does not
+	// have.
+	MemberNames []string
 	Log     *zap.Logger
 	// OnChange, when set, is called with the new role at every change.
 	OnChange func(Role)
@@ -145,6 +153,9 @@ type Elector struct {
 	// member keep this leader serving; 0 when they do not.
 	extended atomic.Int64
 	grants   map[string]int64 // per granting member: Hold after the answer it granted
+	// asks remembers the proven asks recently answered, so that a
+	// recorded one is not answered again.
+	asks *askLog
 
 	hbMu sync.Mutex
 	// hb is the holder this standby heartbeats, from its last lease read.
@@ -184,6 +195,9 @@ func New(cfg Config) *Elector {
 	if cfg.Hold <= 0 {
 		cfg.Hold = cfg.TTL
 	}
+	if len(cfg.MemberNames) > 0 {
+		cfg.Members = len(cfg.MemberNames)
+	}
 	if cfg.Members <= 0 {
 		cfg.Members = 2
 	}
@@ -191,7 +205,7 @@ func New(cfg Config) *Elector {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	e := &Elector{cfg: cfg, base: time.Now(), grants: map[string]int64{},
+	e := &Elector{cfg: cfg, base: time.Now(), grants: map[string]int64{}, asks: newAskLog(),
 		log: log.With(zap.String("group", cfg.Group), zap.String("gateway", cfg.Name))}
 	_, _ = rand.Read(e.instance[:])
 	e.promised.Store(int64(cfg.Hold))

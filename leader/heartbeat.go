@@ -89,6 +89,12 @@ func (e *Elector) Heartbeat(ctx context.Context) {
 	}
 }
 
+// isOtherMember reports whether name is one of the group's configured
+// members other than this one; never without a list of members.
+func (e *Elector) isOtherMember(name string) bool {
+	return name != e.cfg.Name && slices.Contains(e.cfg.MemberNames, name)
+}
+
 // acceptGrant extends this leader's bound to Hold after it made the
 // answer granted by member, once every other member has granted; it
 // reports whether the grant was taken (a grant for another epoch, or to a
@@ -97,7 +103,7 @@ func (e *Elector) acceptGrant(member string, epoch, answeredAt int64) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	others := e.cfg.Members - 1
-	if others < 1 || e.stopped || member == e.cfg.Name || epoch != e.epoch.Load() || e.Role() != Leader {
+	if others < 1 || e.stopped || !e.isOtherMember(member) || epoch != e.epoch.Load() || e.Role() != Leader {
 		return false
 	}
 	until := answeredAt + int64(e.cfg.Hold)

@@ -244,7 +244,7 @@ func TestGrantsAreProven(t *testing.T) {
 // only while both other members grant.
 func TestGrantsOfEveryOtherMember(t *testing.T) {
 	s := newMemStore()
-	a := New(Config{Group: "g", Name: "a", Store: s, TTL: testTTL, Settle: time.Millisecond, Members: 3})
+	a := New(Config{Group: "g", Name: "a", Store: s, TTL: testTTL, Settle: time.Millisecond, MemberNames: []string{"a", "b", "c"}})
 	leading(t, a)
 	answer := func() PeerAnswer { return a.peerAnswer(testSecret) }
 	epoch, at, ok := readPeerToken(testSecret, a.instance, "g", "a", answer().Token)

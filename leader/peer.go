@@ -14,14 +14,19 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
 // The peer protocol: a standby asks the holder of an expired lease
 //
-//	GET <peer url>/queengate/peer/v1/lease?nonce=<32 hex digits>
+//	GET <peer url>/queengate/peer/v2/lease?nonce=<32 hex digits>&from=<member>&at=<unix ms>&proof=<hex>
 //
-// and the holder answers with what it is, bound to that nonce by an
+// where proof is an HMAC-SHA256 under the group's peer secret over the
+// group, the asking member's name, the nonce and the time of the ask. A
+// member answers only an ask so proven, from a configured member of its
+// group, within PeerAskWindow of its own clock and not answered before;
+// anything else gets 401 and learns nothing about it. The holder answers with what it is, bound to that nonce by an
 // HMAC-SHA256 under the group's peer secret:
 //
 //	{"group":"…","gateway":"…","leading":true,"epoch":7,"leading_for_ms":1840,"proof":"<hex>"}
@@ -35,13 +40,20 @@ import (
 // answer by its own clock, under an HMAC only it checks. A standby that
 // cannot reach the database sends the last token back as a grant,
 //
-//	GET <peer url>/queengate/peer/v1/lease?nonce=…&from=<member>&grant=<token>&grant_proof=<hex>
+//	GET <peer url>/queengate/peer/v2/lease?nonce=…&from=<member>&at=…&proof=…&grant=<token>&grant_proof=<hex>
 //
 // with an HMAC under the secret over its name and the token, and the leader
-// serves on until Hold after it made that answer (see heartbeat.go).
+// serves on until Hold after it made that answer, once every other
+// configured member has granted (see heartbeat.go).
 
-// PeerPath is the path of the peer endpoint.
-const PeerPath = "/queengate/peer/v1/lease"
+// PeerPath is the path of the peer endpoint. Version 1 answered asks
+// without a proof of the asker; a member of either version refuses the
+// other's asks (404), which the asker takes as an unproven answer.
+const PeerPath = "/queengate/peer/v2/lease"
+
+// PeerAskWindow is how far the time of an ask may be from the answering
+// member's wall clock: the members' clocks must agree that closely.
+const PeerAskWindow = 30 * time.Second
 
 // MinPeerSecret is the shortest peer secret accepted, in bytes.
 const MinPeerSecret = 32
@@ -97,6 +109,15 @@ func peerMAC(secret []byte, fields ...string) []byte {
 
 // maxToken bounds a token read from a query.
 const maxToken = 128
+
+// maxMemberName bounds a member's name read from a query.
+const maxMemberName = 256
+
+// askProof is a member's proof that it asks, at unix millisecond at, with
+// nonce.
+func askProof(secret []byte, group, from, nonce string, at int64) string {
+	return hex.EncodeToString(peerMAC(secret, "queengate-peer-v2-ask", group, from, nonce, strconv.FormatInt(at, 10)))
+}
 
 // peerToken is the token of an answer the leader made at answeredAt (its
 // elector's clock) at epoch: only the elector instance that made it reads
@@ -183,11 +204,14 @@ func (c PeerClient) Ask(ctx context.Context, peerURL, holder, grant string) (Pee
 		return PeerAnswer{}, fmt.Errorf("draw a nonce: %w", err)
 	}
 	nonce := hex.EncodeToString(raw[:])
-	query := "nonce=" + nonce
+	at := time.Now().UnixMilli()
+	q := url.Values{"nonce": {nonce}, "from": {c.Name}, "at": {strconv.FormatInt(at, 10)},
+		"proof": {askProof(c.Secret, c.Group, c.Name, nonce, at)}}
 	if grant != "" {
-		query += "&" + url.Values{"from": {c.Name}, "grant": {grant},
-			"grant_proof": {grantProof(c.Secret, c.Group, c.Name, grant)}}.Encode()
+		q.Set("grant", grant)
+		q.Set("grant_proof", grantProof(c.Secret, c.Group, c.Name, grant))
 	}
+	query := q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
 		strings.TrimRight(peerURL, "/")+PeerPath+"?"+query, nil)
 	if err != nil {
@@ -212,8 +236,10 @@ func (c PeerClient) Ask(ctx context.Context, peerURL, holder, grant string) (Pee
 	return decodePeerAnswer(c.Secret, nonce, c.Group, holder, body)
 }
 
-// PeerHandler answers peers about e with answers proven under secret. It
-// answers nothing else: mount it on a listener of its own.
+// PeerHandler answers peers about e with answers proven under secret, and
+// only asks proven under secret by another configured member of e's group
+// (any name without a list of members). It answers nothing else: mount it
+// on a listener of its own.
 func PeerHandler(e *Elector, secret []byte) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != PeerPath {
@@ -227,7 +253,14 @@ func PeerHandler(e *Elector, secret []byte) http.Handler {
 		}
 		q, ok := parsePeerQuery(r.URL.RawQuery)
 		if !ok {
-			http.Error(w, "want nonce=<32 lower-case hex digits>, and from, grant and grant_proof together or not at all", http.StatusBadRequest)
+			http.Error(w, "want nonce=<32 lower-case hex digits>, from, at=<unix ms>, proof=<64 lower-case hex digits>, "+
+				"and grant and grant_proof together or not at all", http.StatusBadRequest)
+			return
+		}
+		if !e.askAllowed(secret, q, time.Now()) {
+			// The same answer whatever failed: who asks without the secret
+			// learns nothing of this member.
+			http.Error(w, "unauthorized: this endpoint answers the members of its group only", http.StatusUnauthorized)
 			return
 		}
 		if q.grant != "" {
@@ -246,11 +279,16 @@ func PeerHandler(e *Elector, secret []byte) http.Handler {
 }
 
 // peerQuery is a peer request's query.
-type peerQuery struct{ nonce, from, grant, grantProof string }
+type peerQuery struct {
+	nonce, from, proof string
+	at                 int64 // unix milliseconds
+	grant, grantProof  string
+}
 
-// parsePeerQuery reads a peer request's query: exactly one nonce of 32
-// lower-case hex digits, and from, grant and grant_proof once each, all or
-// none.
+// parsePeerQuery reads a peer request's query: exactly one each of a
+// nonce of 32 lower-case hex digits, from (1 to 256 bytes), at (decimal
+// unix milliseconds, at most 15 digits) and proof (64 lower-case hex
+// digits), and grant and grant_proof once each, both or neither.
 func parsePeerQuery(rawQuery string) (peerQuery, bool) {
 	v, err := url.ParseQuery(rawQuery)
 	if err != nil {
@@ -262,18 +300,77 @@ func parsePeerQuery(rawQuery string) (peerQuery, bool) {
 		}
 		return v[key][0]
 	}
-	q := peerQuery{nonce: one("nonce"), from: one("from"), grant: one("grant"), grantProof: one("grant_proof")}
-	want := 1
-	if q.from != "" || q.grant != "" || q.grantProof != "" {
-		if q.from == "" || q.grant == "" || q.grantProof == "" || len(q.grant) > maxToken || len(q.from) > 256 || len(q.grantProof) != 2*sha256.Size {
+	q := peerQuery{nonce: one("nonce"), from: one("from"), proof: one("proof"), grant: one("grant"), grantProof: one("grant_proof")}
+	at := one("at")
+	if !lowerHex(q.nonce, nonceHex) || q.from == "" || len(q.from) > maxMemberName || !lowerHex(q.proof, 2*sha256.Size) ||
+		at == "" || len(at) > 15 || strings.Trim(at, "0123456789") != "" {
+		return peerQuery{}, false
+	}
+	q.at, _ = strconv.ParseInt(at, 10, 64)
+	want := 4
+	if q.grant != "" || q.grantProof != "" {
+		if q.grant == "" || len(q.grant) > maxToken || !lowerHex(q.grantProof, 2*sha256.Size) {
 			return peerQuery{}, false
 		}
-		want = 4
+		want = 6
 	}
-	if len(v) != want || !lowerHex(q.nonce, nonceHex) {
+	if len(v) != want {
 		return peerQuery{}, false
 	}
 	return q, true
+}
+
+// askAllowed reports whether q is an ask this member answers: proven
+// under secret, from another member (one of the configured members, when
+// there is a list), within PeerAskWindow of now, and not answered before.
+func (e *Elector) askAllowed(secret []byte, q peerQuery, now time.Time) bool {
+	if !hmac.Equal([]byte(q.proof), []byte(askProof(secret, e.cfg.Group, q.from, q.nonce, q.at))) {
+		return false
+	}
+	if q.from == e.cfg.Name || (len(e.cfg.MemberNames) > 0 && !e.isOtherMember(q.from)) {
+		return false
+	}
+	if d := now.Sub(time.UnixMilli(q.at)); d > PeerAskWindow || d < -PeerAskWindow {
+		return false
+	}
+	return e.asks.first(q.nonce, time.UnixMilli(q.at).Add(PeerAskWindow), now)
+}
+
+// askLog remembers the nonces of proven asks until their time is out of
+// PeerAskWindow, so that an ask recorded on the way is not answered
+// again. Only proven asks enter it, at the members' pace (a few a second
+// each).
+type askLog struct {
+	mu   sync.Mutex
+	seen map[string]time.Time // nonce -> when its ask is out of the window
+}
+
+// maxAskLog bounds the nonces remembered; when it is full of asks still in
+// the window, an ask is refused rather than answered unremembered.
+const maxAskLog = 65536
+
+func newAskLog() *askLog { return &askLog{seen: map[string]time.Time{}} }
+
+// first records nonce until until and reports whether it was not seen
+// before.
+func (l *askLog) first(nonce string, until, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, seen := l.seen[nonce]; seen {
+		return false
+	}
+	if len(l.seen) >= maxAskLog/2 {
+		for n, out := range l.seen {
+			if now.After(out) {
+				delete(l.seen, n)
+			}
+		}
+	}
+	if len(l.seen) >= maxAskLog {
+		return false
+	}
+	l.seen[nonce] = until
+	return true
 }
 
 // lowerHex reports whether s is n lower-case hex digits.

@@ -32,25 +32,34 @@ func FuzzPeerAnswer(f *testing.F) {
 }
 
 // FuzzPeerNonce: a peer request's query is read only when it is exactly
-// one nonce of 32 lower-case hex digits, with from, grant and grant_proof
-// once each or none of them.
+// one nonce of 32 lower-case hex digits, one sender, one time of at most
+// 15 decimal digits and one proof of 64 lower-case hex digits, with grant
+// and grant_proof once each or neither; and a query read is answered only
+// when its proof is the secret's for exactly what it says.
 func FuzzPeerNonce(f *testing.F) {
-	grant := "&from=b&grant=1.5.00&grant_proof=" + strings.Repeat("ab", 32)
-	for _, s := range []string{"nonce=" + strings.Repeat("0f", 16), "nonce=", "nonce=zz&x=1", "nonce=%30%31", "a;b",
-		"nonce=" + strings.Repeat("0f", 16) + "&nonce=1", "nonce=" + strings.Repeat("0f", 16) + grant,
-		"nonce=" + strings.Repeat("0f", 16) + "&from=b&grant=1.5.00", "nonce=" + strings.Repeat("0f", 16) + grant + "&from=c"} {
+	nonce, proof := strings.Repeat("0f", 16), strings.Repeat("ab", 32)
+	ask := "nonce=" + nonce + "&from=b&at=1800000000000&proof=" + proof
+	grant := "&grant=1.5.00&grant_proof=" + proof
+	for _, s := range []string{ask, ask + grant, "nonce=" + nonce, "nonce=", "nonce=zz&x=1", "nonce=%30%31", "a;b",
+		ask + "&nonce=1", "nonce=" + nonce + "&from=b&grant=1.5.00" + grant, ask + "&grant=1.5.00", ask + grant + "&from=c",
+		strings.Replace(ask, "at=1800000000000", "at=-1", 1), strings.Replace(ask, "at=1800000000000", "at=1e3", 1),
+		strings.Replace(ask, "from=b", "from=", 1), strings.ToUpper(ask)} {
 		f.Add(s)
 	}
+	e := New(Config{Group: "g", Name: "a", Store: newMemStore(), MemberNames: []string{"a", "b"}})
 	f.Fuzz(func(t *testing.T, raw string) {
 		q, ok := parsePeerQuery(raw)
 		if !ok {
 			return
 		}
-		if !lowerHex(q.nonce, nonceHex) {
-			t.Fatalf("nonce %q from %q", q.nonce, raw)
+		if !lowerHex(q.nonce, nonceHex) || !lowerHex(q.proof, 64) || q.from == "" || len(q.from) > maxMemberName || q.at < 0 {
+			t.Fatalf("ask %+v from %q", q, raw)
 		}
-		if (q.from == "") != (q.grant == "") || (q.grant == "") != (q.grantProof == "") || len(q.grant) > maxToken {
+		if (q.grant == "") != (q.grantProof == "") || len(q.grant) > maxToken {
 			t.Fatalf("grant %+v from %q", q, raw)
+		}
+		if e.askAllowed(testSecret, q, time.UnixMilli(q.at)) && askProof(testSecret, "g", q.from, q.nonce, q.at) != q.proof {
+			t.Fatalf("answered an ask the secret did not prove: %+v", q)
 		}
 	})
 }

@@ -3,9 +3,12 @@ package leader
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -112,7 +115,7 @@ var testSecret = []byte("0123456789abcdef0123456789abcdef")
 // has promised nothing (see TestANewStandbyKeepsTheHoldOfAPreviousLife).
 func testElector(name string, s Store, peer Peer, peerURL string) *Elector {
 	e := New(Config{Group: "g", Name: name, Store: s, TTL: testTTL, Settle: time.Millisecond,
-		Peer: peer, PeerURL: peerURL, PeerTimeout: 100 * time.Millisecond})
+		Peer: peer, PeerURL: peerURL, PeerTimeout: 100 * time.Millisecond, MemberNames: []string{"a", "b"}})
 	e.promised.Store(0)
 	return e
 }
@@ -249,7 +252,7 @@ func TestPeerProtocol(t *testing.T) {
 		defer cancel()
 		return c.Ask(ctx, url, holder, "")
 	}
-	client := PeerClient{Group: "g", Secret: testSecret}
+	client := PeerClient{Group: "g", Name: "b", Secret: testSecret}
 	ans, err := ask(client, good, "a")
 	if err != nil || !ans.Leading || ans.Epoch != 1 || ans.Gateway != "a" || ans.LeadingFor <= 0 || ans.LeadingFor > testTTL {
 		t.Fatalf("leader's answer %+v %v", ans, err)
@@ -260,8 +263,8 @@ func TestPeerProtocol(t *testing.T) {
 			t.Fatalf("%s: %+v %v, want ErrUnproven", what, ans, err)
 		}
 	}
-	unproven("wrong secret", PeerClient{Group: "g", Secret: []byte("another secret of thirty-two byt")}, good, "a")
-	unproven("another group", PeerClient{Group: "h", Secret: testSecret}, good, "a")
+	unproven("wrong secret", PeerClient{Group: "g", Name: "b", Secret: []byte("another secret of thirty-two byt")}, good, "a")
+	unproven("another group", PeerClient{Group: "h", Name: "b", Secret: testSecret}, good, "a")
 	unproven("another holder", client, good, "b")
 	unproven("any HTTP server", client, serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(`{"group":"g","gateway":"a","leading":true,"epoch":1,"leading_for_ms":900,"proof":"00"}`))
@@ -271,7 +274,10 @@ func TestPeerProtocol(t *testing.T) {
 	var recorded []byte
 	{
 		rec := httptest.NewRecorder()
-		PeerHandler(a, testSecret).ServeHTTP(rec, httptest.NewRequest("GET", PeerPath+"?nonce="+strings.Repeat("ab", 16), nil))
+		PeerHandler(a, testSecret).ServeHTTP(rec, httptest.NewRequest("GET", askTarget(testSecret, "g", "b", strings.Repeat("ab", 16), time.Now()), nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("a proven ask: %d %s", rec.Code, rec.Body)
+		}
 		recorded = rec.Body.Bytes()
 	}
 	unproven("a replayed answer", client, serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -312,7 +318,7 @@ func TestTakeoverOverThePeerProtocol(t *testing.T) {
 		defer stuck.Close()
 		s := newMemStore()
 		a := testElector("a", s, nil, stuck.URL)
-		b := testElector("b", s, PeerClient{Group: "g", Secret: testSecret}, "")
+		b := testElector("b", s, PeerClient{Group: "g", Name: "b", Secret: testSecret}, "")
 		leading(t, a)
 		b.Attempt(context.Background())
 		time.Sleep(2 * time.Millisecond)
@@ -333,7 +339,7 @@ func TestTakeoverOverThePeerProtocol(t *testing.T) {
 		srv := httptest.NewServer(PeerHandler(a, []byte("not the group's secret, not it!!")))
 		defer srv.Close()
 		a.cfg.PeerURL = srv.URL
-		b := testElector("b", s, PeerClient{Group: "g", Secret: testSecret}, "")
+		b := testElector("b", s, PeerClient{Group: "g", Name: "b", Secret: testSecret}, "")
 		leading(t, a)
 		b.Attempt(context.Background())
 		time.Sleep(2 * time.Millisecond)
@@ -350,7 +356,7 @@ func TestTakeoverOverThePeerProtocol(t *testing.T) {
 		srv := httptest.NewServer(PeerHandler(a, testSecret))
 		defer srv.Close()
 		a.cfg.PeerURL = srv.URL
-		b := testElector("b", s, PeerClient{Group: "g", Secret: testSecret}, "")
+		b := testElector("b", s, PeerClient{Group: "g", Name: "b", Secret: testSecret}, "")
 		leading(t, a)
 		b.Attempt(context.Background())
 		s.cut("a", true)
@@ -374,4 +380,88 @@ func TestTakeoverOverThePeerProtocol(t *testing.T) {
 			t.Fatalf("a %s, withheld seen %v, counters %+v", a.Role(), withheld, b.Counters())
 		}
 	})
+}
+
+// askTarget is the peer endpoint's request target for an ask from from at
+// at, proven under secret.
+func askTarget(secret []byte, group, from, nonce string, at time.Time) string {
+	ms := at.UnixMilli()
+	return PeerPath + "?" + url.Values{"nonce": {nonce}, "from": {from}, "at": {strconv.FormatInt(ms, 10)},
+		"proof": {askProof(secret, group, from, nonce, ms)}}.Encode()
+}
+
+// TestPeerEndpointAnswersProvenMembersOnly: the leader's peer endpoint
+// answers only an ask proven under the secret, from another configured
+// member, in time, and once; anything else gets 401 with nothing about the
+// member in it.
+func TestPeerEndpointAnswersProvenMembersOnly(t *testing.T) {
+	s := newMemStore()
+	a := testElector("a", s, nil, "")
+	leading(t, a)
+	h := PeerHandler(a, testSecret)
+	serve := func(target string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", target, nil))
+		return rec
+	}
+	nonce := func(i int) string { return fmt.Sprintf("%032x", i) }
+	now := time.Now()
+	proven := askTarget(testSecret, "g", "b", nonce(1), now)
+	if rec := serve(proven); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"leading":true`) {
+		t.Fatalf("a member's proven ask: %d %s", rec.Code, rec.Body)
+	}
+	for what, target := range map[string]string{
+		"the same ask again":           proven,
+		"no proof":                     PeerPath + "?nonce=" + nonce(2),
+		"another secret":               askTarget([]byte("another secret of thirty-two byt"), "g", "b", nonce(3), now),
+		"another group":                askTarget(testSecret, "h", "b", nonce(4), now),
+		"a name that is no member":     askTarget(testSecret, "g", "x", nonce(5), now),
+		"its own name":                 askTarget(testSecret, "g", "a", nonce(6), now),
+		"an ask from a minute ago":     askTarget(testSecret, "g", "b", nonce(7), now.Add(-time.Minute)),
+		"an ask from a minute ahead":   askTarget(testSecret, "g", "b", nonce(8), now.Add(time.Minute)),
+		"a proof for another nonce":    strings.Replace(askTarget(testSecret, "g", "b", nonce(9), now), nonce(9), nonce(10), 1),
+		"a proof for another sender":   strings.Replace(askTarget(testSecret, "g", "b", nonce(11), now), "from=b", "from=c", 1),
+		"a proof for another time":     strings.Replace(askTarget(testSecret, "g", "b", nonce(12), now), "at=", "at=1", 1),
+		"a proof in upper-case digits": strings.ToUpper(askTarget(testSecret, "g", "b", nonce(13), now)),
+	} {
+		rec := serve(target)
+		if rec.Code != http.StatusUnauthorized && rec.Code != http.StatusBadRequest && rec.Code != http.StatusNotFound {
+			t.Errorf("%s: %d %s, want a refusal", what, rec.Code, rec.Body)
+			continue
+		}
+		for _, leak := range []string{"leading", "epoch", "token", `"a"`, `"proof":`} {
+			if strings.Contains(rec.Body.String(), leak) {
+				t.Errorf("%s: the refusal says %q: %s", what, leak, rec.Body)
+			}
+		}
+	}
+	// A well-formed ask that does not prove itself is 401 exactly.
+	if rec := serve(askTarget(testSecret, "g", "x", nonce(14), now)); rec.Code != http.StatusUnauthorized {
+		t.Fatalf("an ask from no member: %d, want 401", rec.Code)
+	}
+}
+
+// TestGrantsOnlyFromConfiguredMembers: in a group of three, a holder of
+// the secret granting under a name that is no member does not stand in for
+// the member that did not grant; without a list of members no grant counts.
+func TestGrantsOnlyFromConfiguredMembers(t *testing.T) {
+	for _, members := range [][]string{{"a", "b", "c"}, nil} {
+		s := newMemStore()
+		a := New(Config{Group: "g", Name: "a", Store: s, TTL: testTTL, Settle: time.Millisecond, Members: 3, MemberNames: members})
+		leading(t, a)
+		epoch, at, ok := readPeerToken(testSecret, a.instance, "g", "a", a.peerAnswer(testSecret).Token)
+		if !ok {
+			t.Fatal("a cannot read its own token")
+		}
+		a.acceptGrant("b", epoch, at)
+		a.acceptGrant("x", epoch, at)
+		a.acceptGrant("a", epoch, at)
+		if a.extended.Load() != 0 {
+			t.Fatalf("members %v: grants of b, of a name that is no member and of itself extended a", members)
+		}
+		a.acceptGrant("c", epoch, at)
+		if extended := a.extended.Load() != 0; extended != (members != nil) {
+			t.Fatalf("members %v: grants of b and c extended a: %v", members, extended)
+		}
+	}
 }

@@ -22,13 +22,18 @@ type Source interface {
 // CacheConfig tunes the cluster cache. Zero values take the defaults noted
 // on each field.
 type CacheConfig struct {
-	TTL             time.Duration    // fresh life of a found cluster or key; default 30s
-	KeyNegativeTTL  time.Duration    // life of an unknown-key answer; default 5s
-	MaxNegativeKeys int              // cap on cached unknown keys; default 10,000
-	StaleGrace      time.Duration    // how long a known entry outlives its TTL while the database does not answer; default 10m
-	RefreshBackoff  time.Duration    // pause between refresh attempts of one entry; default 1s
-	LookupTimeout   time.Duration    // bound on one database lookup; default 5s
-	Now             func() time.Time // clock, for tests; default time.Now
+	TTL             time.Duration // fresh life of a found cluster or key; default 30s
+	KeyNegativeTTL  time.Duration // life of an unknown-key answer; default 5s
+	MaxNegativeKeys int           // cap on cached unknown keys; default 10,000
+	// HostNegativeTTL is the life of an answer that no cluster has a slug
+	// (or id); default 5s. Any cluster's invalidation drops them all, so a
+	// cluster just created is found at once.
+	HostNegativeTTL  time.Duration
+	MaxNegativeHosts int              // cap on cached unknown slugs and ids; default 10,000
+	StaleGrace       time.Duration    // how long a known entry outlives its TTL while the database does not answer; default 10m
+	RefreshBackoff   time.Duration    // pause between refresh attempts of one entry; default 1s
+	LookupTimeout    time.Duration    // bound on one database lookup; default 5s
+	Now              func() time.Time // clock, for tests; default time.Now
 }
 
 func (c *CacheConfig) setDefaults() {
@@ -39,11 +44,15 @@ func (c *CacheConfig) setDefaults() {
 	}
 	def(&c.TTL, 30*time.Second)
 	def(&c.KeyNegativeTTL, 5*time.Second)
+	def(&c.HostNegativeTTL, 5*time.Second)
 	def(&c.StaleGrace, 10*time.Minute)
 	def(&c.RefreshBackoff, time.Second)
 	def(&c.LookupTimeout, 5*time.Second)
 	if c.MaxNegativeKeys <= 0 {
 		c.MaxNegativeKeys = 10000
+	}
+	if c.MaxNegativeHosts <= 0 {
+		c.MaxNegativeHosts = 10000
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -51,8 +60,10 @@ func (c *CacheConfig) setDefaults() {
 }
 
 // ClusterCache keeps clusters (by host slug and by id) and API keys (by
-// hash) close to the request path. Unknown hosts are never cached; unknown
-// keys are cached briefly. See swrCache for the freshness rules.
+// hash) close to the request path. Unknown hosts and unknown keys are
+// cached briefly, each up to a cap; a flood of names past the cap is
+// bounded by the caller's admit function (ClusterBySlugAdmit). See
+// swrCache for the freshness rules.
 type ClusterCache struct {
 	clusters *swrCache[*Cluster]
 	keys     *swrCache[*APIKey]
@@ -79,7 +90,8 @@ func NewClusterCache(src Source, cfg CacheConfig, log *zap.Logger) *ClusterCache
 			}
 			return src.ClusterBySlug(ctx, key)
 		},
-		ttl: cfg.TTL, grace: cfg.StaleGrace, refreshBackoff: cfg.RefreshBackoff,
+		ttl: cfg.TTL, negativeTTL: cfg.HostNegativeTTL, maxNegatives: cfg.MaxNegativeHosts,
+		grace: cfg.StaleGrace, refreshBackoff: cfg.RefreshBackoff,
 		lookupTimeout: cfg.LookupTimeout, now: cfg.Now, onStale: cc.warnStale,
 		entries: map[string]*cacheEntry[*Cluster]{}, flights: map[string]*flight[*Cluster]{},
 	}
@@ -101,6 +113,18 @@ func (cc *ClusterCache) ClusterBySlug(ctx context.Context, slug string) (*Cluste
 		return nil, ErrNotFound
 	}
 	return cc.clusters.get(ctx, slug)
+}
+
+// ClusterBySlugAdmit is ClusterBySlug, but a slug the cache cannot answer
+// (neither a cluster nor a recent "no such cluster" is cached, and no lookup
+// of it is in flight) is looked up only if admit says so; otherwise it
+// returns ErrNotAdmitted without asking the database. admit must not call
+// back into the cache.
+func (cc *ClusterCache) ClusterBySlugAdmit(ctx context.Context, slug string, admit func() bool) (*Cluster, error) {
+	if slug == "" || strings.Contains(slug, ":") {
+		return nil, ErrNotFound
+	}
+	return cc.clusters.getAdmit(ctx, slug, admit)
 }
 
 // ClusterByID returns the cluster with the given id, under the same rules as
@@ -129,17 +153,20 @@ func (cc *ClusterCache) KnownAPIKey(presented string) *APIKey {
 }
 
 // InvalidateCluster drops every cached entry of one cluster: its host and id
-// entries and its keys. Cached unknown keys stay until they expire.
+// entries and its keys, and every cached unknown slug and id (the change may
+// be the cluster's creation, or a new slug, and an unknown name does not say
+// which cluster it would become). Cached unknown keys stay until they
+// expire: a new key's hash was never asked for.
 func (cc *ClusterCache) InvalidateCluster(id string) {
-	cc.clusters.invalidate(func(c *Cluster) bool { return c.ID == id })
-	cc.keys.invalidate(func(k *APIKey) bool { return k.Cluster.ID == id })
+	cc.clusters.invalidate(func(c *Cluster) bool { return c.ID == id }, true)
+	cc.keys.invalidate(func(k *APIKey) bool { return k.Cluster.ID == id }, false)
 }
 
 // InvalidateAll drops every cached cluster and key, for when invalidation
 // messages may have been missed.
 func (cc *ClusterCache) InvalidateAll() {
-	cc.clusters.invalidate(func(*Cluster) bool { return true })
-	cc.keys.invalidate(func(*APIKey) bool { return true })
+	cc.clusters.invalidate(func(*Cluster) bool { return true }, true)
+	cc.keys.invalidate(func(*APIKey) bool { return true }, false)
 }
 
 // Sizes reports how many clusters, keys and unknown keys are cached.
@@ -147,6 +174,12 @@ func (cc *ClusterCache) Sizes() (clusters, keys, unknownKeys int) {
 	clusters, _ = cc.clusters.len()
 	keys, unknownKeys = cc.keys.len()
 	return clusters, keys, unknownKeys
+}
+
+// UnknownHosts reports how many unknown slugs and ids are cached.
+func (cc *ClusterCache) UnknownHosts() int {
+	_, n := cc.clusters.len()
+	return n
 }
 
 // CacheCounters are the cache's lookups since start.

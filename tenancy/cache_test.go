@@ -147,20 +147,98 @@ func TestCacheServesFreshEntriesWithoutLookup(t *testing.T) {
 	}
 }
 
-func TestCacheUnknownHostIsNeverCached(t *testing.T) {
-	cc, src, _ := newTestCache(t)
+func TestCacheUnknownHostIsRememberedBriefly(t *testing.T) {
+	cc, src, clock := newTestCache(t)
 	ctx := context.Background()
 	for range 3 {
 		if _, err := cc.ClusterBySlug(ctx, "nope"); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("err = %v, want ErrNotFound", err)
 		}
 	}
-	if n := src.lookups.Load(); n != 3 {
-		t.Fatalf("lookups = %d, want 3 (misses are not cached)", n)
+	if n := src.lookups.Load(); n != 1 {
+		t.Fatalf("lookups = %d, want 1 (a miss is remembered)", n)
 	}
-	src.set(func() { src.clusters["nope"] = &Cluster{ID: "33333333-3333-3333-3333-333333333333", Slug: "nope"} })
+	clock.Advance(5 * time.Second)
+	if _, err := cc.ClusterBySlug(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("err = %v, want ErrNotFound", err)
+	}
+	if n := src.lookups.Load(); n != 2 {
+		t.Fatalf("lookups = %d, want 2 (a miss is forgotten after the negative TTL)", n)
+	}
+}
+
+func TestCacheClusterCreatedAfterAMissIsFoundOnItsInvalidation(t *testing.T) {
+	cc, src, _ := newTestCache(t)
+	ctx := context.Background()
+	if _, err := cc.ClusterBySlug(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("err = %v, want ErrNotFound", err)
+	}
+	const id = "33333333-3333-3333-3333-333333333333"
+	src.set(func() { src.clusters["nope"] = &Cluster{ID: id, Slug: "nope"} })
+	// The creation's notification names only the new cluster's id.
+	cc.InvalidateCluster(id)
 	if _, err := cc.ClusterBySlug(ctx, "nope"); err != nil {
-		t.Fatalf("a cluster created after a miss must be found at once: %v", err)
+		t.Fatalf("a cluster created after a miss must be found once its invalidation arrives: %v", err)
+	}
+}
+
+func TestCacheMissReadBeforeAnInvalidationIsNotRemembered(t *testing.T) {
+	cc, src, _ := newTestCache(t)
+	gate := make(chan struct{})
+	src.set(func() { src.gate = gate })
+	done := make(chan error, 1)
+	go func() { _, err := cc.ClusterBySlug(context.Background(), "nope"); done <- err }()
+	eventually(t, func() bool { return src.lookups.Load() == 1 })
+	// The lookup has read "no such row"; the cluster is created and its
+	// invalidation arrives before the lookup stores its answer.
+	const id = "33333333-3333-3333-3333-333333333333"
+	src.set(func() { src.clusters["nope"] = &Cluster{ID: id, Slug: "nope"}; src.gate = nil })
+	cc.InvalidateCluster(id)
+	close(gate)
+	<-done
+	if _, err := cc.ClusterBySlug(context.Background(), "nope"); err != nil {
+		t.Fatalf("a miss read before the invalidation was remembered: %v", err)
+	}
+}
+
+func TestCacheUnknownHostsAreBounded(t *testing.T) {
+	src := &fakeSource{clusters: map[string]*Cluster{}, keys: map[string]*APIKey{}}
+	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	cc := NewClusterCache(src, CacheConfig{Now: clock.Now, MaxNegativeHosts: 4}, nil)
+	for i := range 10 {
+		_, _ = cc.ClusterBySlug(context.Background(), "nope"+strings.Repeat("x", i))
+	}
+	if n := cc.UnknownHosts(); n != 4 {
+		t.Fatalf("unknown hosts cached = %d, want the cap 4", n)
+	}
+}
+
+func TestCacheAdmitGuardsOnlyDatabaseLookups(t *testing.T) {
+	cc, src, _ := newTestCache(t)
+	ctx := context.Background()
+	var asked int
+	refuse := func() bool { asked++; return false }
+	if _, err := cc.ClusterBySlugAdmit(ctx, "acme", refuse); !errors.Is(err, ErrNotAdmitted) {
+		t.Fatalf("err = %v, want ErrNotAdmitted", err)
+	}
+	if n := src.lookups.Load(); n != 0 || asked != 1 {
+		t.Fatalf("lookups = %d, admit asked %d times; want 0 and 1", n, asked)
+	}
+	// What the cache holds, found or not, is answered without asking.
+	if _, err := cc.ClusterBySlug(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cc.ClusterBySlug(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+		t.Fatal(err)
+	}
+	if _, err := cc.ClusterBySlugAdmit(ctx, "acme", refuse); err != nil {
+		t.Fatalf("a cached cluster: %v", err)
+	}
+	if _, err := cc.ClusterBySlugAdmit(ctx, "nope", refuse); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a cached miss: err = %v, want ErrNotFound", err)
+	}
+	if asked != 1 {
+		t.Fatalf("admit asked %d times, want 1: cached answers cost nothing", asked)
 	}
 }
 

@@ -57,7 +57,20 @@ type flight[V any] struct {
 	err   error
 }
 
+// ErrNotAdmitted is returned by a lookup that would have gone to the
+// database but that its caller's admit function refused: nothing was
+// looked up.
+var ErrNotAdmitted = errors.New("lookup not admitted")
+
 func (c *swrCache[V]) get(ctx context.Context, key string) (V, error) {
+	return c.getAdmit(ctx, key, nil)
+}
+
+// getAdmit is get, but a lookup that would go to the database (no entry to
+// serve, and none in flight for key) runs only if admit, when not nil,
+// says so; otherwise it returns ErrNotAdmitted. admit runs under c.mu and
+// must not call back into the cache.
+func (c *swrCache[V]) getAdmit(ctx context.Context, key string, admit func() bool) (V, error) {
 	var zero V
 	now := c.now()
 	c.mu.Lock()
@@ -82,11 +95,15 @@ func (c *swrCache[V]) get(ctx context.Context, key string) (V, error) {
 			return e.value, nil
 		}
 	}
-	c.misses.Add(1)
 	f := c.flights[key]
 	if f == nil {
+		if admit != nil && !admit() {
+			c.mu.Unlock()
+			return zero, ErrNotAdmitted
+		}
 		f = c.startLookupLocked(key)
 	}
+	c.misses.Add(1)
 	c.mu.Unlock()
 
 	select {
@@ -156,7 +173,9 @@ func (c *swrCache[V]) finish(key string, f *flight[V], gen uint64) {
 		// A clean miss always replaces what was there, so a revoked key or
 		// a deleted cluster can never be resurrected by the grace window.
 		c.deleteLocked(key)
-		if c.negativeTTL > 0 && c.roomForNegativeLocked(now) {
+		// A miss read before an invalidation is not kept: the row may have
+		// been created since (the invalidation may be its creation).
+		if c.negativeTTL > 0 && gen == c.generation && c.roomForNegativeLocked(now) {
 			c.putLocked(key, &cacheEntry[V]{expires: now.Add(c.negativeTTL)})
 		}
 	default:
@@ -204,14 +223,15 @@ func (c *swrCache[V]) roomForNegativeLocked(now time.Time) bool {
 	return c.negatives < c.maxNegatives
 }
 
-// invalidate drops every positive entry whose value matches; cached misses
-// are left alone.
-func (c *swrCache[V]) invalidate(match func(V) bool) {
+// invalidate drops every positive entry whose value matches, and every
+// cached miss when misses is set (a miss names no row to match: the change
+// may be the row's creation).
+func (c *swrCache[V]) invalidate(match func(V) bool, misses bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.generation++
 	for k, e := range c.entries {
-		if e.found && match(e.value) {
+		if (e.found && match(e.value)) || (!e.found && misses) {
 			c.deleteLocked(k)
 		}
 	}

@@ -32,15 +32,19 @@ func newLookupBudget(rate float64, burst int, now time.Time) *lookupBudget {
 func (b *lookupBudget) take(now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if elapsed := now.Sub(b.at); elapsed > 0 {
-		b.tokens = min(b.burst, b.tokens+elapsed.Seconds()*b.rate)
-		b.at = now
-	}
+	b.refillLocked(now)
 	if b.tokens < 1 {
 		return false
 	}
 	b.tokens--
 	return true
+}
+
+func (b *lookupBudget) refillLocked(now time.Time) {
+	if elapsed := now.Sub(b.at); elapsed > 0 {
+		b.tokens = min(b.burst, b.tokens+elapsed.Seconds()*b.rate)
+		b.at = now
+	}
 }
 
 // AllowUnguessableLookup reports whether an unguessable credential (a
