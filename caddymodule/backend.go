@@ -56,6 +56,7 @@ type backend struct {
 	storage    *limits.Storage
 	reconciler *limits.Reconciler
 	isolation  *tenancy.CellIsolation
+	drains     *tenancy.Drains
 	// elector is nil for a gateway that is not part of a group.
 	elector     *leader.Elector
 	peerServer  *http.Server // answers the group's members; nil without peer_listen
@@ -132,6 +133,7 @@ func newBackend(ctx context.Context, key string, s backendSettings, log *zap.Log
 		pool.Close()
 		return nil, err
 	}
+	b.newDrains(ctx, runCtx, databaseUp, log)
 	if err := b.newLimitsAndMeter(s, log); err != nil {
 		b.closePeer()
 		stop()
@@ -144,6 +146,7 @@ func newBackend(ctx context.Context, key string, s backendSettings, log *zap.Log
 			cache.InvalidateCluster(id)
 			identity.InvalidateCluster(id)
 			b.admission.Invalidate(id)
+			b.drains.Kick()
 		},
 		OnConnected: func() {
 			cache.InvalidateAll()
@@ -160,6 +163,7 @@ func newBackend(ctx context.Context, key string, s backendSettings, log *zap.Log
 	workers.Go(func() { b.listener.Run(runCtx) })
 	workers.Go(func() { b.toucher.Run(runCtx) })
 	workers.Go(func() { b.isolation.Run(runCtx) })
+	workers.Go(func() { b.drains.Run(runCtx) })
 	if b.elector != nil {
 		workers.Go(func() { b.elector.Run(runCtx) })
 	}
@@ -229,6 +233,7 @@ func (b *backend) Destruct() error {
 	b.closePeer()
 	b.stop()
 	<-b.stopped
+	b.leaveDrains()
 	b.pool.Close()
 	return nil
 }

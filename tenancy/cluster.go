@@ -25,6 +25,10 @@ type Cluster struct {
 	// (cells.tenancy_stated): "probe" (the probe decides), "scoped" or
 	// "unscoped" (see docs/isolation.md).
 	CellTenancy string
+	// Draining: the cluster is leaving its cell (queen_proxy.cluster_drains,
+	// deleted or released as the cell's keeper), so nothing of it may
+	// reach the cell any more (docs/isolation.md).
+	Draining bool
 
 	Limits   limits.Effective
 	Features Features

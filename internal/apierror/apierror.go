@@ -39,6 +39,14 @@ const (
 	// GatewayStandby is queengate's own: the gateway is the standby of its
 	// group and serves nothing; the leader does.
 	GatewayStandby Code = "gateway_standby"
+	// ClusterDraining is queengate's own: the cluster is leaving its cell
+	// (moved off it as its keeper, or being deleted), and nothing more of
+	// it is sent there.
+	ClusterDraining Code = "cluster_draining"
+	// GatewayLapsed is queengate's own: the gateway has not reached the
+	// control-plane database for too long to serve a cell's keeper (the
+	// control plane may have handed the cell on without it).
+	GatewayLapsed Code = "gateway_lapsed"
 
 	// The identity, console and operator surfaces.
 	CSRFRejected     Code = "csrf_rejected"
