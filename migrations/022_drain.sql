@@ -250,7 +250,9 @@ BEGIN
         RETURN false;
     END IF;
     IF NOT queen_proxy.cluster_drained(p_cluster_id) THEN
-        SELECT string_agg(w.gateway_name, ', ') INTO v_waiting FROM queen_proxy.cluster_drain_waiting(p_cluster_id) w;
+        IF EXISTS (SELECT 1 FROM queen_proxy.cluster_drains d WHERE d.cluster_id = p_cluster_id AND d.cell_id = v_cell) THEN
+            SELECT string_agg(w.gateway_name, ', ') INTO v_waiting FROM queen_proxy.cluster_drain_waiting(p_cluster_id) w;
+        END IF;
         RAISE EXCEPTION 'release_keeper: cluster "%" may still be sending traffic to its cell (%): call queen_proxy.begin_cluster_drain(''%'', ''leave''), wait until queen_proxy.cluster_drain_waiting(''%'') is empty, then check its queues on the broker and release it',
             v_slug, coalesce('gateways not done: ' || v_waiting, 'no drain started'), p_cluster_id, p_cluster_id
             USING ERRCODE = '55000';
