@@ -51,6 +51,10 @@ func (g *Gateway) enterCell(ctx context.Context, c *tenancy.Cluster) (*tenancy.F
 	b := g.app.backend
 	f, ok := b.drains.Enter(c.ID, c.CellID)
 	if !ok {
+		// A cluster being deleted says so, as the status gate would.
+		if e := g.stillServed(ctx, c); e != nil {
+			return nil, e
+		}
 		return nil, errClusterDraining
 	}
 	if e := g.stillServed(ctx, c); e != nil {
