@@ -163,6 +163,7 @@ func newTestEnv(t testing.TB) *testEnv {
 			storage:   limits.NewStorage(nil),
 			admission: limits.NewAdmission(memoryQueues{}),
 			isolation: scopedCells(t),
+			drains:    tenancy.NewDrains(tenancy.DrainConfig{GatewayID: "test"}),
 		},
 		limits: &limitState{
 			buckets:      limits.NewBuckets(nil),
