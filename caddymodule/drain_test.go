@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"testing"
@@ -82,4 +83,27 @@ func TestForwardChecksTheClusterAgain(t *testing.T) {
 	if n := env.g.app.backend.drains.InFlight(idAcme); n != 0 {
 		t.Fatalf("%d requests still counted after the exchange ended", n)
 	}
+}
+
+// TestLapsedGatewayServesNoKeeper: on a cell that does not scope, only the
+// keeper is served, and only while the gateway's heartbeat is recent: the
+// control plane stops waiting for a gateway it no longer hears from.
+func TestLapsedGatewayServesNoKeeper(t *testing.T) {
+	env := newTestEnv(t)
+	iso := tenancy.NewCellIsolation(tenancy.CellIsolationConfig{
+		Probe: func(context.Context, tenancy.ProbeCell) (tenancy.TenantScoping, error) {
+			return tenancy.ScopingUnscoped, nil
+		},
+		Record: func(context.Context, tenancy.ProbeCell, tenancy.TenantScoping, string) error { return nil },
+		Keeper: func(context.Context, string) (string, error) { return idAcme, nil },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go iso.Run(ctx)
+	env.g.app.backend.isolation = iso
+	push := call{method: "POST", host: "acme.eu1.example.com", target: "/api/v1/push", auth: "qk_live_acme",
+		body: `{"items":[{"queue":"orders","payload":{"n":1}}]}`}
+	// The test backend's drains never beat: the keeper is refused.
+	w, seen := env.g.do(t, push, nil)
+	expect(t, w, seen, http.StatusServiceUnavailable, string(apierror.GatewayLapsed))
 }
