@@ -60,6 +60,7 @@ type backend struct {
 	storage    *limits.Storage
 	reconciler *limits.Reconciler
 	isolation  *tenancy.CellIsolation
+	drains     *tenancy.Drains
 	// elector is nil for a gateway that is not part of a group.
 	elector *leader.Elector
 	// leasePool is the elector's own connections; nil without a group.
@@ -139,6 +140,7 @@ func newBackend(ctx context.Context, key string, s backendSettings, log *zap.Log
 		pool.Close()
 		return nil, err
 	}
+	b.newDrains(ctx, runCtx, databaseUp, log)
 	if err := b.newLimitsAndMeter(s, log); err != nil {
 		b.closePeer()
 		b.closeLeasePool()
@@ -152,6 +154,7 @@ func newBackend(ctx context.Context, key string, s backendSettings, log *zap.Log
 			cache.InvalidateCluster(id)
 			identity.InvalidateCluster(id)
 			b.admission.Invalidate(id)
+			b.drains.Kick()
 		},
 		OnConnected: func() {
 			cache.InvalidateAll()
@@ -168,6 +171,7 @@ func newBackend(ctx context.Context, key string, s backendSettings, log *zap.Log
 	workers.Go(func() { b.listener.Run(runCtx) })
 	workers.Go(func() { b.toucher.Run(runCtx) })
 	workers.Go(func() { b.isolation.Run(runCtx) })
+	workers.Go(func() { b.drains.Run(runCtx) })
 	if b.elector != nil {
 		workers.Go(func() { b.elector.Run(runCtx) })
 	}
@@ -238,6 +242,7 @@ func (b *backend) Destruct() error {
 	b.closePeer()
 	b.stop()
 	<-b.stopped
+	b.leaveDrains()
 	b.closeLeasePool()
 	b.pool.Close()
 	return nil

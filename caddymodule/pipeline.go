@@ -144,9 +144,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	st.cluster = t.cluster
 	gatesFirst := t.cluster != nil && !g.shielded()
 
-	// 2. Status gate: suspended and deleting clusters are not served.
-	if gatesFirst && !t.cluster.Status.Serves() {
-		return g.refuse(w, r, st, errClusterSuspended)
+	// 2. Status gate: suspended and deleting clusters are not served, nor
+	// one being drained off its cell.
+	if gatesFirst {
+		if e := statusRefusal(t.cluster); e != nil {
+			return g.refuse(w, r, st, e)
+		}
 	}
 
 	// 3. Classification: ambiguous paths are refused, blocked routes (and
@@ -180,8 +183,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	preauthConn(r.Context()).Authenticated()
 	caddyhttp.SetVar(r.Context(), varClusterSlug, (*clusterSlugVar)(cluster))
 	g.app.backend.noteCell(cluster)
-	if !gatesFirst && !cluster.Status.Serves() {
-		return g.refuse(w, r, st, errClusterSuspended)
+	if !gatesFirst {
+		if e := statusRefusal(cluster); e != nil {
+			return g.refuse(w, r, st, e)
+		}
 	}
 
 	// 3d. A KV batch wholly inside a reserved key space is a consume,
@@ -260,6 +265,16 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	defer cancel()
 	r = fr
+
+	// 5b. Checked again, from memory, now that the body is in: the
+	// cluster's status or cell may have changed while it arrived. From
+	// here until the exchange ends the request counts as on its way to
+	// the cell, which a drain of the cluster waits for.
+	flight, e := g.enterCell(r.Context(), cluster)
+	if e != nil {
+		return g.refuse(w, r, st, e)
+	}
+	defer flight.Leave()
 
 	// 6. Relay the answer as it comes, and meter it from what it says.
 	client := st.scrub.attach(w, r, g.logger, &st.rid)

@@ -164,6 +164,7 @@ func newTestEnv(t testing.TB) *testEnv {
 			admission:   limits.NewAdmission(memoryQueues{}),
 			isolation:   scopedCells(t),
 			hostLookups: harden.NewHostLookups(harden.HostLookupsConfig{}),
+			drains:      tenancy.NewDrains(tenancy.DrainConfig{GatewayID: "test"}),
 		},
 		limits: &limitState{
 			buckets:      limits.NewBuckets(nil),

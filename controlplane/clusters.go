@@ -192,6 +192,17 @@ func MoveCluster(ctx context.Context, db DB, cluster, cell string, release Relea
 	if err != nil {
 		return Move{}, err
 	}
+	var from string
+	if err := db.QueryRow(ctx, `SELECT cell_id::text FROM queen_proxy.clusters WHERE id = $1::uuid`, c.ID).Scan(&from); err != nil {
+		return Move{}, dbError("read the cluster's cell", err)
+	}
+	var drained []string
+	if from != to.ID {
+		if drained, err = drainLeavingKeepers(ctx, db, []string{c.ID}, release); err != nil {
+			endDrains(ctx, db, drained)
+			return Move{}, err
+		}
+	}
 	var m Move
 	err = inTx(ctx, db, "move cluster", func(tx pgx.Tx) error {
 		var fromID string
@@ -229,6 +240,7 @@ func MoveCluster(ctx context.Context, db DB, cluster, cell string, release Relea
 		return err
 	})
 	if err != nil {
+		endDrains(ctx, db, drained)
 		return Move{}, err
 	}
 	if m.Cluster, err = getCluster(ctx, db, c.ID); err != nil {

@@ -36,6 +36,13 @@ func SetClusterStatus(ctx context.Context, db DB, cluster, status string, force 
 	if _, err := db.Exec(ctx, `SELECT queen_proxy.set_cluster_status($1::uuid, $2)`, c.ID, status); err != nil {
 		return Cluster{}, dbError("set cluster status", err)
 	}
+	// A resumed cluster is served on its cell again, even if a move or a
+	// forced delete that drained it stopped half-way.
+	if status == ClusterActive {
+		if _, err := db.Exec(ctx, `SELECT queen_proxy.end_cluster_drain($1::uuid)`, c.ID); err != nil {
+			return Cluster{}, dbError("end the cluster's drain", err)
+		}
+	}
 	return getCluster(ctx, db, c.ID)
 }
 
@@ -61,6 +68,11 @@ func BeginClusterDeletion(ctx context.Context, db DB, cluster string) (ClusterDe
 		if _, err := db.Exec(ctx, `SELECT queen_proxy.set_cluster_status($1::uuid, 'deleting')`, c.ID); err != nil {
 			return ClusterDeletionPlan{}, dbError("set cluster status", err)
 		}
+	}
+	// The status stops new requests; the drain waits for those admitted
+	// before it, so that the purge (step 2) finds everything there is.
+	if _, err := drainClusters(ctx, db, []string{c.ID}, drainDelete); err != nil {
+		return ClusterDeletionPlan{}, err
 	}
 	if plan.Cluster, err = getCluster(ctx, db, c.ID); err != nil {
 		return ClusterDeletionPlan{}, err
@@ -110,6 +122,11 @@ func DeleteCluster(ctx context.Context, db DB, cluster string, force bool, relea
 		return ClusterDeletion{}, errorf(WrongState,
 			"cluster %q is %s, not deleting: stop its traffic and purge it first", c.Name, c.Status)
 	}
+	drained, err := drainClusters(ctx, db, []string{c.ID}, drainDelete)
+	if err != nil {
+		endDrains(ctx, db, drained)
+		return ClusterDeletion{}, err
+	}
 	var raw []byte
 	var released []Keeper
 	err = inTx(ctx, db, "delete cluster", func(tx pgx.Tx) error {
@@ -120,6 +137,7 @@ func DeleteCluster(ctx context.Context, db DB, cluster string, force bool, relea
 		return tx.QueryRow(ctx, `SELECT queen_proxy.delete_cluster($1::uuid, $2)::text`, c.ID, force).Scan(&raw)
 	})
 	if err != nil {
+		endDrains(ctx, db, drained)
 		return ClusterDeletion{}, err
 	}
 	var d ClusterDeletion

@@ -145,6 +145,16 @@ func BeginTenantDeletion(ctx context.Context, db DB, tenant string) (DeletionPla
 			return DeletionPlan{}, dbError("set tenant status", err)
 		}
 	}
+	var ids []string
+	if err := db.QueryRow(ctx, `SELECT coalesce(array_agg(id::text), '{}') FROM queen_proxy.clusters WHERE tenant_id = $1::uuid`,
+		t.ID).Scan(&ids); err != nil {
+		return DeletionPlan{}, dbError("list the tenant's clusters", err)
+	}
+	// The status stops new requests; the drain waits for those admitted
+	// before it, so that the purge (step 2) finds everything there is.
+	if _, err := drainClusters(ctx, db, ids, drainDelete); err != nil {
+		return DeletionPlan{}, err
+	}
 	if plan.Tenant, err = getTenant(ctx, db, t.ID); err != nil {
 		return DeletionPlan{}, err
 	}
@@ -207,6 +217,16 @@ func DeleteTenant(ctx context.Context, db DB, tenant string, force bool, release
 		return Deletion{}, errorf(WrongState,
 			"tenant %q is %s, not deleting: stop its traffic and purge its clusters first", t.Name, t.Status)
 	}
+	var clusterIDs []string
+	if err := db.QueryRow(ctx, `SELECT coalesce(array_agg(id::text), '{}') FROM queen_proxy.clusters WHERE tenant_id = $1::uuid`,
+		t.ID).Scan(&clusterIDs); err != nil {
+		return Deletion{}, dbError("list the tenant's clusters", err)
+	}
+	drained, err := drainClusters(ctx, db, clusterIDs, drainDelete)
+	if err != nil {
+		endDrains(ctx, db, drained)
+		return Deletion{}, err
+	}
 	var raw []byte
 	var released []Keeper
 	err = inTx(ctx, db, "delete tenant", func(tx pgx.Tx) error {
@@ -222,6 +242,7 @@ func DeleteTenant(ctx context.Context, db DB, tenant string, force bool, release
 		return tx.QueryRow(ctx, `SELECT queen_proxy.delete_tenant($1::uuid, $2)::text`, t.ID, force).Scan(&raw)
 	})
 	if err != nil {
+		endDrains(ctx, db, drained)
 		return Deletion{}, err
 	}
 	var d Deletion

@@ -104,6 +104,18 @@ gateway_group_cells group_name text NN -
 gateway_group_cells claimed_by text NN ''::text
 gateway_group_cells claimed_at timestamptz NN now()
 gateway_group_cells stated_at timestamptz NN now()
+gateway_instances id uuid NN -
+gateway_instances name text NN -
+gateway_instances started_at timestamptz NN now()
+gateway_instances heartbeat_at timestamptz NN now()
+cluster_drains cluster_id uuid NN -
+cluster_drains cell_id uuid NN -
+cluster_drains drain_id uuid NN -
+cluster_drains reason text NN -
+cluster_drains started_at timestamptz NN now()
+cluster_drain_acks drain_id uuid NN -
+cluster_drain_acks gateway_id uuid NN -
+cluster_drain_acks acked_at timestamptz NN now()
 quota_announcements cluster_id uuid NN -
 quota_announcements month text NN -
 quota_announcements kind text NN -
@@ -217,23 +229,26 @@ func TestSchemaForeignKeys(t *testing.T) {
 	// table.column -> referenced table and ON DELETE action
 	// (a = no action, r = restrict, c = cascade, n = set null).
 	want := map[string]bool{
-		"users.tenant_id tenants c":                 true,
-		"identities.user_id users c":                true,
-		"clusters.tenant_id tenants c":              true,
-		"clusters.cell_id cells r":                  true,
-		"clusters.plan_id plans r":                  true,
-		"cluster_roles.user_id users c":             true,
-		"cluster_roles.cluster_id clusters c":       true,
-		"api_keys.cluster_id clusters c":            true,
-		"quota_announcements.cluster_id clusters c": true,
-		"api_keys.created_by users n":               true,
-		"users.created_by users n":                  true,
-		"queues.cluster_id clusters c":              true,
-		"usage_minutes.cluster_id clusters c":       true,
-		"usage_days.cluster_id clusters c":          true,
-		"request_minutes.cluster_id clusters c":     true,
-		"operations.tenant_id tenants a":            true,
-		"operations.cluster_id clusters n":          true,
+		"users.tenant_id tenants c":                         true,
+		"identities.user_id users c":                        true,
+		"clusters.tenant_id tenants c":                      true,
+		"clusters.cell_id cells r":                          true,
+		"clusters.plan_id plans r":                          true,
+		"cluster_roles.user_id users c":                     true,
+		"cluster_roles.cluster_id clusters c":               true,
+		"api_keys.cluster_id clusters c":                    true,
+		"quota_announcements.cluster_id clusters c":         true,
+		"api_keys.created_by users n":                       true,
+		"users.created_by users n":                          true,
+		"queues.cluster_id clusters c":                      true,
+		"usage_minutes.cluster_id clusters c":               true,
+		"usage_days.cluster_id clusters c":                  true,
+		"request_minutes.cluster_id clusters c":             true,
+		"operations.tenant_id tenants a":                    true,
+		"operations.cluster_id clusters n":                  true,
+		"cluster_drains.cluster_id clusters c":              true,
+		"cluster_drain_acks.drain_id cluster_drains c":      true,
+		"cluster_drain_acks.gateway_id gateway_instances c": true,
 	}
 	rows, err := pool.Query(ctxT(t), `
 		SELECT src.relname || '.' || a.attname || ' ' || dst.relname || ' ' || con.confdeltype::text

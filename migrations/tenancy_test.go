@@ -263,6 +263,20 @@ func TestKeeperCannotLeaveUnreleased(t *testing.T) {
 		t.Fatal("a refused leave changed the keeper")
 	}
 
+	// No release before the keeper's traffic has stopped everywhere: a
+	// live gateway that has not acknowledged the drain holds it.
+	_, err = pool.Exec(ctx, `SELECT queen_proxy.release_keeper($1, '{}')`, keeper)
+	wantPgErr(t, err, "55000", "may still be sending traffic", "no drain started", "begin_cluster_drain")
+	exec(t, pool, `SELECT queen_proxy.begin_cluster_drain($1, 'leave')`, keeper)
+	exec(t, pool, `SELECT queen_proxy.begin_cluster_drain($1, 'leave')`, next)
+	gateway := "7f1c2a9e-0000-4000-8000-000000000001"
+	exec(t, pool, `SELECT queen_proxy.gateway_heartbeat($1, 'gw-a')`, gateway)
+	t.Cleanup(func() { exec(t, pool, `SELECT queen_proxy.gateway_leave($1)`, gateway) })
+	_, err = pool.Exec(ctx, `SELECT queen_proxy.release_keeper($1, '{}')`, keeper)
+	wantPgErr(t, err, "55000", "may still be sending traffic", "gateways not done: gw-a")
+	exec(t, pool, `SELECT queen_proxy.ack_cluster_drain(drain_id, $2) FROM queen_proxy.cluster_drains WHERE cluster_id = $1`, keeper, gateway)
+	exec(t, pool, `SELECT queen_proxy.ack_cluster_drain(drain_id, $2) FROM queen_proxy.cluster_drains WHERE cluster_id = $1`, next, gateway)
+
 	// A release for another cluster does not count; one for the keeper
 	// does, for its own transaction only, and is audited.
 	tx, err := pool.Begin(ctx)

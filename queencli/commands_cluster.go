@@ -106,6 +106,7 @@ never becomes the keeper of a cell that has one.
 	}
 	move.Flags().String("to", "", "target cell (required)")
 	keeperFlags(move)
+	drainFlag(move)
 	move.RunE = action(exactly(1), func(r *run, args []string) error {
 		to, _ := r.cmd.Flags().GetString("to")
 		if strings.TrimSpace(to) == "" {
@@ -115,7 +116,7 @@ never becomes the keeper of a cell that has one.
 		if err != nil {
 			return err
 		}
-		m, err := controlplane.MoveCluster(r.ctx, pool, args[0], to, r.keeperReleaser())
+		m, err := controlplane.MoveCluster(r.drainContext(), pool, args[0], to, r.keeperReleaser())
 		if err != nil {
 			return err
 		}

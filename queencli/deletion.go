@@ -33,6 +33,7 @@ func (s threeStepDeletion[Plan, Done]) attach(del *cobra.Command) {
 	del.Flags().Bool("purged", false, s.purgedHelp)
 	del.Flags().Bool("force", false, s.forceHelp)
 	keeperFlags(del)
+	drainFlag(del)
 	del.RunE = action(exactly(1), func(r *run, args []string) error {
 		purged, _ := r.cmd.Flags().GetBool("purged")
 		force, _ := r.cmd.Flags().GetBool("force")
@@ -44,13 +45,13 @@ func (s threeStepDeletion[Plan, Done]) attach(del *cobra.Command) {
 			return err
 		}
 		if !purged && !force {
-			plan, err := s.begin(r.ctx, pool, args[0])
+			plan, err := s.begin(r.drainContext(), pool, args[0])
 			if err != nil {
 				return err
 			}
 			return r.emit(plan, func() error { s.showPlan(r, plan); return nil })
 		}
-		done, err := s.finish(r.ctx, pool, args[0], force, r.keeperReleaser())
+		done, err := s.finish(r.drainContext(), pool, args[0], force, r.keeperReleaser())
 		if err != nil {
 			return hint(err, controlplane.WrongState, fmt.Sprintf(
 				"run \"caddy queen %s delete %s\" (step 1) and purge %s (step 2) first", s.what, strings.TrimSpace(args[0]), s.stepTwo))

@@ -26,6 +26,19 @@ func keeperFlags(c *cobra.Command) {
 	c.Flags().Bool("yes", false, "with --delete-queues: do not ask for confirmation")
 }
 
+// drainFlag adds --drain-timeout to a command that drains a cluster off
+// its cell (cluster move, cluster delete, tenant delete).
+func drainFlag(c *cobra.Command) {
+	c.Flags().Duration("drain-timeout", controlplane.DefaultDrainWait,
+		"how long to wait for every gateway to confirm it sends nothing more of the cluster to its cell; past it the command fails and changes nothing")
+}
+
+// drainContext is r.ctx with the command's --drain-timeout.
+func (r *run) drainContext() context.Context {
+	d, _ := r.cmd.Flags().GetDuration("drain-timeout")
+	return controlplane.WithDrainWait(r.ctx, d)
+}
+
 // keeperNote is the paragraph the help of those commands shares.
 const keeperNote = `
 On a cell whose broker is not known to keep tenants apart (cell list shows

@@ -180,7 +180,12 @@ func (ci *CellIsolation) Admit(ctx context.Context, cell ProbeCell, clusterID st
 // Serves is Admit without waiting: whether cluster may be served on cell
 // by what is known now.
 func (ci *CellIsolation) Serves(cell ProbeCell, clusterID string) bool {
-	return ci.state(cell).decide(clusterID).Serve
+	return ci.Decide(cell, clusterID).Serve
+}
+
+// Decide is Admit without waiting, with the verdict it went by.
+func (ci *CellIsolation) Decide(cell ProbeCell, clusterID string) IsolationDecision {
+	return ci.state(cell).decide(clusterID)
 }
 
 func (s *cellIsolationState) decide(clusterID string) IsolationDecision {

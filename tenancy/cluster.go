@@ -28,6 +28,10 @@ type Cluster struct {
 	// CellGroup is the gateway group recorded as fronting the cell
 	// (gateway_group_cells), "" when none is; see Fronting.
 	CellGroup string
+	// Draining: the cluster is leaving its cell (queen_proxy.cluster_drains,
+	// deleted or released as the cell's keeper), so nothing of it may
+	// reach the cell any more (docs/isolation.md).
+	Draining bool
 
 	Limits   limits.Effective
 	Features Features

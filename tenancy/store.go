@@ -37,7 +37,8 @@ const clusterColumns = `
 	p.max_req_per_sec, p.req_burst, p.max_msgs_per_sec, p.msgs_burst,
 	p.max_queues, p.max_partitions_per_queue, p.max_parked_pops,
 	p.max_payload_bytes, p.max_batch_items, p.max_retained_bytes,
-	p.max_retention_seconds, p.features::text, c.limit_overrides::text`
+	p.max_retention_seconds, p.features::text, c.limit_overrides::text,
+	EXISTS (SELECT 1 FROM queen_proxy.cluster_drains d WHERE d.cluster_id = c.id AND d.cell_id = c.cell_id)`
 
 const clusterJoins = `
 	FROM queen_proxy.clusters c
@@ -110,6 +111,7 @@ func scanCluster(row pgx.Row, extra []any) (*Cluster, error) {
 		&queues, &partitions, &parked,
 		&payload, &batch, &retained,
 		&ret, &features, &overrides,
+		&c.Draining,
 	}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {

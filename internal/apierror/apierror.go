@@ -43,6 +43,14 @@ const (
 	// to the cells (each may outlive its client) are at the bound of the
 	// cluster's share or the gateway's; nothing was forwarded.
 	ExchangeCapacity Code = "exchange_capacity"
+	// ClusterDraining is queengate's own: the cluster is leaving its cell
+	// (moved off it as its keeper, or being deleted), and nothing more of
+	// it is sent there.
+	ClusterDraining Code = "cluster_draining"
+	// GatewayLapsed is queengate's own: the gateway has not reached the
+	// control-plane database for too long to serve a cell's keeper (the
+	// control plane may have handed the cell on without it).
+	GatewayLapsed Code = "gateway_lapsed"
 
 	// The identity, console and operator surfaces.
 	CSRFRejected     Code = "csrf_rejected"
