@@ -56,7 +56,9 @@ func TestGrantsAtPlacement(t *testing.T) {
 	port := freePort(t)
 	c := client(port)
 	startGateway(t, gatewayCaddyfile(port, db, "spool_dir "+t.TempDir(), ""))
-	url := func(slug, path string) string { return "http://" + slug + ".eu1.example.test:" + strconv.Itoa(port) + path }
+	url := func(slug, path string) string {
+		return "http://" + slug + ".eu1.example.test:" + strconv.Itoa(port) + path
+	}
 
 	if r := do(t, c, "PUT", url("gr-acme", "/api/v1/kv/app/colour"), acmeKey, `"blue"`); r.status != http.StatusOK {
 		t.Fatalf("acme KV put through the gateway: %d %s", r.status, r.body)
