@@ -121,3 +121,17 @@ func TestKVQuotaSQL(t *testing.T) {
 		t.Fatalf("KVQuotaWithdrawSQL = %q", got)
 	}
 }
+
+// FuzzIsFeatureGated: whatever a broker answers a 403 with, only its
+// feature_gated code reads as a missing grant, and reading never panics.
+func FuzzIsFeatureGated(f *testing.F) {
+	for _, s := range []string{`{"error":"feature_gated","reason":"feature_gated"}`, `{"code":"feature_gated"}`,
+		`{"error":"forbidden"}`, `[]`, `"feature_gated"`, ``} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if isFeatureGated(raw) && !strings.Contains(string(raw), "feature_gated") && !strings.Contains(string(raw), `\u`) {
+			t.Fatalf("%q read as feature_gated", raw)
+		}
+	})
+}
