@@ -273,7 +273,9 @@ func MoveCluster(ctx context.Context, db DB, cluster, cell string, release Relea
 	return m, nil
 }
 
-// SetClusterPlan assigns a plan to a cluster through assign_plan.
+// SetClusterPlan assigns a plan to a cluster through assign_plan, and
+// gives the cluster the broker grants the new plan needs on its cell
+// (placeGrants); grants the old plan needed and the new one does not stay.
 func SetClusterPlan(ctx context.Context, db DB, cluster, plan string) (Cluster, error) {
 	c, err := lookupCluster(ctx, db, cluster)
 	if err != nil {
@@ -283,8 +285,20 @@ func SetClusterPlan(ctx context.Context, db DB, cluster, plan string) (Cluster, 
 	if err != nil {
 		return Cluster{}, err
 	}
-	if _, err := db.Exec(ctx, `SELECT queen_proxy.assign_plan($1::uuid, $2)`, c.ID, p.Name); err != nil {
-		return Cluster{}, dbError("assign plan", err)
+	err = inTx(ctx, db, "assign plan", func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT queen_proxy.assign_plan($1::uuid, $2)`, c.ID, p.Name); err != nil {
+			return err
+		}
+		// A plan with more features needs more grants where the cluster
+		// is; without them the change is refused, not half made.
+		var cellID string
+		if err := tx.QueryRow(ctx, `SELECT cell_id::text FROM queen_proxy.clusters WHERE id = $1::uuid`, c.ID).Scan(&cellID); err != nil {
+			return err
+		}
+		return placeGrants(ctx, tx, c.ID, cellID)
+	})
+	if err != nil {
+		return Cluster{}, err
 	}
 	return getCluster(ctx, db, c.ID)
 }

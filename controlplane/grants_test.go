@@ -35,6 +35,15 @@ func TestGrantsAtPlacement(t *testing.T) {
 			t.Fatalf("plan pro on a cell with grants api: %s not granted", k)
 		}
 	}
+	// A plan with more features gets its grants where the cluster is.
+	dev := must[Cluster](t)(CreateCluster(ctx, pool, NewCluster{Tenant: "acme", Slug: "a3", Plan: "dev", Cell: "api"}))
+	if b.Granted(dev.BrokerTenantUUID, fakebroker.GrantStreams) {
+		t.Fatal("plan dev got a streams grant")
+	}
+	must[Cluster](t)(SetClusterPlan(ctx, pool, "a3", "pro"))
+	if !b.Granted(dev.BrokerTenantUUID, fakebroker.GrantStreams) {
+		t.Fatal("set-plan to pro did not grant streams")
+	}
 	d := must[ClusterDeletion](t)(DeleteCluster(ctx, pool, "a1", true, nil))
 	if d.GrantsNote != "" || b.Granted(c.BrokerTenantUUID, fakebroker.GrantKV) || b.Granted(c.BrokerTenantUUID, fakebroker.GrantEphemeral) {
 		t.Fatalf("after the deletion: note %q, kv %v", d.GrantsNote, b.Granted(c.BrokerTenantUUID, fakebroker.GrantKV))
