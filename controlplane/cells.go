@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/queengate/queengate/tenancy"
 )
 
 // Cell statuses (the cells.status CHECK list). A draining cell keeps serving
@@ -60,6 +62,9 @@ type Cell struct {
 	// placed on it; empty for an empty cell.
 	KeeperSlug string `json:"keeper_cluster,omitempty"`
 	KeeperID   string `json:"keeper_cluster_id,omitempty"`
+	// Grants is how the cell's broker takes per-tenant feature grants
+	// (cells.grants): "api", "verify" or "none" (see PlaceGrants).
+	Grants string `json:"grants"`
 }
 
 // Stated cell tenancies (the cells.tenancy_stated CHECK list).
@@ -68,6 +73,17 @@ const (
 	TenancyScoped   = "scoped"
 	TenancyUnscoped = "unscoped"
 )
+
+// checkGrants validates a cell's grants statement; empty is "verify".
+func checkGrants(raw string) (string, error) {
+	switch g := normalize(raw); g {
+	case "":
+		return tenancy.CellGrantsVerify, nil
+	case tenancy.CellGrantsAPI, tenancy.CellGrantsVerify, tenancy.CellGrantsNone:
+		return g, nil
+	}
+	return "", errorf(Invalid, "invalid grants %q: use api (the broker takes grants over HTTP: the raft-storage line), verify (the operator writes them in the cell's database: 1.x) or none (the broker gates nothing)", raw)
+}
 
 // checkTenancy validates a stated tenancy; empty is "probe".
 func checkTenancy(raw string) (string, error) {
@@ -90,6 +106,7 @@ type NewCell struct {
 	Secret        string // bearer token presented to the broker; empty for none
 	BrokerVersion string
 	Tenancy       string // stated tenancy: probe (default), scoped or unscoped
+	Grants        string // api, verify (default) or none
 }
 
 const cellSelect = `SELECT ce.id::text, ce.slug, ce.region, ce.base_url, ce.class, ce.status,
@@ -100,7 +117,8 @@ const cellSelect = `SELECT ce.id::text, ce.slug, ce.region, ce.base_url, ce.clas
 	ce.tenancy_stated, queen_proxy.tenancy_keeper_only(ce.tenancy_stated, ce.tenant_scoping),
 	coalesce(k.slug, ''), coalesce(k.id::text, ''),
 	queen_proxy.cell_placement(ce.status, ce.class, ce.capacity_slots, ce.used_slots,
-		ce.tenancy_stated, ce.tenant_scoping, ce.keeper_residue)
+		ce.tenancy_stated, ce.tenant_scoping, ce.keeper_residue),
+	ce.grants
 	FROM queen_proxy.cells ce
 	LEFT JOIN queen_proxy.clusters k ON k.id = queen_proxy.cell_keeper_cluster(ce.id)`
 
@@ -109,7 +127,7 @@ func scanCell(row pgx.Row) (Cell, error) {
 	err := row.Scan(&c.ID, &c.Slug, &c.Region, &c.BaseURL, &c.Class, &c.Status, &c.CapacitySlots, &c.UsedSlots,
 		&c.Clusters, &c.BrokerVersion, &c.HasSecret, &c.CreatedAt,
 		&c.TenantScoping, &c.TenantScopingCheckedAt, &c.TenantScopingDetail,
-		&c.TenancyStated, &c.KeeperOnly, &c.KeeperSlug, &c.KeeperID, &c.Placement)
+		&c.TenancyStated, &c.KeeperOnly, &c.KeeperSlug, &c.KeeperID, &c.Placement, &c.Grants)
 	c.Contradicted = c.TenancyStated == TenancyScoped && c.TenantScoping == "unscoped"
 	return c, err
 }
@@ -162,10 +180,14 @@ func AddCell(ctx context.Context, db DB, c NewCell) (Cell, error) {
 	if err != nil {
 		return Cell{}, err
 	}
+	grants, err := checkGrants(c.Grants)
+	if err != nil {
+		return Cell{}, err
+	}
 	var id string
-	err = db.QueryRow(ctx, `INSERT INTO queen_proxy.cells (slug, region, base_url, class, capacity_slots, cell_secret, broker_version, tenancy_stated)
-		VALUES ($1, $2, $3, $4, $5, nullif($6, ''), nullif($7, ''), $8) RETURNING id::text`,
-		slug, region, base, class, c.CapacitySlots, c.Secret, strings.TrimSpace(c.BrokerVersion), tenancy).Scan(&id)
+	err = db.QueryRow(ctx, `INSERT INTO queen_proxy.cells (slug, region, base_url, class, capacity_slots, cell_secret, broker_version, tenancy_stated, grants)
+		VALUES ($1, $2, $3, $4, $5, nullif($6, ''), nullif($7, ''), $8, $9) RETURNING id::text`,
+		slug, region, base, class, c.CapacitySlots, c.Secret, strings.TrimSpace(c.BrokerVersion), tenancy, grants).Scan(&id)
 	if err != nil {
 		return Cell{}, dbError("add cell", err)
 	}
@@ -193,6 +215,10 @@ type CellChange struct {
 	Tenancy     *string // probe, scoped or unscoped
 	Region      *string
 	Capacity    *int // clusters the cell takes, 0 for no cap; not below what it holds
+	// Grants is how the broker takes grants: api, verify or none. It
+	// applies to placements from then on; clusters already on the cell
+	// keep what they were granted.
+	Grants *string
 }
 
 // UpdateCell changes a cell through queen_proxy.update_cell, so that the
@@ -206,8 +232,17 @@ func UpdateCell(ctx context.Context, db DB, cell string, ch CellChange) (Cell, e
 	if err != nil {
 		return Cell{}, err
 	}
-	if ch.BaseURL == nil && ch.Secret == nil && !ch.ClearSecret && ch.Tenancy == nil && ch.Region == nil && ch.Capacity == nil {
-		return Cell{}, errorf(Invalid, "nothing to change: give --url, --secret, --clear-secret, --tenancy, --region or --capacity")
+	if ch.BaseURL == nil && ch.Secret == nil && !ch.ClearSecret && ch.Tenancy == nil && ch.Region == nil && ch.Capacity == nil && ch.Grants == nil {
+		return Cell{}, errorf(Invalid, "nothing to change: give --url, --secret, --clear-secret, --tenancy, --region, --capacity or --grants")
+	}
+	var grants string
+	if ch.Grants != nil {
+		if strings.TrimSpace(*ch.Grants) == "" {
+			return Cell{}, errorf(Invalid, "invalid grants \"\": use api, verify or none")
+		}
+		if grants, err = checkGrants(*ch.Grants); err != nil {
+			return Cell{}, err
+		}
 	}
 	if ch.Capacity != nil && *ch.Capacity < 0 {
 		return Cell{}, errorf(Invalid, "invalid cell capacity %d: use 0 (no cap) or more", *ch.Capacity)
@@ -243,9 +278,22 @@ func UpdateCell(ctx context.Context, db DB, cell string, ch CellChange) (Cell, e
 		}
 		region = &r
 	}
-	if _, err := db.Exec(ctx, `SELECT queen_proxy.update_cell($1::uuid, $2, $3, $4, $5, $6, $7::integer)`,
-		c.ID, base, ch.Secret, ch.ClearSecret, tenancy, region, ch.Capacity); err != nil {
-		return Cell{}, dbError("update cell", err)
+	err = inTx(ctx, db, "update cell", func(tx pgx.Tx) error {
+		if base != nil || ch.Secret != nil || ch.ClearSecret || tenancy != nil || region != nil || ch.Capacity != nil {
+			if _, err := tx.Exec(ctx, `SELECT queen_proxy.update_cell($1::uuid, $2, $3, $4, $5, $6, $7::integer)`,
+				c.ID, base, ch.Secret, ch.ClearSecret, tenancy, region, ch.Capacity); err != nil {
+				return err
+			}
+		}
+		if ch.Grants != nil {
+			if _, err := tx.Exec(ctx, `UPDATE queen_proxy.cells SET grants = $2 WHERE id = $1::uuid`, c.ID, grants); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Cell{}, err
 	}
 	return getCell(ctx, db, c.ID)
 }

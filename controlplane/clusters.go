@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/queengate/queengate/internal/uuidtext"
 )
 
 // Cluster is one row of queen_proxy.clusters with the names of its tenant,
@@ -62,6 +64,10 @@ type NewCluster struct {
 	// left there (see Keeper.Residue), that they are gone; nil leaves the
 	// database to refuse such a placement.
 	Release Releaser
+	// BrokerTenant is the cluster's broker tenant id (x-queen-tenant),
+	// empty for a random one: given when the operator granted it on the
+	// cell's broker beforehand (a cell with grants verify).
+	BrokerTenant string
 }
 
 // CreateCluster creates a cluster through create_cluster. A named cell must
@@ -83,6 +89,10 @@ func CreateCluster(ctx context.Context, db DB, n NewCluster) (Cluster, error) {
 	if err != nil {
 		return Cluster{}, err
 	}
+	bt := normalize(n.BrokerTenant)
+	if bt != "" && !uuidtext.Valid(bt) {
+		return Cluster{}, errorf(Invalid, "invalid broker tenant %q: want a UUID", n.BrokerTenant)
+	}
 	var cellID *string
 	if normalize(n.Cell) != "" {
 		cell, err := lookupCell(ctx, db, n.Cell)
@@ -103,8 +113,22 @@ func CreateCluster(ctx context.Context, db DB, n NewCluster) (Cluster, error) {
 				return err
 			}
 		}
-		return tx.QueryRow(ctx, `SELECT queen_proxy.create_cluster($1::uuid, $2, $3, $4::uuid)::text`,
-			t.ID, slug, p.Name, cellID).Scan(&id)
+		var placedOn string
+		if err := tx.QueryRow(ctx, `SELECT queen_proxy.create_cluster($1::uuid, $2, $3, $4::uuid)::text`,
+			t.ID, slug, p.Name, cellID).Scan(&id); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `SELECT cell_id::text FROM queen_proxy.clusters WHERE id = $1::uuid`, id).Scan(&placedOn); err != nil {
+			return err
+		}
+		if bt != "" {
+			if _, err := tx.Exec(ctx, `UPDATE queen_proxy.clusters SET broker_tenant_uuid = $2::uuid WHERE id = $1::uuid`, id, bt); err != nil {
+				return err
+			}
+		}
+		// Last, so that nothing is granted for a placement the database
+		// refuses; a refusal here rolls the cluster back.
+		return placeGrants(ctx, tx, id, placedOn)
 	})
 	if err != nil {
 		return Cluster{}, err
@@ -170,6 +194,9 @@ type Move struct {
 	// Released is set when the cluster left as the keeper of a cell not
 	// known to scope, after release checked its queues were gone.
 	Released *Keeper `json:"released_keeper,omitempty"`
+	// GrantsNote says what the operator must remove on the old cell (one
+	// whose grants live in its database); empty when nothing.
+	GrantsNote string `json:"grants_note,omitempty"`
 }
 
 // MoveCluster points a cluster at another cell: from the next request on,
@@ -234,6 +261,15 @@ func MoveCluster(ctx context.Context, db DB, cluster, cell string, release Relea
 		if _, err := tx.Exec(ctx, `UPDATE queen_proxy.clusters SET cell_id = $2::uuid WHERE id = $1::uuid`, c.ID, to.ID); err != nil {
 			return err
 		}
+		// Granted on the new cell before withdrawn from the old one: a
+		// failure of either rolls the move back, and the cluster keeps
+		// being served where it was.
+		if err := placeGrants(ctx, tx, c.ID, to.ID); err != nil {
+			return err
+		}
+		if m.GrantsNote, err = withdrawGrants(ctx, tx, c.ID, fromID); err != nil {
+			return err
+		}
 		_, err = tx.Exec(ctx, `SELECT queen_proxy.record_operation($1::uuid, $2::uuid, 'control_plane', NULL, 'cluster_moved', $2::text,
 			jsonb_build_object('from_cell', $3::text, 'to_cell', $4::text))`, c.Tenant, c.ID, fromID, to.ID)
 		m.Moved = err == nil
@@ -249,7 +285,9 @@ func MoveCluster(ctx context.Context, db DB, cluster, cell string, release Relea
 	return m, nil
 }
 
-// SetClusterPlan assigns a plan to a cluster through assign_plan.
+// SetClusterPlan assigns a plan to a cluster through assign_plan, and
+// gives the cluster the broker grants the new plan needs on its cell
+// (placeGrants); grants the old plan needed and the new one does not stay.
 func SetClusterPlan(ctx context.Context, db DB, cluster, plan string) (Cluster, error) {
 	c, err := lookupCluster(ctx, db, cluster)
 	if err != nil {
@@ -259,8 +297,20 @@ func SetClusterPlan(ctx context.Context, db DB, cluster, plan string) (Cluster, 
 	if err != nil {
 		return Cluster{}, err
 	}
-	if _, err := db.Exec(ctx, `SELECT queen_proxy.assign_plan($1::uuid, $2)`, c.ID, p.Name); err != nil {
-		return Cluster{}, dbError("assign plan", err)
+	err = inTx(ctx, db, "assign plan", func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT queen_proxy.assign_plan($1::uuid, $2)`, c.ID, p.Name); err != nil {
+			return err
+		}
+		// A plan with more features needs more grants where the cluster
+		// is; without them the change is refused, not half made.
+		var cellID string
+		if err := tx.QueryRow(ctx, `SELECT cell_id::text FROM queen_proxy.clusters WHERE id = $1::uuid`, c.ID).Scan(&cellID); err != nil {
+			return err
+		}
+		return placeGrants(ctx, tx, c.ID, cellID)
+	})
+	if err != nil {
+		return Cluster{}, err
 	}
 	return getCluster(ctx, db, c.ID)
 }

@@ -96,7 +96,7 @@ func TestMoveKeeperAsksTheReleaser(t *testing.T) {
 
 	// On a cell stated scoped the keeper moves freely.
 	must[Move](t)(MoveCluster(ctx, pool, "acme-prod", "eu1-a", r.release))
-	must[Cell](t)(UpdateCell(ctx, pool, "eu1-a", CellChange{Tenancy: ptrTo("scoped")}))
+	must[Cell](t)(UpdateCell(ctx, pool, "eu1-a", CellChange{Tenancy: ptrTo("scoped"), Grants: ptrTo("none")}))
 	r = &recordingReleaser{}
 	must[Move](t)(MoveCluster(ctx, pool, "globex-prod", "eu1-b", r.release))
 	if len(r.asked) != 0 {
@@ -171,7 +171,7 @@ func TestUpdateCell(t *testing.T) {
 		ch   CellChange
 		want string
 	}{
-		{CellChange{}, "nothing to change: give --url, --secret, --clear-secret, --tenancy, --region or --capacity"},
+		{CellChange{}, "nothing to change: give --url, --secret, --clear-secret, --tenancy, --region, --capacity or --grants"},
 		{CellChange{Capacity: ptrTo(-2)}, "invalid cell capacity -2: use 0 (no cap) or more"},
 		{CellChange{Secret: ptrTo("s"), ClearSecret: true}, "give a new secret or clear it, not both"},
 		{CellChange{Secret: ptrTo("")}, "the new secret is empty; clear it instead"},

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"encoding/json"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -102,6 +103,9 @@ type ClusterDeletion struct {
 	// cell not known to scope, after the Releaser checked its queues were
 	// gone from the broker.
 	Released *Keeper `json:"released_keeper,omitempty"`
+	// GrantsNote says what the operator must remove on the cell (one whose
+	// grants live in its database); empty when nothing.
+	GrantsNote string `json:"grants_note,omitempty"`
 }
 
 // DeleteCluster is step 3 of the deletion of a cluster: delete_cluster
@@ -129,11 +133,17 @@ func DeleteCluster(ctx context.Context, db DB, cluster string, force bool, relea
 	}
 	var raw []byte
 	var released []Keeper
+	var grantsNote string
 	err = inTx(ctx, db, "delete cluster", func(tx pgx.Tx) error {
 		var err error
 		if released, err = releaseLeavingKeepers(ctx, tx, []string{c.ID}, release); err != nil {
 			return err
 		}
+		notes, err := withdrawClustersGrants(ctx, tx, []string{c.ID}, force)
+		if err != nil {
+			return err
+		}
+		grantsNote = strings.Join(notes, "; ")
 		return tx.QueryRow(ctx, `SELECT queen_proxy.delete_cluster($1::uuid, $2)::text`, c.ID, force).Scan(&raw)
 	})
 	if err != nil {
@@ -147,6 +157,7 @@ func DeleteCluster(ctx context.Context, db DB, cluster string, force bool, relea
 	if len(released) == 1 {
 		d.Released = &released[0]
 	}
+	d.GrantsNote = grantsNote
 	return d, nil
 }
 

@@ -53,7 +53,7 @@ func TestClusterDeletionInThreeSteps(t *testing.T) {
 	pool, url := fresh(t)
 	ctx := ctxT(t)
 	w := provision(t, pool)
-	must[Cell](t)(UpdateCell(ctx, pool, "eu1-a", CellChange{Tenancy: ptrTo("scoped")}))
+	must[Cell](t)(UpdateCell(ctx, pool, "eu1-a", CellChange{Tenancy: ptrTo("scoped"), Grants: ptrTo("none")}))
 	other := must[Cluster](t)(CreateCluster(ctx, pool, NewCluster{Tenant: "acme", Slug: "acme-dev", Plan: "dev", Cell: "eu1-a"}))
 	must[IssuedKey](t)(CreateKey(ctx, pool, NewKey{Cluster: "acme-prod", Name: "app", Scopes: Scopes}))
 

@@ -15,8 +15,8 @@ func TestPlacement(t *testing.T) {
 	pool, _ := fresh(t)
 	ctx := ctxT(t)
 	must[Tenant](t)(CreateTenant(ctx, pool, "acme", ""))
-	must[Cell](t)(AddCell(ctx, pool, NewCell{Slug: "a", Region: "eu1", BaseURL: "http://a:1", Class: "shared", CapacitySlots: 4, Tenancy: "scoped"}))
-	must[Cell](t)(AddCell(ctx, pool, NewCell{Slug: "b", Region: "eu1", BaseURL: "http://b:1", Class: "shared", CapacitySlots: 2, Tenancy: "scoped"}))
+	must[Cell](t)(AddCell(ctx, pool, NewCell{Slug: "a", Region: "eu1", BaseURL: "http://a:1", Class: "shared", CapacitySlots: 4, Tenancy: "scoped", Grants: "none"}))
+	must[Cell](t)(AddCell(ctx, pool, NewCell{Slug: "b", Region: "eu1", BaseURL: "http://b:1", Class: "shared", CapacitySlots: 2, Tenancy: "scoped", Grants: "none"}))
 	var got []string
 	for i := range 5 {
 		c := must[Cluster](t)(CreateCluster(ctx, pool, NewCluster{Tenant: "acme", Slug: fmt.Sprintf("c%d", i), Plan: "pro"}))
@@ -71,7 +71,7 @@ func TestPlacementConcurrentCreateCluster(t *testing.T) {
 	must[Tenant](t)(CreateTenant(ctx, pool, "acme", ""))
 	for slug, n := range map[string]int{"x": 2, "y": 3, "z": 1} {
 		must[Cell](t)(AddCell(ctx, pool, NewCell{Slug: slug, Region: "eu1", BaseURL: "http://" + slug + ":1", Class: "shared",
-			CapacitySlots: n, Tenancy: "scoped"}))
+			CapacitySlots: n, Tenancy: "scoped", Grants: "none"}))
 	}
 	var (
 		wg      sync.WaitGroup
@@ -109,8 +109,8 @@ func TestRemoveCell(t *testing.T) {
 	pool, _ := fresh(t)
 	ctx := ctxT(t)
 	must[Tenant](t)(CreateTenant(ctx, pool, "acme", ""))
-	must[Cell](t)(AddCell(ctx, pool, NewCell{Slug: "old", Region: "eu1", BaseURL: "http://old:1", Class: "shared", Tenancy: "scoped"}))
-	must[Cell](t)(AddCell(ctx, pool, NewCell{Slug: "new", Region: "eu1", BaseURL: "http://new:1", Class: "shared", Tenancy: "scoped"}))
+	must[Cell](t)(AddCell(ctx, pool, NewCell{Slug: "old", Region: "eu1", BaseURL: "http://old:1", Class: "shared", Tenancy: "scoped", Grants: "none"}))
+	must[Cell](t)(AddCell(ctx, pool, NewCell{Slug: "new", Region: "eu1", BaseURL: "http://new:1", Class: "shared", Tenancy: "scoped", Grants: "none"}))
 	must[Cluster](t)(CreateCluster(ctx, pool, NewCluster{Tenant: "acme", Slug: "p1", Plan: "pro", Cell: "old"}))
 	must[Cluster](t)(CreateCluster(ctx, pool, NewCluster{Tenant: "acme", Slug: "p2", Plan: "pro", Cell: "old"}))
 	_, err := RemoveCell(ctx, pool, "old", false)

@@ -197,6 +197,9 @@ type Deletion struct {
 	// Released are the clusters that left their cells as keepers, after
 	// the Releaser checked their queues were gone from the broker.
 	Released []Keeper `json:"released_keepers"`
+	// GrantsNotes say what the operator must remove on cells whose grants
+	// live in their databases.
+	GrantsNotes []string `json:"grants_notes,omitempty"`
 }
 
 // DeleteTenant is step 3 of the deletion of a tenant: delete_tenant removes
@@ -229,6 +232,7 @@ func DeleteTenant(ctx context.Context, db DB, tenant string, force bool, release
 	}
 	var raw []byte
 	var released []Keeper
+	var notes []string
 	err = inTx(ctx, db, "delete tenant", func(tx pgx.Tx) error {
 		var ids []string
 		if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(id::text), '{}') FROM queen_proxy.clusters WHERE tenant_id = $1::uuid`,
@@ -237,6 +241,9 @@ func DeleteTenant(ctx context.Context, db DB, tenant string, force bool, release
 		}
 		var err error
 		if released, err = releaseLeavingKeepers(ctx, tx, ids, release); err != nil {
+			return err
+		}
+		if notes, err = withdrawClustersGrants(ctx, tx, ids, force); err != nil {
 			return err
 		}
 		return tx.QueryRow(ctx, `SELECT queen_proxy.delete_tenant($1::uuid, $2)::text`, t.ID, force).Scan(&raw)
@@ -251,6 +258,7 @@ func DeleteTenant(ctx context.Context, db DB, tenant string, force bool, release
 	}
 	d.Clusters = nonNil(d.Clusters)
 	d.Released = nonNil(released)
+	d.GrantsNotes = notes
 	return d, nil
 }
 

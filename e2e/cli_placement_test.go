@@ -14,8 +14,8 @@ import (
 func TestCLIPlacement(t *testing.T) {
 	q := cliFor(t)(pgtest.NewDatabase(t))
 	q.ok(t, "migrate")
-	q.ok(t, "cell", "add", "small", "--region", "eu1", "--url", "http://192.0.2.1:6632", "--capacity", "1", "--tenancy", "scoped")
-	q.ok(t, "cell", "add", "big", "--region", "eu1", "--url", "http://192.0.2.2:6632", "--capacity", "3", "--tenancy", "scoped")
+	q.ok(t, "cell", "add", "small", "--region", "eu1", "--url", "http://192.0.2.1:6632", "--capacity", "1", "--tenancy", "scoped", "--grants", "none")
+	q.ok(t, "cell", "add", "big", "--region", "eu1", "--url", "http://192.0.2.2:6632", "--capacity", "3", "--tenancy", "scoped", "--grants", "none")
 	q.ok(t, "cell", "add", "lone", "--region", "eu1", "--url", "http://192.0.2.3:6632") // probe: not known to scope
 	q.fails(t, 1, "queen cell add: invalid cell capacity -1: use 0 (no cap) or more\n",
 		"cell", "add", "neg", "--region", "eu1", "--url", "http://192.0.2.4:6632", "--capacity", "-1")

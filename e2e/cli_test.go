@@ -220,7 +220,7 @@ func TestCLI(t *testing.T) {
 		// cell add | list | drain
 		// eu1-a is stated scoped: its keeper moves without a broker check
 		// (keeper_test.go has the check; these addresses are not reachable).
-		if out := q.ok(t, "cell", "add", "eu1-a", "--region", "eu1", "--url", "http://192.0.2.7:6632", "--tenancy", "scoped"); !strings.HasPrefix(out,
+		if out := q.ok(t, "cell", "add", "eu1-a", "--region", "eu1", "--url", "http://192.0.2.7:6632", "--tenancy", "scoped", "--grants", "none"); !strings.HasPrefix(out,
 			`added cell "eu1-a" (shared, region eu1, broker http://192.0.2.7:6632, tenancy scoped), id `) {
 			t.Fatalf("cell add: %q", out)
 		}
@@ -268,7 +268,7 @@ func TestCLI(t *testing.T) {
 		if r.code != 0 || r.stderr != "" {
 			t.Fatalf("cell update --secret-env: %d %s", r.code, r.stderr)
 		}
-		q.fails(t, 1, "queen cell update: nothing to change: give --url, --secret, --clear-secret, --tenancy, --region or --capacity\n", "cell", "update", "eu1-b")
+		q.fails(t, 1, "queen cell update: nothing to change: give --url, --secret, --clear-secret, --tenancy, --region, --capacity or --grants\n", "cell", "update", "eu1-b")
 		q.fails(t, 1, "queen cell update: give a new secret or clear it, not both\n", "cell", "update", "eu1-b", "--secret", "x", "--clear-secret")
 		q.fails(t, 1, "queen cell update: invalid tenancy \"all\": use probe, scoped or unscoped\n", "cell", "update", "eu1-b", "--tenancy", "all")
 		q.fails(t, 1, "queen cell update: unknown cell \"eu9\"\n", "cell", "update", "eu9", "--tenancy", "scoped")

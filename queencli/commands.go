@@ -318,7 +318,7 @@ broker requires a token, give it with --secret-env (the name of an environment
 variable that holds it, which keeps it out of the process list) or --secret;
 the gateway presents it upstream as "Authorization: Bearer <secret>".
 Cells are plain rows: no SQL function creates them.
-` + capacityNote + tenancyNote,
+` + capacityNote + tenancyNote + grantsNote,
 	}
 	add.Flags().String("region", "", "region label, e.g. eu1 (required)")
 	add.Flags().String("url", "", "broker base URL, e.g. http://192.0.2.7:6632 (required)")
@@ -328,6 +328,7 @@ Cells are plain rows: no SQL function creates them.
 	add.Flags().String("secret-env", "", "name of an environment variable holding the bearer token for the broker")
 	add.Flags().String("broker-version", "", "broker version (informational)")
 	add.Flags().String("tenancy", controlplane.TenancyProbe, "what the broker does with x-queen-tenant: probe (let the gateway find out), scoped or unscoped")
+	add.Flags().String("grants", "verify", "how the broker takes feature grants: api (raft-storage line), verify (1.x) or none")
 	add.RunE = action(exactly(1), func(r *run, args []string) error {
 		f := r.cmd.Flags()
 		secret, _ := f.GetString("secret")
@@ -347,6 +348,7 @@ Cells are plain rows: no SQL function creates them.
 		n.CapacitySlots, _ = f.GetInt("capacity")
 		n.BrokerVersion, _ = f.GetString("broker-version")
 		n.Tenancy, _ = f.GetString("tenancy")
+		n.Grants, _ = f.GetString("grants")
 		pool, err := r.db()
 		if err != nil {
 			return err
@@ -583,6 +585,9 @@ func reportTenantDeletion(r *run, d controlplane.Deletion) {
 	for _, k := range d.Released {
 		r.printf("cluster %q was the keeper of cell %q; its queues there are gone, and the next cluster on the cell is its keeper now",
 			k.ClusterSlug, k.CellSlug)
+	}
+	for _, n := range d.GrantsNotes {
+		r.printf("note: %s", n)
 	}
 	if d.Forced && d.StatusWas != controlplane.TenantDeleting {
 		r.printf("forced: the broker data of these clusters was not purged and stays on their cells:")

@@ -22,6 +22,26 @@ const tenancyNote = `
   unscoped  the broker does not (the public Queen broker): only the keeper is
             served and the cell takes no second cluster, whatever a probe finds`
 
+// grantsNote is the help cell add and cell update give on --grants.
+const grantsNote = `
+--grants states how the cell's broker takes per-tenant feature grants. A
+tenancy broker (Queen's Rust brokers with QUEEN_TENANCY_HEADER=true) answers
+KV, timers, locks and ephemeral queues (and so Kafka offset commits) with
+403 feature_gated until the tenant holds a grant. Whenever a cluster is
+placed on a cell whose broker keeps tenants apart (cluster create, cluster
+move), the cluster needs the kv grant (always: the Kafka carve-out commits
+offsets through KV), ephemeral when its plan has ephemeral, and streams when
+its plan has streams:
+  verify    (default) the 1.x line: grants are queen.kv_quota rows in the
+            cell's own database, which the gateway cannot write; it reads,
+            as the cluster, whether the broker grants them, and refuses the
+            placement with the SQL to run there when it does not
+  api       the raft-storage line: the gateway issues them (POST
+            /api/v1/resources/quota) and withdraws them when the cluster is
+            deleted or moved away; a failure leaves the cluster unplaced
+  none      the broker gates nothing by grant (tenancy off, or 0.15)
+`
+
 // capacityNote is the help cell add and cell update give on --capacity.
 const capacityNote = `
 --capacity is how many clusters the cell takes (cells.capacity_slots), held on
@@ -49,7 +69,7 @@ verdict (and when it was taken), SERVES what the gateway serves on it.`
 
 func cellUpdateCommand() *cobra.Command {
 	update := &cobra.Command{
-		Use:   "update <cell> [--url <broker URL>] [--secret-env <VAR> | --secret <token> | --clear-secret] [--tenancy probe|scoped|unscoped] [--region <region>] [--capacity <n>]",
+		Use:   "update <cell> [--url <broker URL>] [--secret-env <VAR> | --secret <token> | --clear-secret] [--tenancy probe|scoped|unscoped] [--region <region>] [--capacity <n>] [--grants api|verify|none]",
 		Short: "Changes a cell's broker URL, secret, stated tenancy, region or capacity",
 		Long: `
 Changes a cell through update_cell, as the console and plain SQL do. Every
@@ -60,7 +80,7 @@ probe's verdict is reset to unknown in the same statement, so until the
 gateway has probed it again only the cell's keeper is served (unless the
 cell is stated scoped).
 ` + capacityNote + `A capacity below the clusters the cell holds is refused.
-` + tenancyNote,
+` + tenancyNote + grantsNote,
 	}
 	f := update.Flags()
 	f.String("url", "", "new broker base URL, e.g. http://192.0.2.7:6632")
@@ -70,6 +90,7 @@ cell is stated scoped).
 	f.String("tenancy", "", "probe, scoped or unscoped")
 	f.String("region", "", "new region label")
 	f.Int("capacity", 0, "clusters the cell takes (0: no cap); not below the clusters it holds")
+	f.String("grants", "", "how the broker takes feature grants: api, verify or none")
 	update.RunE = action(exactly(1), func(r *run, args []string) error {
 		var ch controlplane.CellChange
 		str := func(name string) *string {
@@ -79,7 +100,7 @@ cell is stated scoped).
 			v, _ := f.GetString(name)
 			return &v
 		}
-		ch.BaseURL, ch.Tenancy, ch.Region = str("url"), str("tenancy"), str("region")
+		ch.BaseURL, ch.Tenancy, ch.Region, ch.Grants = str("url"), str("tenancy"), str("region"), str("grants")
 		ch.Secret = str("secret")
 		if env := str("secret-env"); env != nil {
 			if ch.Secret != nil {

@@ -32,17 +32,25 @@ cells whose broker is not known to keep tenants apart only an empty one (the
 cluster becomes its keeper). Two creates at once never overfill a cell. With
 no such cell it is refused with what to add. A cell named with --cell must be
 active (not draining) and have room.
+
+On a cell whose broker keeps tenants apart, the cluster gets (or must
+already have) the broker's feature grants its plan needs, as the cell's
+--grants says (see "cell add --help"); otherwise it is not created. On a
+cell with grants verify, grant the broker tenant in the cell's database
+first and give it with --broker-tenant (the refusal prints both).
 ` + keeperNote,
 	}
 	create.Flags().String("tenant", "", "owning tenant (required)")
 	create.Flags().String("plan", "free", "plan code (see \"plan list\")")
 	keeperFlags(create)
 	create.Flags().String("cell", "", "cell to place it on (default: the database places it)")
+	create.Flags().String("broker-tenant", "", "the cluster's broker tenant id (a UUID; default: a random one), e.g. one already granted on the cell")
 	create.RunE = action(exactly(1), func(r *run, args []string) error {
 		n := controlplane.NewCluster{Slug: args[0]}
 		n.Tenant, _ = r.cmd.Flags().GetString("tenant")
 		n.Plan, _ = r.cmd.Flags().GetString("plan")
 		n.Cell, _ = r.cmd.Flags().GetString("cell")
+		n.BrokerTenant, _ = r.cmd.Flags().GetString("broker-tenant")
 		n.Release = r.keeperReleaser()
 		if strings.TrimSpace(n.Tenant) == "" {
 			return refused("--tenant is required")
@@ -132,6 +140,9 @@ never becomes the keeper of a cell that has one.
 			} else {
 				r.printf("note: its queues and messages stay on cell %q's broker (broker tenant %s); they were not copied",
 					m.FromCell, m.Cluster.BrokerTenantUUID)
+			}
+			if m.GrantsNote != "" {
+				r.printf("note: %s", m.GrantsNote)
 			}
 			return nil
 		})

@@ -296,6 +296,9 @@ func reportClusterDeletion(r *run, d controlplane.ClusterDeletion) {
 		r.printf("it was the keeper of cell %q; its queues there are gone, and the next cluster on the cell is its keeper now",
 			d.Released.CellSlug)
 	}
+	if d.GrantsNote != "" {
+		r.printf("note: %s", d.GrantsNote)
+	}
 	if d.Forced && d.StatusWas != controlplane.ClusterDeleting {
 		r.printf("forced: its broker data was not purged and stays on its cell: broker tenant %s", d.BrokerTenantUUID)
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -63,24 +62,13 @@ type brokerQueues struct {
 	k      controlplane.Keeper
 }
 
-func (b brokerQueues) authorize(req *http.Request) {
-	req.Header.Set("x-queen-tenant", b.k.BrokerTenant)
-	if b.k.CellSecret != "" {
-		req.Header.Set("Authorization", "Bearer "+b.k.CellSecret)
-	}
-}
-
 // list returns the names of the cluster's queues. The probe's own
 // transient queues are not the cluster's (clients may not name them) and
 // are left alone: deleting one under a running probe is the attack the
 // probe has to withstand, not something to do to it.
 func (b brokerQueues) list(ctx context.Context) ([]string, error) {
-	auth := ""
-	if b.k.CellSecret != "" {
-		auth = "Bearer " + b.k.CellSecret
-	}
 	inv, err := limits.ReadInventory(ctx, b.client, limits.ClusterRef{
-		ID: b.k.ClusterID, BrokerTenant: b.k.BrokerTenant, CellURL: b.k.CellURL, Authorization: auth,
+		ID: b.k.ClusterID, BrokerTenant: b.k.BrokerTenant, CellURL: b.k.CellURL, Authorization: tenancy.BearerAuthorization(b.k.CellSecret),
 	})
 	if err != nil {
 		return nil, err
@@ -98,27 +86,17 @@ func (b brokerQueues) list(ctx context.Context) ([]string, error) {
 // broker reports many errors as 200 with {"error": ...}: only an answer
 // saying deleted counts.
 func (b brokerQueues) remove(ctx context.Context, name string) error {
-	u := strings.TrimRight(b.k.CellURL, "/") + "/api/v1/resources/queues/" + url.PathEscape(name)
-	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, u, nil)
+	cell := tenancy.CellCall{Client: b.client, BaseURL: b.k.CellURL, Authorization: tenancy.BearerAuthorization(b.k.CellSecret)}
+	status, body, err := cell.Do(ctx, http.MethodDelete, "/api/v1/resources/queues/"+url.PathEscape(name), b.k.BrokerTenant, nil)
 	if err != nil {
 		return err
-	}
-	b.authorize(req)
-	resp, err := b.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-	if err != nil {
-		return fmt.Errorf("reading the answer: %w", err)
 	}
 	var ans struct {
 		Deleted bool   `json:"deleted"`
 		Error   string `json:"error"`
 	}
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("broker answered %s", resp.Status)
+	if status/100 != 2 {
+		return fmt.Errorf("broker answered HTTP %d", status)
 	}
 	if err := json.Unmarshal(body, &ans); err != nil || !ans.Deleted {
 		if ans.Error != "" {

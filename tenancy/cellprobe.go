@@ -8,9 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
 	"time"
 )
 
@@ -245,9 +243,6 @@ func (p *cellProbe) removeQueue(ctx context.Context) error {
 	return nil
 }
 
-// probeMaxAnswer caps what the probe reads of one answer.
-const probeMaxAnswer = 1 << 20
-
 func (p *cellProbe) call(ctx context.Context, method, path, tenant, body string, out any) error {
 	_, err := p.callStatus(ctx, method, path, tenant, body, out, 0)
 	return err
@@ -256,36 +251,16 @@ func (p *cellProbe) call(ctx context.Context, method, path, tenant, body string,
 // callStatus sends one probe request and decodes a 2xx answer, or an
 // answer of status also (0: none), into out, and returns the status.
 func (p *cellProbe) callStatus(ctx context.Context, method, path, tenant, body string, out any, also int) (int, error) {
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(p.baseURL, "/")+path, rd)
+	status, raw, err := CellCall{Client: p.client, BaseURL: p.baseURL, Authorization: p.authorization}.
+		Do(ctx, method, path, tenant, []byte(body))
 	if err != nil {
-		return 0, err
+		return status, err
 	}
-	req.Header.Set("x-queen-tenant", tenant)
-	req.Header.Set("Accept", "application/json")
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if p.authorization != "" {
-		req.Header.Set("Authorization", p.authorization)
-	}
-	resp, err := p.client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, probeMaxAnswer))
-	if err != nil {
-		return resp.StatusCode, fmt.Errorf("read the answer: %w", err)
-	}
-	if resp.StatusCode/100 != 2 && (also == 0 || resp.StatusCode != also) {
-		return resp.StatusCode, fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(raw[:min(len(raw), 200)]))
+	if status/100 != 2 && (also == 0 || status != also) {
+		return status, fmt.Errorf("HTTP %d: %s", status, bytes.TrimSpace(raw[:min(len(raw), 200)]))
 	}
 	if err := json.Unmarshal(raw, out); err != nil {
-		return resp.StatusCode, fmt.Errorf("answer is not the JSON expected: %w", err)
+		return status, fmt.Errorf("answer is not the JSON expected: %w", err)
 	}
-	return resp.StatusCode, nil
+	return status, nil
 }
