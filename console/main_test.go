@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -361,4 +362,14 @@ func (e *env) countOps(clusterID, action, actor string) int {
 
 func tenancyKeys(privPEM []byte) (*tenancy.SessionKeys, error) {
 	return tenancy.NewSessionKeys(tenancy.SessionKeysConfig{Ed25519PrivateKeyPEM: privPEM})
+}
+
+// SharedHosts lists the shared hosts, sorted.
+func (c testClusters) SharedHosts() []string {
+	out := make([]string, 0, len(c.shared))
+	for h := range c.shared {
+		out = append(out, h)
+	}
+	slices.Sort(out)
+	return out
 }
