@@ -129,6 +129,14 @@ func TestCLI(t *testing.T) {
 				t.Errorf("caddy queen --help does not mention %q:\n%s", c, out)
 			}
 		}
+		// It ends with queengate's documentation, not Caddy's, and so does
+		// every subcommand's help.
+		for _, help := range []string{out, newCLI("").ok(t, "cluster", "create", "--help")} {
+			if strings.Contains(help, "caddyserver.com/docs") ||
+				!strings.HasSuffix(strings.TrimSpace(help), "https://github.com/queengate/queengate/blob/main/docs/operations.md") {
+				t.Errorf("help does not end with queengate's documentation:\n%s", help)
+			}
+		}
 		del := newCLI("").ok(t, "tenant", "delete", "--help")
 		if !strings.Contains(del, "queen.delete_tenant_data_v1('<broker tenant id>')") || !strings.Contains(del, "--purged") {
 			t.Errorf("tenant delete --help does not explain the broker purge:\n%s", del)

@@ -10,7 +10,7 @@ const LIMITS = [
 	['req_burst', 'Request burst', 'count'],
 	['max_msgs_per_sec', 'Messages per second', 'count'],
 	['msgs_burst', 'Message burst', 'count'],
-	['max_batch_items', 'Items per push, pop or ack batch', 'count'],
+	['max_batch_items', 'Items per push or transaction', 'count'],
 	['max_payload_bytes', 'Max payload size', 'bytes'],
 	['max_parked_pops', 'Parked consumers (long polls)', 'count'],
 ];
