@@ -91,8 +91,12 @@ func (s *Surface) overview(w http.ResponseWriter, r *http.Request, c *caller) {
 	var pushBlock *string
 	var gateway map[string]string
 	if s.o.State != nil {
-		name, group, role := s.o.State.ServingGateway()
-		gateway = map[string]string{"name": name, "group": group, "role": role}
+		// Which machine serves the cell is the operator's business; a
+		// customer sees no internal gateway names.
+		if c.operator {
+			name, group, role := s.o.State.ServingGateway()
+			gateway = map[string]string{"name": name, "group": group, "role": role}
+		}
 		if b := s.o.State.PushBlock(c.cluster); b != "" {
 			pushBlock = &b
 		}
