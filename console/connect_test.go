@@ -5,6 +5,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/queengate/queengate/limits"
+	"github.com/queengate/queengate/meter"
 )
 
 // TestConnect: the Connect page's data names the address a client uses
@@ -70,5 +73,30 @@ func TestConnectLocalhost(t *testing.T) {
 		if sdk != tc.sdk || own != tc.own || len(shared) != 1 {
 			t.Errorf("Host %s: sdk %q own %q shared %v, want %q %q", tc.host, sdk, own, shared, tc.sdk, tc.own)
 		}
+	}
+}
+
+// TestStorageQuotaInactiveInOverview: the overview says whether the
+// storage cap is enforced: unknown before a listing, false while the
+// broker reports no retained bytes, true once it does.
+func TestStorageQuotaInactiveInOverview(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status *limits.StorageStatus
+		want   any
+	}{
+		{"no listing yet", nil, nil},
+		{"the broker reports no bytes", &limits.StorageStatus{Known: true}, false},
+		{"the broker reports bytes", &limits.StorageStatus{Known: true, Reported: true, Measured: 10}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var live []meter.Unflushed
+			e := newEnv(t, func(o *Options) { o.State = testState{live: &live, storage: tc.status} })
+			w := e.world()
+			o := e.get(w.host, "/api/console/overview", e.token(w.users["viewer"])).want(200, "").json()
+			if st := o["storage"].(map[string]any); st["quota_active"] != tc.want {
+				t.Fatalf("storage %v, want quota_active %v", st, tc.want)
+			}
+		})
 	}
 }

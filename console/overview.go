@@ -45,6 +45,10 @@ type storageJSON struct {
 	RetainedBytes    *int64 `json:"retained_bytes"`
 	Measured         bool   `json:"measured"`
 	OverQuota        bool   `json:"over_quota"`
+	// QuotaActive is whether max_retained_bytes is enforced: false while
+	// the broker reports no retained bytes, null before a listing settled
+	// it.
+	QuotaActive *bool `json:"quota_active"`
 }
 
 func (s *Surface) storageOf(c *caller) storageJSON {
@@ -53,6 +57,10 @@ func (s *Surface) storageOf(c *caller) storageJSON {
 		return out
 	}
 	st := s.o.State.Storage(c.cluster.ID)
+	if st.Known {
+		active := st.Reported
+		out.QuotaActive = &active
+	}
 	if st.Known && st.Reported {
 		v := st.Measured
 		out.RetainedBytes, out.Measured = &v, true

@@ -198,7 +198,16 @@ func PlansTable(ps []Plan) Table {
 	for _, p := range ps {
 		row := []string{p.Code, p.CellClass}
 		for _, name := range LimitNames {
-			row = append(row, limitText(p.Limits[name]))
+			text := limitText(p.Limits[name])
+			if name == "max_retained_bytes" && p.Limits[name] != nil {
+				switch p.StorageQuota {
+				case "inactive":
+					text += " (inactive)"
+				case "partial":
+					text += " (inactive on some cells)"
+				}
+			}
+			row = append(row, text)
 		}
 		row = append(row, FeaturesOn(p.Features), strconv.Itoa(p.Clusters))
 		t.Rows = append(t.Rows, row)
@@ -235,7 +244,11 @@ func LimitsTable(l Limits) Table {
 		case x.Override != nil:
 			override = string(x.Override)
 		}
-		t.Rows = append(t.Rows, []string{x.Name, limitText(x.Plan), override, limitText(x.Effective)})
+		effective := limitText(x.Effective)
+		if x.Inactive != "" {
+			effective += " (inactive: " + x.Inactive + ")"
+		}
+		t.Rows = append(t.Rows, []string{x.Name, limitText(x.Plan), override, effective})
 	}
 	return t
 }
