@@ -95,7 +95,9 @@ func TestOverviewAndUsage(t *testing.T) {
 			t.Fatalf("merged row %v", row)
 		}
 	}
-	if tot := u["totals"].(map[string]any); tot["msgs"] != float64(74) {
+	// Billable: the pushes (31 and the open minute's 4) and the
+	// transaction's 5; the 34 deliveries are counted, not billed.
+	if tot := u["totals"].(map[string]any); tot["msgs"] != float64(74) || tot["billable_msgs"] != float64(40) {
 		t.Fatalf("totals with live rows %v", tot)
 	}
 	// Both live rows are today's unless the minute before last is yesterday's.
@@ -126,8 +128,8 @@ func TestOverviewAndUsage(t *testing.T) {
 	if inMonth(day) {
 		wantMsgs += 1000
 	}
-	if usage["month"] != now.Format("2006-01") || usage["msgs"] != wantMsgs {
-		t.Fatalf("usage %v, want %v msgs", usage, wantMsgs)
+	if usage["month"] != now.Format("2006-01") || usage["msgs"] != wantMsgs || usage["billable_msgs"] != wantMsgs {
+		t.Fatalf("usage %v, want %v billable msgs (also under msgs)", usage, wantMsgs)
 	}
 	if o["status"] != "active" || o["role"] != "viewer" || o["push_block"] != nil || o["slug"] != strings.TrimSuffix(w.host, "."+baseDomain) {
 		t.Fatalf("overview %v", o)

@@ -110,7 +110,7 @@ func (s *Surface) overview(w http.ResponseWriter, r *http.Request, c *caller) {
 		}
 		// What the meter holds but has not written yet counts too.
 		for _, u := range s.o.State.Unflushed(c.cluster.ID) {
-			if (u.Op == meter.OpPush || u.Op == meter.OpTxn) && !u.Minute.Before(month) {
+			if u.Op.Billable() && !u.Minute.Before(month) {
 				msgs += u.Msgs
 			}
 		}
@@ -126,7 +126,9 @@ func (s *Surface) overview(w http.ResponseWriter, r *http.Request, c *caller) {
 		"plan": map[string]any{
 			"code": c.cluster.PlanCode, "monthly_msgs_quota": monthlyQuota(planQuota, override),
 		},
-		"usage":      map[string]any{"month": month.Format("2006-01"), "msgs": msgs},
+		// billable_msgs is what is billed under its one name; msgs is the
+		// same number under the name the API has always had.
+		"usage":      map[string]any{"month": month.Format("2006-01"), "billable_msgs": msgs, "msgs": msgs},
 		"push_block": pushBlock,
 		"gateway":    gateway,
 		"storage":    s.storageOf(c),
@@ -313,7 +315,11 @@ func (s *Surface) usage(w http.ResponseWriter, r *http.Request, c *caller) {
 		minutes, daily = mergeLive(minutes, daily, s.o.State.Unflushed(c.cluster.ID), from, to, fromDay)
 	}
 	var totals usageRow
+	var billable int64
 	for _, u := range minutes {
+		if meter.Op(u.Op).Billable() {
+			billable += u.Msgs
+		}
 		totals.Reqs += u.Reqs
 		totals.Msgs += u.Msgs
 		totals.BytesIn += u.BytesIn
@@ -330,7 +336,10 @@ func (s *Surface) usage(w http.ResponseWriter, r *http.Request, c *caller) {
 		"from": from.Format(time.RFC3339), "to": to.Format(time.RFC3339),
 		"from_day": fromDay.Format(time.DateOnly), "op_classes": opClasses,
 		"minutes": minutes, "daily": daily,
-		"totals": map[string]int64{"reqs": totals.Reqs, "msgs": totals.Msgs, "bytes_in": totals.BytesIn, "bytes_out": totals.BytesOut},
+		// totals.msgs is every message counted (billed or not);
+		// totals.billable_msgs what is billed.
+		"totals": map[string]int64{"reqs": totals.Reqs, "msgs": totals.Msgs, "billable_msgs": billable,
+			"bytes_in": totals.BytesIn, "bytes_out": totals.BytesOut},
 	})
 }
 

@@ -253,12 +253,25 @@ func LimitsTable(l Limits) Table {
 	return t
 }
 
-// UsageTable shows a usage report, one row per cluster.
+// UsageTable shows a usage report, one row per cluster: what is billed
+// (BILLABLE MSGS, docs/metering.md), then what is counted but not billed.
 func UsageTable(r UsageReport) Table {
-	t := Table{Header: []string{"CLUSTER", "TENANT", "REQUESTS", "MESSAGES", "PUSHED", "DELIVERED", "BYTES IN", "BYTES OUT"}}
+	t := Table{Header: []string{"CLUSTER", "TENANT", "BILLABLE MSGS", "DELIVERED (NOT BILLED)", "REQUESTS", "BYTES IN", "BYTES OUT"}}
+	for _, u := range r.Clusters {
+		t.Rows = append(t.Rows, []string{u.Cluster, u.Tenant, num(u.BillableMessages), num(u.Delivered),
+			num(u.Requests), num(u.BytesIn), num(u.BytesOut)})
+	}
+	return t
+}
+
+// UsageCSV is the usage report for billing scripts: the columns it always
+// had, in their order (messages is every message counted, pushed what is
+// billed), then billable_messages, the billed number under its one name.
+func UsageCSV(r UsageReport) Table {
+	t := Table{Header: []string{"CLUSTER", "TENANT", "REQUESTS", "MESSAGES", "PUSHED", "DELIVERED", "BYTES IN", "BYTES OUT", "BILLABLE MESSAGES"}}
 	for _, u := range r.Clusters {
 		t.Rows = append(t.Rows, []string{u.Cluster, u.Tenant, num(u.Requests), num(u.Messages), num(u.Pushed),
-			num(u.Delivered), num(u.BytesIn), num(u.BytesOut)})
+			num(u.Delivered), num(u.BytesIn), num(u.BytesOut), num(u.BillableMessages)})
 	}
 	return t
 }

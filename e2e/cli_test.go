@@ -457,11 +457,11 @@ func TestCLI(t *testing.T) {
 
 		// usage (all formats; the walk-through checks the numbers)
 		if rows := lines(q.ok(t, "usage")); len(rows) != 4 || !strings.HasPrefix(rows[0][0], "usage from ") ||
-			strings.Join(rows[1], "|") != "CLUSTER|TENANT|REQUESTS|MESSAGES|PUSHED|DELIVERED|BYTES IN|BYTES OUT" {
+			strings.Join(rows[1], "|") != "CLUSTER|TENANT|BILLABLE MSGS|DELIVERED (NOT BILLED)|REQUESTS|BYTES IN|BYTES OUT" {
 			t.Fatalf("usage: %q", rows)
 		}
 		if out := q.ok(t, "usage", "--format", "csv", "--tenant", "beta", "--month", "2026-01"); out !=
-			"cluster,tenant,requests,messages,pushed,delivered,bytes_in,bytes_out\nbeta-1,beta,0,0,0,0,0,0\n" {
+			"cluster,tenant,requests,messages,pushed,delivered,bytes_in,bytes_out,billable_messages\nbeta-1,beta,0,0,0,0,0,0,0\n" {
 			t.Fatalf("usage --format csv: %q", out)
 		}
 

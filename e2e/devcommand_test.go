@@ -241,9 +241,9 @@ func TestDevCommandFromREADME(t *testing.T) {
 		if len(rows) < 3 || rows[2][0] != "dev" {
 			t.Fatalf("%s printed no row for the dev cluster:\n%s", usageCmd, out)
 		}
-		pushed := slices.IndexFunc(rows[1], func(h string) bool { return strings.EqualFold(h, "pushed") })
+		pushed := slices.IndexFunc(rows[1], func(h string) bool { return strings.EqualFold(h, "billable msgs") })
 		if pushed < 0 {
-			t.Fatalf("%s printed no pushed column:\n%s", usageCmd, out)
+			t.Fatalf("%s printed no billable messages column:\n%s", usageCmd, out)
 		}
 		return []string{rows[2][pushed], string(out)}
 	}

@@ -121,11 +121,11 @@ func TestREADMEWalkThrough(t *testing.T) {
 	}
 	// usage --cluster acme-prod prints a table: its header, then the cluster.
 	rows := lines(printed[strings.Index(printed, `"status":"queued"`):])
-	header := slices.IndexFunc(rows, func(r []string) bool { return slices.Contains(r, "PUSHED") })
+	header := slices.IndexFunc(rows, func(r []string) bool { return slices.Contains(r, "BILLABLE MSGS") })
 	if header < 0 || header+1 >= len(rows) || rows[header+1][0] != "acme-prod" {
 		t.Fatalf("the walk-through printed no usage row for acme-prod:\n%s", printed)
 	}
-	pushed := slices.Index(rows[header], "PUSHED")
+	pushed := slices.Index(rows[header], "BILLABLE MSGS")
 	if got := rows[header+1][pushed]; got != "1" {
 		t.Fatalf("usage bills %s pushed messages, want the walk-through's one push:\n%s", got, printed)
 	}

@@ -297,6 +297,11 @@ async function run(context) {
 		const drawn = bars.reduce((a, b) => a + b, 0);
 		check(bars.length > 0 && drawn === pushed, `the chart draws ${drawn} pushed messages in ${bars.length} bars, want ${pushed}`);
 		log(`     usage: ${pushed} pushed messages shown as text and in ${bars.length} bar(s)`);
+		// What is billed has one name, and here it is the pushes.
+		const billable = Number(await page.getAttribute(byTestId('usage-total-billable'), 'data-value'));
+		const billableLabel = (await page.textContent('#usage-total-billable-label')).trim();
+		check(billable === pushed && billableLabel === 'Billable messages',
+			`the usage view shows ${billable} under ${JSON.stringify(billableLabel)}, want ${pushed} billable messages`);
 		// Beside usage, the refusals of the same window: the read-only
 		// key's pushes, refused with 403.
 		await page.waitForSelector(`svg${byTestId('usage-refusals-chart')}[data-window="1h"]`);

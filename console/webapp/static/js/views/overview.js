@@ -63,7 +63,7 @@ export async function render(root, ctx) {
 	const plan = o.plan || {};
 	const usage = o.usage || {};
 	const quota = plan.monthly_msgs_quota ?? null;
-	const used = Number(usage.msgs || 0);
+	const used = Number(usage.billable_msgs ?? usage.msgs ?? 0);
 	const pct = quota ? Math.min(100, (used / quota) * 100) : 0;
 	const storage = o.storage || {};
 	const features = o.features || {};
@@ -89,7 +89,7 @@ export async function render(root, ctx) {
 				h('h2', { id: 'ov-plan' }, 'Plan and quota'),
 				h('dl', { class: 'facts' },
 					h('dt', {}, 'Plan'), h('dd', {}, h('span', { class: 'badge on', 'data-testid': 'overview-plan' }, plan.code || '—')),
-					h('dt', {}, `Messages in ${usage.month || 'this month'}`),
+					h('dt', {}, `Billable messages in ${usage.month || 'this month'}`),
 					h('dd', { 'data-testid': 'overview-month-msgs', 'data-value': used },
 						fmtInt(used), quota ? h('span', { class: 'muted' }, ` of ${fmtInt(quota)}`) : h('span', { class: 'muted' }, ' (no monthly quota)')),
 					h('dt', {}, 'Retained storage cap'),
