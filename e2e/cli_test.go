@@ -196,8 +196,7 @@ func TestCLI(t *testing.T) {
 		q.fails(t, 1, "queen tenant delete: unknown tenant \"nope\"\n", "tenant", "delete", "nope")
 		q.fails(t, 1, "queen usage: unknown tenant \"nope\"\n", "usage", "--tenant", "nope")
 		q.fails(t, 1, "queen cluster create: no active shared cell has room for a cluster of plan free (shared cells: none): "+
-			"add one (caddy queen cell add <slug> --region <region> --url <broker URL> --class shared --capacity N) "+
-			"or raise a cell's capacity (caddy queen cell update <cell> --capacity N)\n",
+			"add one (caddy queen cell add <slug> --region <region> --url <broker URL> --class shared --capacity N)\n",
 			"cluster", "create", "acme-prod", "--tenant", "acme")
 		q.fails(t, 1, "queen key revoke: invalid key id \"abc\": want the id that key list shows\n", "key", "revoke", "abc")
 		q.fails(t, 1, "queen key create: invalid scope \"write\": use produce, consume, read or admin\n",

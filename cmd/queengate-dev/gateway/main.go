@@ -22,14 +22,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -62,7 +59,7 @@ func run() error {
 	dbURL := os.Getenv("QUEENGATE_DATABASE_URL")
 	if dbURL == "" {
 		fmt.Println("No QUEENGATE_DATABASE_URL: starting a throwaway PostgreSQL ...")
-		if err := ensurePostgres(ctx); err != nil {
+		if err := pgserver.EnsureInstalled(ctx, os.Stdout); err != nil {
 			return err
 		}
 		srv, err := pgserver.Start(ctx, pgserver.Options{})
@@ -320,32 +317,6 @@ func seedKey(ctx context.Context, dbURL, brokerURL string) (string, error) {
 		return "", fmt.Errorf("seed api key: %w", err)
 	}
 	return key, tx.Commit(ctx)
-}
-
-// ensurePostgres makes sure PostgreSQL server binaries are there to start
-// the throwaway database from. On a fresh Debian machine, as root, it
-// installs Debian's postgresql package with apt-get (saying so first);
-// anywhere else a missing server is an error that says how to install one.
-func ensurePostgres(ctx context.Context) error {
-	_, err := pgserver.FindBinDir()
-	if err == nil || !errors.Is(err, pgserver.ErrNotFound) || os.Getenv(pgserver.EnvBinDir) != "" {
-		return err
-	}
-	aptGet, lookErr := exec.LookPath("apt-get")
-	if lookErr != nil || os.Geteuid() != 0 {
-		return err
-	}
-	fmt.Println("No PostgreSQL server binaries: installing Debian's postgresql (apt-get update && apt-get install -y postgresql) ...")
-	for _, args := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", "postgresql"}} {
-		c := exec.CommandContext(ctx, aptGet, args...)
-		c.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		c.Stdout, c.Stderr = os.Stdout, os.Stderr
-		if err := c.Run(); err != nil {
-			return fmt.Errorf("apt-get %s: %w", strings.Join(args, " "), err)
-		}
-	}
-	_, err = pgserver.FindBinDir()
-	return err
 }
 
 // answers reports whether a broker answers /health at base.
