@@ -563,7 +563,7 @@ func TestCLI(t *testing.T) {
 		from := yesterday.Format(time.DateOnly)
 		to := now.Add(time.Minute).Format(time.RFC3339)
 		csvOut := q.ok(t, "usage", "--from", from, "--to", to, "--format", "csv")
-		if want := "cluster,tenant,requests,messages,pushed,delivered,bytes_in,bytes_out\nwalk-prod,walk,4,12,11,1,549,280\n"; csvOut != want {
+		if want := "cluster,tenant,requests,messages,pushed,delivered,bytes_in,bytes_out,billable_messages\nwalk-prod,walk,4,12,11,1,549,280,11\n"; csvOut != want {
 			t.Fatalf("usage csv:\n%s\nwant:\n%s", csvOut, want)
 		}
 		var rep struct {
@@ -572,12 +572,13 @@ func TestCLI(t *testing.T) {
 				Cluster, Tenant            string
 				Requests, Messages, Pushed int64
 				Delivered                  int64
+				BillableMessages           int64 `json:"billable_messages"`
 				BytesIn                    int64 `json:"bytes_in"`
 				BytesOut                   int64 `json:"bytes_out"`
 			}
 		}
 		q.okJSON(t, &rep, "usage", "--from", from, "--to", to, "--cluster", "walk-prod")
-		if len(rep.Clusters) != 1 || rep.Clusters[0].Pushed != 11 || rep.Clusters[0].BytesOut != 280 ||
+		if len(rep.Clusters) != 1 || rep.Clusters[0].Pushed != 11 || rep.Clusters[0].BillableMessages != 11 || rep.Clusters[0].BytesOut != 280 ||
 			rep.From.Format(time.DateOnly) != from {
 			t.Fatalf("usage --json: %+v", rep)
 		}
