@@ -588,7 +588,7 @@ func TestCLI(t *testing.T) {
 			t.Fatalf("usage --format json is not JSON: %s", same.String())
 		}
 		table := lines(q.ok(t, "usage", "--from", from, "--to", to))
-		if len(table) != 3 || strings.Join(table[2], "|") != "walk-prod|walk|4|12|11|1|549|280" {
+		if len(table) != 3 || strings.Join(table[2], "|") != "walk-prod|walk|11|1|4|549|280" {
 			t.Fatalf("usage table: %q", table)
 		}
 
