@@ -68,8 +68,11 @@ type backend struct {
 	peerServer  *http.Server // answers the group's members; nil without peer_listen
 	gatewayName string
 	seenCells   sync.Map // cell id -> struct{}: the cells whose clusters are reconciled
-	kick        chan struct{}
-	staleGrace  time.Duration
+	// storageReporting remembers, per cell id and URL, the storage_reporting
+	// value this gateway last wrote, so that it writes only changes.
+	storageReporting sync.Map
+	kick             chan struct{}
+	staleGrace       time.Duration
 	// lastDatabaseOK is when the database last answered a readiness ping
 	// (unix nanoseconds).
 	lastDatabaseOK atomic.Int64

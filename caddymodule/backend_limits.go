@@ -35,6 +35,9 @@ func (b *backend) newLimitsAndMeter(s backendSettings, log *zap.Logger) error {
 		Admission: b.admission,
 		Every:     s.reconcile,
 		Log:       log.Named("inventory"),
+		OnReporting: func(ctx context.Context, ref limits.ClusterRef, reported bool) {
+			b.recordStorageReporting(ctx, ref, reported, log)
+		},
 	}
 	return nil
 }
@@ -134,7 +137,7 @@ func (b *backend) reconcileTargets(ctx context.Context) ([]limits.ClusterRef, er
 			continue
 		}
 		refs = append(refs, limits.ClusterRef{
-			ID: c.ID, BrokerTenant: c.BrokerTenant, CellURL: c.CellURL,
+			ID: c.ID, BrokerTenant: c.BrokerTenant, CellID: c.CellID, CellURL: c.CellURL,
 			Authorization: app.inventoryCredential(c), MaxRetainedBytes: c.Limits.MaxRetainedBytes,
 		})
 	}
@@ -179,4 +182,27 @@ func (b *backend) storageReadiness(context.Context) (string, string, bool) {
 		return "storage_quota", "inactive: the broker reports no retained bytes (broker older than 0.16)", true
 	}
 	return "storage_quota", "active", true
+}
+
+// recordStorageReporting writes whether a cell's broker reports retained
+// bytes to cells.storage_reporting when it differs from what this gateway
+// wrote last, so that `caddy queen plan list`, `cluster override` and the
+// console show the storage quota as inactive where it is.
+func (b *backend) recordStorageReporting(ctx context.Context, ref limits.ClusterRef, reported bool, log *zap.Logger) {
+	value := "not_reported"
+	if reported {
+		value = "reported"
+	}
+	key := ref.CellID + "\x00" + ref.CellURL
+	if last, ok := b.storageReporting.Load(key); ok && last == value {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := b.pool.Exec(ctx, `SELECT queen_proxy.record_cell_storage_reporting($1::uuid, $2, $3)`,
+		ref.CellID, value, ref.CellURL); err != nil {
+		log.Warn("cell storage reporting not recorded in the database", zap.String("cell_id", ref.CellID), zap.Error(err))
+		return
+	}
+	b.storageReporting.Store(key, value)
 }

@@ -118,6 +118,10 @@ func (c gatewayClusters) SharedHost(host string) bool {
 	return host != "" && slices.Contains(c.g.SharedHosts, host)
 }
 
+// SharedHosts lists the hosts that serve every cluster, the API key
+// naming one: the Connect page offers them to clients.
+func (c gatewayClusters) SharedHosts() []string { return slices.Clone(c.g.SharedHosts) }
+
 func (c gatewayClusters) APIKey(ctx context.Context, presented string) (*tenancy.APIKey, error) {
 	if !plausibleAPIKey(presented) {
 		return nil, tenancy.ErrNotFound

@@ -95,7 +95,9 @@ func TestOverviewAndUsage(t *testing.T) {
 			t.Fatalf("merged row %v", row)
 		}
 	}
-	if tot := u["totals"].(map[string]any); tot["msgs"] != float64(74) {
+	// Billable: the pushes (31 and the open minute's 4) and the
+	// transaction's 5; the 34 deliveries are counted, not billed.
+	if tot := u["totals"].(map[string]any); tot["msgs"] != float64(74) || tot["billable_msgs"] != float64(40) {
 		t.Fatalf("totals with live rows %v", tot)
 	}
 	// Both live rows are today's unless the minute before last is yesterday's.
@@ -126,14 +128,24 @@ func TestOverviewAndUsage(t *testing.T) {
 	if inMonth(day) {
 		wantMsgs += 1000
 	}
-	if usage["month"] != now.Format("2006-01") || usage["msgs"] != wantMsgs {
-		t.Fatalf("usage %v, want %v msgs", usage, wantMsgs)
+	if usage["month"] != now.Format("2006-01") || usage["msgs"] != wantMsgs || usage["billable_msgs"] != wantMsgs {
+		t.Fatalf("usage %v, want %v billable msgs (also under msgs)", usage, wantMsgs)
 	}
 	if o["status"] != "active" || o["role"] != "viewer" || o["push_block"] != nil || o["slug"] != strings.TrimSuffix(w.host, "."+baseDomain) {
 		t.Fatalf("overview %v", o)
 	}
-	if gw, _ := o["gateway"].(map[string]any); gw["name"] != "gw-test" || gw["role"] != "leader" {
-		t.Fatalf("overview gateway %v, want the serving gateway gw-test", o["gateway"])
+	// Internal gateway names are for operators only.
+	if o["gateway"] != nil {
+		t.Fatalf("a viewer's overview names the serving gateway %v", o["gateway"])
+	}
+	ops := newEnv(t, func(o *Options) { o.OperatorEnabled = true })
+	opWorld := ops.world()
+	opView := ops.get(opWorld.host, "/api/console/overview", ops.operator()).want(200, "").json()
+	if gw, _ := opView["gateway"].(map[string]any); gw["name"] != "gw-test" || gw["role"] != "leader" {
+		t.Fatalf("an operator's overview gateway %v, want the serving gateway gw-test", opView["gateway"])
+	}
+	if ops.get(opWorld.host, "/api/console/overview", ops.token(opWorld.users["admin"])).want(200, "").json()["gateway"] != nil {
+		t.Fatal("a cluster admin's overview names the serving gateway")
 	}
 	plan := o["plan"].(map[string]any)
 	if plan["code"] != "pro" || plan["monthly_msgs_quota"] != nil {

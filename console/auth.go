@@ -32,11 +32,17 @@ func (s *Surface) serveAuth(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	case "/auth/logout":
-		if r.Method != http.MethodPost {
+		switch {
+		case r.Method == http.MethodPost:
+			s.logout(w, r)
+		case r.Method == http.MethodGet && wantsHTML(r):
+			// A browser sent to the address signs out as the console's
+			// button does, and lands on the sign-in page, not on JSON.
+			s.endSession(w, r)
+			http.Redirect(w, r, "/auth/login", http.StatusSeeOther)
+		default:
 			writeError(w, errMethod)
-			return
 		}
-		s.logout(w, r)
 		return
 	case "/auth/me":
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -171,6 +177,13 @@ func (s *Surface) checkPassword(ctx context.Context, email, password string) (st
 // logout revokes the presented session (every token of its sid) on every
 // gateway, and clears the cookies. It always answers {"ok":true}.
 func (s *Surface) logout(w http.ResponseWriter, r *http.Request) {
+	s.endSession(w, r)
+	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+}
+
+// endSession revokes the presented session, if any, and clears the
+// session cookies.
+func (s *Surface) endSession(w http.ResponseWriter, r *http.Request) {
 	cred, err := tenancy.ExtractCredential(r.Header, s.o.Cookies, s.o.IsHTTPS(r))
 	if err == nil && cred.Kind == tenancy.CredentialSession && s.o.Sessions != nil {
 		if claims, err := s.o.Sessions.Verify(cred.Value); err == nil {
@@ -178,7 +191,6 @@ func (s *Surface) logout(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.clearSessionCookies(w, r)
-	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 }
 
 // revokeSession puts the session's sid on the deny-list (revoke_session

@@ -362,3 +362,24 @@ func TestClusterStatusGates(t *testing.T) {
 	e.cache.InvalidateCluster(w.clusterID)
 	e.get(w.host, "/api/console/overview", tok).want(403, "cluster_suspended")
 }
+
+// TestLogoutFromABrowserAddressBar: a browser sent to GET /auth/logout is
+// signed out and lands on the sign-in page; anything else still needs POST.
+func TestLogoutFromABrowserAddressBar(t *testing.T) {
+	e := newEnv(t)
+	w := e.world()
+	cookie := e.token(w.users["viewer"])
+	e.do(req{method: "GET", host: w.host, path: "/auth/me", cookie: cookie}).want(200, "")
+	e.do(req{method: "GET", host: w.host, path: "/auth/logout", cookie: cookie}).want(405, "")
+	e.do(req{method: "GET", host: w.host, path: "/auth/me", cookie: cookie}).want(200, "")
+
+	r := e.do(req{method: "GET", host: w.host, path: "/auth/logout", cookie: cookie,
+		header: map[string]string{"Accept": "text/html,application/xhtml+xml"}}).want(303, "")
+	if loc := r.Header().Get("Location"); loc != "/auth/login" {
+		t.Fatalf("logout from a browser goes to %q, want the sign-in page", loc)
+	}
+	if c := sessionCookie(t, r); c.MaxAge >= 0 {
+		t.Fatalf("the session cookie is not cleared: %+v", c)
+	}
+	e.do(req{method: "GET", host: w.host, path: "/auth/me", cookie: cookie}).want(401, "unauthorized")
+}

@@ -53,6 +53,7 @@ func TestConsoleRoleMatrix(t *testing.T) {
 		}
 		routes := []route{
 			{"GET overview", false, func(tok string) resp { return e.get(w.host, "/api/console/overview", tok) }, 200},
+			{"GET connect", false, func(tok string) resp { return e.get(w.host, "/api/console/connect", tok) }, 200},
 			{"GET usage", false, func(tok string) resp { return e.get(w.host, "/api/console/usage?hours=2", tok) }, 200},
 			{"GET queues", false, func(tok string) resp { return e.get(w.host, "/api/console/queues", tok) }, 200},
 			{"GET requests", false, func(tok string) resp { return e.get(w.host, "/api/console/requests?hours=2", tok) }, 200},

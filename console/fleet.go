@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
-	"github.com/queengate/queengate/meter"
 	"github.com/queengate/queengate/tenancy"
 )
 
@@ -281,7 +280,7 @@ func (s *Surface) fleetTenants(w http.ResponseWriter, r *http.Request) {
 			for _, u := range s.o.State.Unflushed(cl.ID) {
 				if !u.Minute.Before(month) {
 					item.Usage.Reqs += u.Reqs
-					if u.Op == meter.OpPush || u.Op == meter.OpTxn {
+					if u.Op.Billable() {
 						item.Usage.Msgs += u.Msgs
 					}
 				}

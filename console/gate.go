@@ -147,6 +147,10 @@ func (s *Surface) serveConsole(w http.ResponseWriter, r *http.Request) {
 		if c, ok := s.consoleCaller(w, r, false); ok {
 			s.overview(w, r, c)
 		}
+	case p == "connect" && get:
+		if c, ok := s.consoleCaller(w, r, false); ok {
+			s.connect(w, r, c)
+		}
 	case p == "usage" && get:
 		if c, ok := s.consoleCaller(w, r, false); ok {
 			s.usage(w, r, c)
@@ -186,7 +190,7 @@ func (s *Surface) serveConsole(w http.ResponseWriter, r *http.Request) {
 		default:
 			s.listMembers(w, r, c)
 		}
-	case p == "overview" || p == "usage" || p == "requests" || p == "queues" || p == "keys" || p == "members" || strings.HasPrefix(p, "keys/"):
+	case p == "overview" || p == "connect" || p == "usage" || p == "requests" || p == "queues" || p == "keys" || p == "members" || strings.HasPrefix(p, "keys/"):
 		writeError(w, errMethod)
 	default:
 		writeError(w, errNotFoundRoute)

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -88,7 +89,10 @@ func (c testClusters) APIKey(ctx context.Context, presented string) (*tenancy.AP
 // testState reports no push block and no storage measurement, reads
 // queues without a cell credential, and has the unwritten usage tests put
 // in live.
-type testState struct{ live *[]meter.Unflushed }
+type testState struct {
+	live    *[]meter.Unflushed
+	storage *limits.StorageStatus // nil: no measurement
+}
 
 func (s testState) Unflushed(string) []meter.Unflushed {
 	if s.live == nil {
@@ -97,8 +101,13 @@ func (s testState) Unflushed(string) []meter.Unflushed {
 	return *s.live
 }
 
-func (testState) PushBlock(*tenancy.Cluster) string                 { return "" }
-func (testState) Storage(string) limits.StorageStatus               { return limits.StorageStatus{} }
+func (testState) PushBlock(*tenancy.Cluster) string { return "" }
+func (s testState) Storage(string) limits.StorageStatus {
+	if s.storage != nil {
+		return *s.storage
+	}
+	return limits.StorageStatus{}
+}
 func (testState) CellCredential(c *tenancy.Cluster) string          { return "" }
 func (testState) CellServes(context.Context, *tenancy.Cluster) bool { return true }
 func (testState) ServingGateway() (string, string, string)          { return "gw-test", "", "leader" }
@@ -362,4 +371,14 @@ func (e *env) countOps(clusterID, action, actor string) int {
 
 func tenancyKeys(privPEM []byte) (*tenancy.SessionKeys, error) {
 	return tenancy.NewSessionKeys(tenancy.SessionKeysConfig{Ed25519PrivateKeyPEM: privPEM})
+}
+
+// SharedHosts lists the shared hosts, sorted.
+func (c testClusters) SharedHosts() []string {
+	out := make([]string, 0, len(c.shared))
+	for h := range c.shared {
+		out = append(out, h)
+	}
+	slices.Sort(out)
+	return out
 }

@@ -45,6 +45,10 @@ type storageJSON struct {
 	RetainedBytes    *int64 `json:"retained_bytes"`
 	Measured         bool   `json:"measured"`
 	OverQuota        bool   `json:"over_quota"`
+	// QuotaActive is whether max_retained_bytes is enforced: false while
+	// the broker reports no retained bytes, null before a listing settled
+	// it.
+	QuotaActive *bool `json:"quota_active"`
 }
 
 func (s *Surface) storageOf(c *caller) storageJSON {
@@ -53,6 +57,10 @@ func (s *Surface) storageOf(c *caller) storageJSON {
 		return out
 	}
 	st := s.o.State.Storage(c.cluster.ID)
+	if st.Known {
+		active := st.Reported
+		out.QuotaActive = &active
+	}
 	if st.Known && st.Reported {
 		v := st.Measured
 		out.RetainedBytes, out.Measured = &v, true
@@ -91,14 +99,18 @@ func (s *Surface) overview(w http.ResponseWriter, r *http.Request, c *caller) {
 	var pushBlock *string
 	var gateway map[string]string
 	if s.o.State != nil {
-		name, group, role := s.o.State.ServingGateway()
-		gateway = map[string]string{"name": name, "group": group, "role": role}
+		// Which machine serves the cell is the operator's business; a
+		// customer sees no internal gateway names.
+		if c.operator {
+			name, group, role := s.o.State.ServingGateway()
+			gateway = map[string]string{"name": name, "group": group, "role": role}
+		}
 		if b := s.o.State.PushBlock(c.cluster); b != "" {
 			pushBlock = &b
 		}
 		// What the meter holds but has not written yet counts too.
 		for _, u := range s.o.State.Unflushed(c.cluster.ID) {
-			if (u.Op == meter.OpPush || u.Op == meter.OpTxn) && !u.Minute.Before(month) {
+			if u.Op.Billable() && !u.Minute.Before(month) {
 				msgs += u.Msgs
 			}
 		}
@@ -114,7 +126,9 @@ func (s *Surface) overview(w http.ResponseWriter, r *http.Request, c *caller) {
 		"plan": map[string]any{
 			"code": c.cluster.PlanCode, "monthly_msgs_quota": monthlyQuota(planQuota, override),
 		},
-		"usage":      map[string]any{"month": month.Format("2006-01"), "msgs": msgs},
+		// billable_msgs is what is billed under its one name; msgs is the
+		// same number under the name the API has always had.
+		"usage":      map[string]any{"month": month.Format("2006-01"), "billable_msgs": msgs, "msgs": msgs},
 		"push_block": pushBlock,
 		"gateway":    gateway,
 		"storage":    s.storageOf(c),
@@ -301,7 +315,11 @@ func (s *Surface) usage(w http.ResponseWriter, r *http.Request, c *caller) {
 		minutes, daily = mergeLive(minutes, daily, s.o.State.Unflushed(c.cluster.ID), from, to, fromDay)
 	}
 	var totals usageRow
+	var billable int64
 	for _, u := range minutes {
+		if meter.Op(u.Op).Billable() {
+			billable += u.Msgs
+		}
 		totals.Reqs += u.Reqs
 		totals.Msgs += u.Msgs
 		totals.BytesIn += u.BytesIn
@@ -318,7 +336,10 @@ func (s *Surface) usage(w http.ResponseWriter, r *http.Request, c *caller) {
 		"from": from.Format(time.RFC3339), "to": to.Format(time.RFC3339),
 		"from_day": fromDay.Format(time.DateOnly), "op_classes": opClasses,
 		"minutes": minutes, "daily": daily,
-		"totals": map[string]int64{"reqs": totals.Reqs, "msgs": totals.Msgs, "bytes_in": totals.BytesIn, "bytes_out": totals.BytesOut},
+		// totals.msgs is every message counted (billed or not);
+		// totals.billable_msgs what is billed.
+		"totals": map[string]int64{"reqs": totals.Reqs, "msgs": totals.Msgs, "billable_msgs": billable,
+			"bytes_in": totals.BytesIn, "bytes_out": totals.BytesOut},
 	})
 }
 

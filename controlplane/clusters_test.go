@@ -75,8 +75,7 @@ func TestCreateCluster(t *testing.T) {
 	must[Tenant](t)(CreateTenant(ctx, pool, "acme", ""))
 	_, err = CreateCluster(ctx, pool, NewCluster{Tenant: "acme", Slug: "x", Plan: "pro"})
 	wantErr(t, err, WrongState, "no active shared cell has room for a cluster of plan pro (shared cells: none): "+
-		"add one (caddy queen cell add <slug> --region <region> --url <broker URL> --class shared --capacity N) "+
-		"or raise a cell's capacity (caddy queen cell update <cell> --capacity N)")
+		"add one (caddy queen cell add <slug> --region <region> --url <broker URL> --class shared --capacity N)")
 
 	cell := must[Cell](t)(AddCell(ctx, pool, NewCell{Slug: "eu1-a", Region: "eu1", BaseURL: "http://a:1", Class: "shared"}))
 	c := must[Cluster](t)(CreateCluster(ctx, pool, NewCluster{Tenant: "acme", Slug: "Acme-Prod", Plan: "pro"}))
@@ -91,9 +90,10 @@ func TestCreateCluster(t *testing.T) {
 	must[Cell](t)(AddCell(ctx, pool, NewCell{Slug: "eu1-b", Region: "eu1", BaseURL: "http://b:1", Class: "shared"}))
 	must[Cell](t)(SetCellStatus(ctx, pool, "eu1-b", CellDraining))
 	_, err = CreateCluster(ctx, pool, NewCluster{Tenant: "acme", Slug: "y", Plan: "pro"})
+	// No cell is full: more capacity would help none of them.
 	wantErr(t, err, WrongState, "no active shared cell has room for a cluster of plan pro (shared cells: 1 draining, 1 keeper-only): "+
-		"add one (caddy queen cell add <slug> --region <region> --url <broker URL> --class shared --capacity N) "+
-		"or raise a cell's capacity (caddy queen cell update <cell> --capacity N)")
+		"add one (caddy queen cell add <slug> --region <region> --url <broker URL> --class shared --capacity N)"+
+		"; a keeper-only cell takes no second cluster whatever its capacity: its broker does not keep clusters apart (docs/isolation.md)")
 	must[Cell](t)(SetCellStatus(ctx, pool, "eu1-b", CellActive))
 	_, err = CreateCluster(ctx, pool, NewCluster{Tenant: "acme", Slug: "acme-prod", Plan: "pro", Cell: "eu1-b"})
 	wantErr(t, err, Taken, `cluster slug "acme-prod" is already taken`)

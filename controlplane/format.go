@@ -206,7 +206,16 @@ func PlansTable(ps []Plan) Table {
 	for _, p := range ps {
 		row := []string{p.Code, p.CellClass}
 		for _, name := range LimitNames {
-			row = append(row, limitText(p.Limits[name]))
+			text := limitText(p.Limits[name])
+			if name == "max_retained_bytes" && p.Limits[name] != nil {
+				switch p.StorageQuota {
+				case "inactive":
+					text += " (inactive)"
+				case "partial":
+					text += " (inactive on some cells)"
+				}
+			}
+			row = append(row, text)
 		}
 		row = append(row, FeaturesOn(p.Features), strconv.Itoa(p.Clusters))
 		t.Rows = append(t.Rows, row)
@@ -243,17 +252,34 @@ func LimitsTable(l Limits) Table {
 		case x.Override != nil:
 			override = string(x.Override)
 		}
-		t.Rows = append(t.Rows, []string{x.Name, limitText(x.Plan), override, limitText(x.Effective)})
+		effective := limitText(x.Effective)
+		if x.Inactive != "" {
+			effective += " (inactive: " + x.Inactive + ")"
+		}
+		t.Rows = append(t.Rows, []string{x.Name, limitText(x.Plan), override, effective})
 	}
 	return t
 }
 
-// UsageTable shows a usage report, one row per cluster.
+// UsageTable shows a usage report, one row per cluster: what is billed
+// (BILLABLE MSGS, docs/metering.md), then what is counted but not billed.
 func UsageTable(r UsageReport) Table {
-	t := Table{Header: []string{"CLUSTER", "TENANT", "REQUESTS", "MESSAGES", "PUSHED", "DELIVERED", "BYTES IN", "BYTES OUT"}}
+	t := Table{Header: []string{"CLUSTER", "TENANT", "BILLABLE MSGS", "DELIVERED (NOT BILLED)", "REQUESTS", "BYTES IN", "BYTES OUT"}}
+	for _, u := range r.Clusters {
+		t.Rows = append(t.Rows, []string{u.Cluster, u.Tenant, num(u.BillableMessages), num(u.Delivered),
+			num(u.Requests), num(u.BytesIn), num(u.BytesOut)})
+	}
+	return t
+}
+
+// UsageCSV is the usage report for billing scripts: the columns it always
+// had, in their order (messages is every message counted, pushed what is
+// billed), then billable_messages, the billed number under its one name.
+func UsageCSV(r UsageReport) Table {
+	t := Table{Header: []string{"CLUSTER", "TENANT", "REQUESTS", "MESSAGES", "PUSHED", "DELIVERED", "BYTES IN", "BYTES OUT", "BILLABLE MESSAGES"}}
 	for _, u := range r.Clusters {
 		t.Rows = append(t.Rows, []string{u.Cluster, u.Tenant, num(u.Requests), num(u.Messages), num(u.Pushed),
-			num(u.Delivered), num(u.BytesIn), num(u.BytesOut)})
+			num(u.Delivered), num(u.BytesIn), num(u.BytesOut), num(u.BillableMessages)})
 	}
 	return t
 }

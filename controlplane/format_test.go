@@ -26,17 +26,28 @@ func TestTableText(t *testing.T) {
 }
 
 func TestTableCSV(t *testing.T) {
-	tab := UsageTable(UsageReport{Clusters: []UsageRow{
-		{Cluster: "acme-prod", Tenant: "acme", Requests: 3, Messages: 2, Pushed: 1, Delivered: 1, BytesIn: 10, BytesOut: 20},
-	}})
+	report := UsageReport{Clusters: []UsageRow{
+		{Cluster: "acme-prod", Tenant: "acme", Requests: 3, BillableMessages: 1, Messages: 2, Pushed: 1, Delivered: 1, BytesIn: 10, BytesOut: 20},
+	}}
 	var b strings.Builder
-	if err := tab.WriteCSV(&b); err != nil {
+	if err := UsageCSV(report).WriteCSV(&b); err != nil {
 		t.Fatal(err)
 	}
-	want := "cluster,tenant,requests,messages,pushed,delivered,bytes_in,bytes_out\n" +
-		"acme-prod,acme,3,2,1,1,10,20\n"
+	// The columns scripts read stay where they were; the billed number's
+	// one name comes last.
+	want := "cluster,tenant,requests,messages,pushed,delivered,bytes_in,bytes_out,billable_messages\n" +
+		"acme-prod,acme,3,2,1,1,10,20,1\n"
 	if b.String() != want {
 		t.Fatalf("csv:\n%s\nwant:\n%s", b.String(), want)
+	}
+	// The table names what is billed, and what is counted but not billed.
+	b.Reset()
+	if err := UsageTable(report).WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	if head, _, _ := strings.Cut(b.String(), "\n"); !strings.Contains(head, "BILLABLE MSGS") ||
+		!strings.Contains(head, "DELIVERED (NOT BILLED)") || strings.Contains(head, "PUSHED") || strings.Contains(head, " MESSAGES ") {
+		t.Fatalf("usage table header %q", head)
 	}
 	b.Reset()
 	quoted := Table{Header: []string{"NAME", "REQ/S"}, Rows: [][]string{{`Acme, "the" Inc`, "5"}}}

@@ -19,7 +19,15 @@ type Limit struct {
 	// when the cluster has none for this limit.
 	Override  json.RawMessage `json:"override,omitempty"`
 	Effective *int64          `json:"effective"`
+	// Inactive says why the limit is not enforced now (absent when it
+	// is): max_retained_bytes on a cell whose broker reports no retained
+	// bytes.
+	Inactive string `json:"inactive,omitempty"`
 }
+
+// StorageInactive is why max_retained_bytes is not enforced on a cell whose
+// broker reports no retained bytes (cells.storage_reporting not_reported).
+const StorageInactive = "the broker reports no retained bytes (brokers before 0.16)"
 
 // Limits are a cluster's limits: its plan merged with its limit_overrides.
 type Limits struct {
@@ -106,7 +114,20 @@ func ClusterLimits(ctx context.Context, db DB, cluster string) (Limits, error) {
 	if err != nil {
 		return Limits{}, err
 	}
-	return mergeLimits(cl, p), nil
+	out := mergeLimits(cl, p)
+	var reporting string
+	if err := db.QueryRow(ctx, `SELECT ce.storage_reporting FROM queen_proxy.clusters c
+		JOIN queen_proxy.cells ce ON ce.id = c.cell_id WHERE c.id = $1::uuid`, c.ID).Scan(&reporting); err != nil {
+		return Limits{}, dbError("read the cell's storage reporting", err)
+	}
+	if reporting == "not_reported" {
+		for i := range out.Limits {
+			if out.Limits[i].Name == "max_retained_bytes" && out.Limits[i].Effective != nil {
+				out.Limits[i].Inactive = StorageInactive
+			}
+		}
+	}
+	return out, nil
 }
 
 func mergeLimits(c Cluster, p Plan) Limits {

@@ -43,6 +43,11 @@ type Plan struct {
 	Features  json.RawMessage   `json:"features"`
 	Clusters  int               `json:"clusters"`
 	CreatedAt time.Time         `json:"created_at"`
+	// StorageQuota is whether max_retained_bytes is enforced on the
+	// active cells of the plan's class: "active" (their brokers report
+	// retained bytes), "inactive" (none of those known does), "partial"
+	// (some do) or "unknown" (no listing has settled it yet).
+	StorageQuota string `json:"storage_quota"`
 }
 
 // Limit returns a plan limit, nil when unlimited.
@@ -50,7 +55,14 @@ func (p Plan) Limit(name string) *int64 { return p.Limits[name] }
 
 var planSelect = `SELECT p.code, p.cell_class, ` + strings.Join(prefixed("p.", LimitNames), ", ") + `,
 	p.features::text, (SELECT count(*) FROM queen_proxy.clusters c WHERE c.plan_id = p.id)::int,
-	coalesce(p.created_at, now())
+	coalesce(p.created_at, now()),
+	(SELECT CASE
+		WHEN bool_and(ce.storage_reporting = 'reported') THEN 'active'
+		WHEN bool_and(ce.storage_reporting = 'not_reported') THEN 'inactive'
+		WHEN bool_or(ce.storage_reporting = 'reported') THEN 'partial'
+		END
+	   FROM queen_proxy.cells ce
+	  WHERE ce.class = p.cell_class AND ce.status = 'active' AND ce.storage_reporting <> 'unknown')
 	FROM queen_proxy.plans p`
 
 func prefixed(prefix string, names []string) []string {
@@ -69,9 +81,14 @@ func scanPlan(row pgx.Row) (Plan, error) {
 		dest = append(dest, &values[i])
 	}
 	var features string
-	dest = append(dest, &features, &p.Clusters, &p.CreatedAt)
+	var storage *string
+	dest = append(dest, &features, &p.Clusters, &p.CreatedAt, &storage)
 	if err := row.Scan(dest...); err != nil {
 		return Plan{}, err
+	}
+	p.StorageQuota = "unknown"
+	if storage != nil {
+		p.StorageQuota = *storage
 	}
 	for i, n := range LimitNames {
 		p.Limits[n] = values[i]

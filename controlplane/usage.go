@@ -12,14 +12,20 @@ import (
 // class; Pushed counts the messages accepted by push and transaction
 // requests (what is billed) and Delivered the messages handed to consumers.
 type UsageRow struct {
-	Cluster   string `json:"cluster"`
-	Tenant    string `json:"tenant"`
-	Requests  int64  `json:"requests"`
-	Messages  int64  `json:"messages"`
-	Pushed    int64  `json:"pushed"`
-	Delivered int64  `json:"delivered"`
-	BytesIn   int64  `json:"bytes_in"`
-	BytesOut  int64  `json:"bytes_out"`
+	Cluster  string `json:"cluster"`
+	Tenant   string `json:"tenant"`
+	Requests int64  `json:"requests"`
+	// BillableMessages is what is billed (docs/metering.md): messages
+	// stored by pushes and transactions. Pushed is the same number under
+	// its older name.
+	BillableMessages int64 `json:"billable_messages"`
+	// Messages is every message counted, billed or not (billable,
+	// delivered, and carve-out reads), kept for existing scripts.
+	Messages  int64 `json:"messages"`
+	Pushed    int64 `json:"pushed"`
+	Delivered int64 `json:"delivered"`
+	BytesIn   int64 `json:"bytes_in"`
+	BytesOut  int64 `json:"bytes_out"`
 }
 
 // UsageReport is the usage of every selected cluster over [From, To).
@@ -152,6 +158,7 @@ func Usage(ctx context.Context, db DB, q UsageQuery) (UsageReport, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (UsageRow, error) {
 		var u UsageRow
 		err := r.Scan(&u.Cluster, &u.Tenant, &u.Requests, &u.Messages, &u.Pushed, &u.Delivered, &u.BytesIn, &u.BytesOut)
+		u.BillableMessages = u.Pushed
 		return u, err
 	})
 	if err != nil {

@@ -84,7 +84,7 @@ func TestUsage(t *testing.T) {
 		{Cluster: "acme-idle", Tenant: "acme"},
 		// requests: 1+1 (Jan 10) + 10 (Jan 11) + max(5, 4+3)=7 push + 3 + 1 + 7 (Jan 12)
 		// messages: 3 + 100 + max(50, 70) + 30 + 5; pushed leaves out the 30 delivered.
-		{Cluster: "acme-prod", Tenant: "acme", Requests: 30, Messages: 208, Pushed: 178, Delivered: 30,
+		{Cluster: "acme-prod", Tenant: "acme", Requests: 30, BillableMessages: 178, Messages: 208, Pushed: 178, Delivered: 30,
 			BytesIn: 20 + 1000 + 700 + 50, BytesOut: 40 + 2000 + 700 + 900 + 10 + 70},
 		{Cluster: "beta-1", Tenant: "beta", Requests: 4, Messages: 4, Delivered: 4, BytesOut: 40},
 	}

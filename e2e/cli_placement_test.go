@@ -44,7 +44,8 @@ func TestCLIPlacement(t *testing.T) {
 	}
 	q.fails(t, 1, "queen cluster create: no active shared cell has room for a cluster of plan pro (shared cells: 2 full, 1 keeper-only): "+
 		"add one (caddy queen cell add <slug> --region <region> --url <broker URL> --class shared --capacity N) "+
-		"or raise a cell's capacity (caddy queen cell update <cell> --capacity N)\n",
+		"or raise a cell's capacity (caddy queen cell update <cell> --capacity N)"+
+		"; a keeper-only cell takes no second cluster whatever its capacity: its broker does not keep clusters apart (docs/isolation.md)\n",
 		"cluster", "create", "p6", "--tenant", "acme", "--plan", "pro")
 	q.fails(t, 1, "queen cluster create: cell \"small\" is full: it holds 1 of its 1 cluster slot(s); raise its capacity "+
 		"(caddy queen cell update small --capacity N) or place the cluster on another cell\n",

@@ -129,6 +129,14 @@ func TestCLI(t *testing.T) {
 				t.Errorf("caddy queen --help does not mention %q:\n%s", c, out)
 			}
 		}
+		// It ends with queengate's documentation, not Caddy's, and so does
+		// every subcommand's help.
+		for _, help := range []string{out, newCLI("").ok(t, "cluster", "create", "--help")} {
+			if strings.Contains(help, "caddyserver.com/docs") ||
+				!strings.HasSuffix(strings.TrimSpace(help), "https://github.com/queengate/queengate/blob/main/docs/operations.md") {
+				t.Errorf("help does not end with queengate's documentation:\n%s", help)
+			}
+		}
 		del := newCLI("").ok(t, "tenant", "delete", "--help")
 		if !strings.Contains(del, "queen.delete_tenant_data_v1('<broker tenant id>')") || !strings.Contains(del, "--purged") {
 			t.Errorf("tenant delete --help does not explain the broker purge:\n%s", del)
@@ -188,8 +196,7 @@ func TestCLI(t *testing.T) {
 		q.fails(t, 1, "queen tenant delete: unknown tenant \"nope\"\n", "tenant", "delete", "nope")
 		q.fails(t, 1, "queen usage: unknown tenant \"nope\"\n", "usage", "--tenant", "nope")
 		q.fails(t, 1, "queen cluster create: no active shared cell has room for a cluster of plan free (shared cells: none): "+
-			"add one (caddy queen cell add <slug> --region <region> --url <broker URL> --class shared --capacity N) "+
-			"or raise a cell's capacity (caddy queen cell update <cell> --capacity N)\n",
+			"add one (caddy queen cell add <slug> --region <region> --url <broker URL> --class shared --capacity N)\n",
 			"cluster", "create", "acme-prod", "--tenant", "acme")
 		q.fails(t, 1, "queen key revoke: invalid key id \"abc\": want the id that key list shows\n", "key", "revoke", "abc")
 		q.fails(t, 1, "queen key create: invalid scope \"write\": use produce, consume, read or admin\n",
@@ -459,11 +466,11 @@ func TestCLI(t *testing.T) {
 
 		// usage (all formats; the walk-through checks the numbers)
 		if rows := lines(q.ok(t, "usage")); len(rows) != 4 || !strings.HasPrefix(rows[0][0], "usage from ") ||
-			strings.Join(rows[1], "|") != "CLUSTER|TENANT|REQUESTS|MESSAGES|PUSHED|DELIVERED|BYTES IN|BYTES OUT" {
+			strings.Join(rows[1], "|") != "CLUSTER|TENANT|BILLABLE MSGS|DELIVERED (NOT BILLED)|REQUESTS|BYTES IN|BYTES OUT" {
 			t.Fatalf("usage: %q", rows)
 		}
 		if out := q.ok(t, "usage", "--format", "csv", "--tenant", "beta", "--month", "2026-01"); out !=
-			"cluster,tenant,requests,messages,pushed,delivered,bytes_in,bytes_out\nbeta-1,beta,0,0,0,0,0,0\n" {
+			"cluster,tenant,requests,messages,pushed,delivered,bytes_in,bytes_out,billable_messages\nbeta-1,beta,0,0,0,0,0,0,0\n" {
 			t.Fatalf("usage --format csv: %q", out)
 		}
 
@@ -566,7 +573,7 @@ func TestCLI(t *testing.T) {
 		from := yesterday.Format(time.DateOnly)
 		to := now.Add(time.Minute).Format(time.RFC3339)
 		csvOut := q.ok(t, "usage", "--from", from, "--to", to, "--format", "csv")
-		if want := "cluster,tenant,requests,messages,pushed,delivered,bytes_in,bytes_out\nwalk-prod,walk,4,12,11,1,549,280\n"; csvOut != want {
+		if want := "cluster,tenant,requests,messages,pushed,delivered,bytes_in,bytes_out,billable_messages\nwalk-prod,walk,4,12,11,1,549,280,11\n"; csvOut != want {
 			t.Fatalf("usage csv:\n%s\nwant:\n%s", csvOut, want)
 		}
 		var rep struct {
@@ -575,12 +582,13 @@ func TestCLI(t *testing.T) {
 				Cluster, Tenant            string
 				Requests, Messages, Pushed int64
 				Delivered                  int64
+				BillableMessages           int64 `json:"billable_messages"`
 				BytesIn                    int64 `json:"bytes_in"`
 				BytesOut                   int64 `json:"bytes_out"`
 			}
 		}
 		q.okJSON(t, &rep, "usage", "--from", from, "--to", to, "--cluster", "walk-prod")
-		if len(rep.Clusters) != 1 || rep.Clusters[0].Pushed != 11 || rep.Clusters[0].BytesOut != 280 ||
+		if len(rep.Clusters) != 1 || rep.Clusters[0].Pushed != 11 || rep.Clusters[0].BillableMessages != 11 || rep.Clusters[0].BytesOut != 280 ||
 			rep.From.Format(time.DateOnly) != from {
 			t.Fatalf("usage --json: %+v", rep)
 		}
@@ -590,7 +598,7 @@ func TestCLI(t *testing.T) {
 			t.Fatalf("usage --format json is not JSON: %s", same.String())
 		}
 		table := lines(q.ok(t, "usage", "--from", from, "--to", to))
-		if len(table) != 3 || strings.Join(table[2], "|") != "walk-prod|walk|4|12|11|1|549|280" {
+		if len(table) != 3 || strings.Join(table[2], "|") != "walk-prod|walk|11|1|4|549|280" {
 			t.Fatalf("usage table: %q", table)
 		}
 

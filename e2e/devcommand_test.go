@@ -69,7 +69,12 @@ func TestDevCommandFromREADME(t *testing.T) {
 	adminPattern := regexp.MustCompile(`^Dev admin: (\S+@\S+)$`)
 	passwordPattern := regexp.MustCompile(`^Dev admin password \(shown once\): (\S{24})$`)
 	usagePattern := regexp.MustCompile(`^  (go run \./cmd/caddy queen usage --cluster dev .*)$`)
-	var key, consoleURL, admin, password, usageCmd string
+	sdkPattern := regexp.MustCompile(`^SDK \(url and bearerToken\): (http://127\.0\.0\.1:\d+) `)
+	var key, consoleURL, admin, password, usageCmd, sdkURL string
+	// The shell lines it prints: the export, then each curl command with
+	// its continuation lines.
+	var shellLines []string
+	continued := false
 	deadline := time.After(2 * time.Minute)
 	for !strings.Contains(printed.String(), "Press Ctrl-C to stop.") {
 		select {
@@ -92,6 +97,13 @@ func TestDevCommandFromREADME(t *testing.T) {
 			}
 			if m := usagePattern.FindStringSubmatch(line); m != nil {
 				usageCmd = m[1]
+			}
+			if m := sdkPattern.FindStringSubmatch(line); m != nil {
+				sdkURL = m[1]
+			}
+			if cmdLine := strings.TrimPrefix(line, "  "); continued || strings.HasPrefix(cmdLine, "export QUEEN_API_KEY=") || strings.HasPrefix(cmdLine, "curl ") {
+				shellLines = append(shellLines, strings.TrimSpace(cmdLine))
+				continued = strings.HasSuffix(cmdLine, "\\")
 			}
 		case <-deadline:
 			t.Fatalf("queengate-dev not ready within 2 minutes:\n%s\nstderr:\n%s", printed.String(), stderr.String())
@@ -124,13 +136,16 @@ func TestDevCommandFromREADME(t *testing.T) {
 
 	c := client(port)
 	base := fmt.Sprintf("http://dev.localhost:%d", port)
-	r := do(t, c, "POST", base+"/api/v1/push", key, `{"items":[{"queue":"hello","payload":{"msg":"hi"}}]}`)
-	if r.status != 200 || !strings.Contains(string(r.body), `"status":"queued"`) {
-		t.Fatalf("push: %d %s", r.status, r.body)
+	// The printed push and pop, run as printed: they reach the dev cluster at
+	// the SDK's address, 127.0.0.1, with the key alone naming the cluster.
+	if sdkURL != fmt.Sprintf("http://127.0.0.1:%d", port) || len(shellLines) != 4 {
+		t.Fatalf("output lacks the SDK address (%q) or the export, push and pop lines (%q):\n%s", sdkURL, shellLines, printed.String())
 	}
-	r = do(t, c, "GET", base+"/api/v1/pop/queue/hello?batch=10", key, "")
-	if r.status != 200 || !strings.Contains(string(r.body), `"msg":"hi"`) {
-		t.Fatalf("pop: %d %s", r.status, r.body)
+	sh := exec.Command("bash", "-euo", "pipefail", "-c", strings.Join(shellLines, "\n"))
+	sh.Env = append(os.Environ(), "QUEEN_API_KEY=")
+	out, err := sh.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"status":"queued"`) || !strings.Contains(string(out), `"msg":"hi"`) {
+		t.Fatalf("the printed push and pop: %v\n%s", err, out)
 	}
 
 	// What it says is what runs: serving the dev cluster, the gateway's own
@@ -226,9 +241,9 @@ func TestDevCommandFromREADME(t *testing.T) {
 		if len(rows) < 3 || rows[2][0] != "dev" {
 			t.Fatalf("%s printed no row for the dev cluster:\n%s", usageCmd, out)
 		}
-		pushed := slices.IndexFunc(rows[1], func(h string) bool { return strings.EqualFold(h, "pushed") })
+		pushed := slices.IndexFunc(rows[1], func(h string) bool { return strings.EqualFold(h, "billable msgs") })
 		if pushed < 0 {
-			t.Fatalf("%s printed no pushed column:\n%s", usageCmd, out)
+			t.Fatalf("%s printed no billable messages column:\n%s", usageCmd, out)
 		}
 		return []string{rows[2][pushed], string(out)}
 	}
@@ -241,6 +256,42 @@ func TestDevCommandFromREADME(t *testing.T) {
 	})
 	if got := runUsage(); got[0] != "1" {
 		t.Fatalf("%s bills %s pushed messages, want the one push:\n%s", usageCmd, got[0], got[1])
+	}
+
+	// The Connect page, as the dev admin sees it, names the SDK's address
+	// and the key, and the JavaScript SDK's requests sent to exactly that
+	// (Node's fetch, the recorded requests of queen-mq 0.15.0, which the
+	// registry here does not serve) all work, the consume loop's
+	// per-message acknowledgements of a full batch included: the dev
+	// cluster's limits leave room for them.
+	conn := cc.do("GET", "/api/console/connect", session, "", "").json(t)
+	if conn["url"] != sdkURL || conn["api_key_env"] != "QUEEN_API_KEY" {
+		t.Fatalf("the Connect page gives %v, want the printed SDK address %s", conn, sdkURL)
+	}
+	snippets := map[string]string{}
+	for _, s := range conn["snippets"].([]any) {
+		s := s.(map[string]any)
+		snippets[s["lang"].(string)] = s["code"].(string)
+	}
+	if js := snippets["js"]; !strings.Contains(js, "url: '"+sdkURL+"'") || !strings.Contains(js, "bearerToken: process.env.QUEEN_API_KEY") {
+		t.Fatalf("the Connect page's JavaScript snippet does not pass url %s and bearerToken:\n%s", sdkURL, js)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("the SDK check needs Node.js on PATH: %v", err)
+	}
+	replay := exec.Command(node, filepath.Join("sdk", "session.mjs"), filepath.Join("..", "testdata", "broker", "sdk-js-session.jsonl"))
+	replay.Env = append(os.Environ(), "QUEEN_URL="+conn["url"].(string), "QUEEN_API_KEY="+key)
+	if out, err := replay.CombinedOutput(); err != nil {
+		t.Fatalf("the SDK's requests to %s: %v\n%s", conn["url"], err, out)
+	} else {
+		t.Logf("SDK session through the dev gateway: %s", strings.TrimSpace(string(out)))
+	}
+	// The page's curl snippet, run as shown with the key in QUEEN_API_KEY.
+	curlSnippet := exec.Command("bash", "-euo", "pipefail", "-c", snippets["sh"])
+	curlSnippet.Env = append(os.Environ(), "QUEEN_API_KEY="+key)
+	if out, err := curlSnippet.CombinedOutput(); err != nil || !strings.Contains(string(out), `"status":"queued"`) || !strings.Contains(string(out), `"orderId":1`) {
+		t.Fatalf("the Connect page's curl snippet: %v\n%s", err, out)
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {

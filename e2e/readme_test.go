@@ -13,8 +13,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/queengate/queengate/internal/pgtest"
 )
 
 // walkThrough returns the README's walk-through block as printed.
@@ -36,9 +34,10 @@ func walkThrough(t *testing.T) string {
 var walkThroughPorts = []string{"127.0.0.1:6632", "127.0.0.1:8080", "127.0.0.1:2019"}
 
 // TestREADMEWalkThrough runs the README's walk-through exactly as printed:
-// the block goes to bash unchanged, from the repository root, with what the
-// README says it needs first (caddy and fakebroker on PATH, an empty
-// database in QUEENGATE_DATABASE_URL, its ports free). The push must be
+// the block goes to bash unchanged, from the repository root, as on a fresh
+// machine: no caddy, fakebroker or devdb on PATH, no
+// QUEENGATE_DATABASE_URL, nothing running, only Go (and its caches, so
+// that the build takes seconds) and the ports free. The push must be
 // queued and the usage it prints must bill that one push.
 func TestREADMEWalkThrough(t *testing.T) {
 	script := walkThrough(t)
@@ -53,28 +52,43 @@ func TestREADMEWalkThrough(t *testing.T) {
 		t.Fatalf("the walk-through runs curl: %v", err)
 	}
 
-	bin := t.TempDir()
-	if err := os.Symlink(caddyBinary(t), filepath.Join(bin, "caddy")); err != nil {
-		t.Fatal(err)
+	for _, cmd := range []string{"caddy", "fakebroker", "devdb"} {
+		if p, err := exec.LookPath(cmd); err == nil {
+			t.Fatalf("%s is on PATH (%s): the walk-through must work without it", cmd, p)
+		}
 	}
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, "fakebroker"), "../cmd/fakebroker").CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/fakebroker: %v\n%s", err, out)
+	// What the walk-through builds and writes in the repository, removed
+	// after it unless it was there before.
+	for _, made := range []string{"../bin", "../devdb.env"} {
+		if _, err := os.Stat(made); err == nil {
+			t.Fatalf("%s exists before the walk-through: remove it", made)
+		}
+		t.Cleanup(func() { _ = os.RemoveAll(made) })
+	}
+	// Go's caches as the machine has them, so the build is the warm one a
+	// returning reader gets; HOME is fresh.
+	var goEnv []string
+	for _, name := range []string{"GOCACHE", "GOMODCACHE", "GOPATH"} {
+		v, err := exec.Command("go", "env", name).Output()
+		if err != nil {
+			t.Fatalf("go env %s: %v", name, err)
+		}
+		goEnv = append(goEnv, name+"="+strings.TrimSpace(string(v)))
 	}
 	home := t.TempDir()
-	env := []string{
-		"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"),
+	env := append([]string{
+		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + home, "XDG_CONFIG_HOME=" + home, "XDG_DATA_HOME=" + home,
-		"QUEENGATE_DATABASE_URL=" + pgtest.NewDatabase(t),
-	}
+	}, goEnv...)
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		// What the walk-through's Caddyfile and commands would read besides.
-		if !strings.HasPrefix(name, "QUEENGATE_") && !slices.Contains([]string{"PATH", "HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME"}, name) {
+		if !strings.HasPrefix(name, "QUEENGATE_") && !slices.Contains([]string{"PATH", "HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "GOCACHE", "GOMODCACHE", "GOPATH"}, name) {
 			env = append(env, kv)
 		}
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	// Files, not pipes: what the walk-through leaves running when a line
 	// fails holds them open, and Wait would wait for it.
@@ -121,11 +135,11 @@ func TestREADMEWalkThrough(t *testing.T) {
 	}
 	// usage --cluster acme-prod prints a table: its header, then the cluster.
 	rows := lines(printed[strings.Index(printed, `"status":"queued"`):])
-	header := slices.IndexFunc(rows, func(r []string) bool { return slices.Contains(r, "PUSHED") })
+	header := slices.IndexFunc(rows, func(r []string) bool { return slices.Contains(r, "BILLABLE MSGS") })
 	if header < 0 || header+1 >= len(rows) || rows[header+1][0] != "acme-prod" {
 		t.Fatalf("the walk-through printed no usage row for acme-prod:\n%s", printed)
 	}
-	pushed := slices.Index(rows[header], "PUSHED")
+	pushed := slices.Index(rows[header], "BILLABLE MSGS")
 	if got := rows[header+1][pushed]; got != "1" {
 		t.Fatalf("usage bills %s pushed messages, want the walk-through's one push:\n%s", got, printed)
 	}

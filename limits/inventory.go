@@ -20,6 +20,9 @@ type ClusterRef struct {
 	// BrokerTenant is the cluster's queue namespace on the broker, sent as
 	// x-queen-tenant.
 	BrokerTenant string
+	// CellID is the cluster's cell (cells.id); it names the cell to
+	// Reconciler.OnReporting.
+	CellID string
 	// CellURL is the base URL of the cluster's cell, e.g.
 	// "http://192.0.2.7:6632".
 	CellURL string

@@ -316,6 +316,11 @@ type Reconciler struct {
 	// Every is the interval; DefaultReconcileEvery when not positive.
 	Every time.Duration
 	Log   *zap.Logger
+	// OnReporting, when set, hears for each cluster whose listing settled
+	// it whether the cell's broker reports retained bytes (a listing
+	// without queues settles nothing), so that it can be recorded where
+	// the CLI and the console read it.
+	OnReporting func(ctx context.Context, ref ClusterRef, reported bool)
 }
 
 func (r *Reconciler) logger() *zap.Logger {
@@ -382,6 +387,9 @@ func (r *Reconciler) RunOnce(ctx context.Context) error {
 				log.Info("storage back under quota; pushes unblocked", zap.String("cluster", c.ID),
 					zap.String("kind", "storage"), zap.Int64("retained_bytes", inv.RetainedBytes))
 			}
+		}
+		if r.OnReporting != nil && (inv.Supported || len(inv.Queues) > 0) {
+			r.OnReporting(ctx, c, inv.Supported)
 		}
 		if r.Admission != nil {
 			if freed := r.Admission.Reconcile(c.ID, inv.Queues); freed > 0 {

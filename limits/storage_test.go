@@ -501,3 +501,32 @@ func TestReconcilerClusterListFailure(t *testing.T) {
 		t.Fatalf("err %v calls %d", err, calls.Load())
 	}
 }
+
+// TestReconcilerTellsWhetherTheBrokerReportsBytes: OnReporting hears, per
+// cluster whose listing settled it, whether its broker reports retained
+// bytes (the recorded 0.15.1 broker does not; the fake, like 0.16, does);
+// a listing without queues settles nothing.
+func TestReconcilerTellsWhetherTheBrokerReportsBytes(t *testing.T) {
+	old, _ := recordedBroker(t, 113)
+	current := startBroker(t, fakebroker.Options{})
+	brokerPush(t, current, tenantOne, `{"items":[{"queue":"q","payload":"some bytes"}]}`)
+	heard := map[string]bool{}
+	r := &Reconciler{
+		Clusters: func(context.Context) ([]ClusterRef, error) {
+			return []ClusterRef{
+				{ID: "on-old", CellID: "cell-old", BrokerTenant: tenantOne, CellURL: old, MaxRetainedBytes: 1},
+				{ID: "on-current", CellID: "cell-current", BrokerTenant: tenantOne, CellURL: current,
+					Authorization: "Bearer " + cellToken, MaxRetainedBytes: 1 << 20},
+				{ID: "empty", CellID: "cell-current", BrokerTenant: tenantTwo, CellURL: current,
+					Authorization: "Bearer " + cellToken, MaxRetainedBytes: 1 << 20},
+			}, nil
+		},
+		OnReporting: func(_ context.Context, ref ClusterRef, reported bool) { heard[ref.ID+"@"+ref.CellID] = reported },
+	}
+	if err := r.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(heard) != 2 || heard["on-old@cell-old"] || !heard["on-current@cell-current"] {
+		t.Fatalf("heard %v, want the old broker reporting none and the current one reporting bytes, and nothing for the empty cluster", heard)
+	}
+}

@@ -34,6 +34,11 @@ func (o Op) Valid() bool {
 	return false
 }
 
+// Billable reports whether the class's messages are billed (and count
+// toward the monthly quota): the messages stored by pushes and
+// transactions. Deliveries and reads are counted, not billed.
+func (o Op) Billable() bool { return o == OpPush || o == OpTxn }
+
 // Sample is the usage of one proxied request (or a part of it) for a
 // cluster. Negative counts are treated as 0.
 type Sample struct {

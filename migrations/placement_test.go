@@ -173,7 +173,7 @@ func TestPlacementChoosesLeastLoadedOpenCell(t *testing.T) {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || pe.Code != "55000" || pe.Message != "place_cluster: no active shared cell has room for a cluster of plan pro "+
 		"(shared cells: 1 dead, 3 draining, 2 keeper-only): add one (caddy queen cell add <slug> --region <region> --url <broker URL> "+
-		"--class shared --capacity N) or raise a cell's capacity (caddy queen cell update <cell> --capacity N)" {
+		"--class shared --capacity N); a keeper-only cell takes no second cluster whatever its capacity: its broker does not keep clusters apart (docs/isolation.md)" {
 		t.Fatalf("no room: %v", err)
 	}
 

@@ -66,6 +66,7 @@ cells tenant_scoping_detail text NULL -
 cells tenancy_stated text NN 'probe'::text
 cells keeper_residue jsonb NULL -
 cells grants text NN 'verify'::text
+cells storage_reporting text NN 'unknown'::text
 clusters id uuid NN public.gen_random_uuid()
 clusters tenant_id uuid NN -
 clusters cell_id uuid NN -

@@ -71,6 +71,15 @@ func init() {
 	})
 }
 
+// queenHelpTemplate is cobra's help layout, ending with where queengate's
+// commands are documented.
+const queenHelpTemplate = `{{with (or .Long .Short)}}{{. | trimTrailingWhitespaces}}
+
+{{end}}{{if or .Runnable .HasSubCommands}}{{.UsageString}}{{end}}
+Every command is documented in docs/operations.md of queengate:
+https://github.com/queengate/queengate/blob/main/docs/operations.md
+`
+
 // buildQueenCommand fills in the `queen` command Caddy created.
 func buildQueenCommand(cmd *cobra.Command) {
 	cmd.PersistentFlags().String("database-url", "", "control-plane database URL (default $"+controlplane.EnvDatabaseURL+")")
@@ -79,6 +88,9 @@ func buildQueenCommand(cmd *cobra.Command) {
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fail(c, &controlplane.Error{Kind: controlplane.Invalid, Msg: err.Error() + usageHint(c)})
 	})
+	// Caddy's root help ends with Caddy's documentation link, which every
+	// subcommand inherits; these commands are documented in queengate's.
+	cmd.SetHelpTemplate(queenHelpTemplate)
 	groupCommand(cmd)
 	cmd.AddCommand(
 		migrateCommand(),

@@ -339,7 +339,7 @@ zeros. The gateway writes usage a minute or two after the fact.`,
 		case "json":
 			return controlplane.WriteJSON(r.out, rep)
 		case "csv":
-			return controlplane.UsageTable(rep).WriteCSV(r.out)
+			return controlplane.UsageCSV(rep).WriteCSV(r.out)
 		}
 		r.printf("usage from %s to %s", rep.From.Format(time.RFC3339), rep.To.Format(time.RFC3339))
 		return controlplane.UsageTable(rep).WriteText(r.out)

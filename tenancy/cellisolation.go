@@ -527,7 +527,10 @@ func (ci *CellIsolation) logVerdict(cell ProbeCell, j cellJudgement, err error) 
 	case j.verdict == ScopingScoped:
 		ci.log.Info("cell broker scopes by tenant: all its clusters are served", zap.String("cell", cell.Slug), zap.String("stated", cell.Tenancy))
 	case j.verdict == ScopingUnscoped:
-		ci.log.Error("cell broker does not scope by tenant (x-queen-tenant is ignored): only the cell's keeper is served, every other cluster on it is refused with cell_not_isolated",
+		// The normal mode in front of the public broker, which has no
+		// tenancy: nothing is wrong until a second cluster is refused
+		// (NoteRefusal says that at error level).
+		ci.log.Info("cell broker does not scope by tenant (x-queen-tenant is ignored): only the cell's keeper is served, every other cluster on it is refused with cell_not_isolated",
 			zap.String("cell", cell.Slug),
 			zap.String("remedy", "give each other cluster a dedicated cell (caddy queen cluster move), or run a broker with tenancy on this cell"))
 	default:

@@ -257,6 +257,24 @@ async function run(context) {
 		check(await page.isVisible(byTestId('nav-keys')), 'an admin should see the API keys tab');
 		const cookies = await context.cookies(origin);
 		check(cookies.some((c) => c.name === 'queen_session' && c.httpOnly), 'no HttpOnly queen_session cookie after signing in');
+		check(!(await page.$(byTestId('overview-gateway'))), 'a cluster admin who is not an operator should not see which gateway serves the cell');
+	});
+
+	await step('connect-page', async () => {
+		await page.click(byTestId('nav-connect'));
+		await page.waitForSelector(byTestId('connect-url'));
+		const url = (await page.textContent(byTestId('connect-url'))).trim();
+		check(url === origin, `the Connect page gives the SDK ${JSON.stringify(url)}, want the cluster's own address ${origin}`);
+		const js = await page.textContent(`${byTestId('snippet-js')} code`);
+		check(js.includes(`url: '${origin}'`) && js.includes('bearerToken: process.env.QUEEN_API_KEY'),
+			`the JavaScript snippet does not pass url ${origin} and bearerToken:\n${js}`);
+		for (const lang of ['python', 'go', 'sh']) {
+			const code = await page.textContent(`${byTestId(`snippet-${lang}`)} code`);
+			check(code.includes(origin) && code.includes('QUEEN_API_KEY'), `the ${lang} snippet does not use ${origin} and QUEEN_API_KEY`);
+		}
+		const limits = await page.$$eval(`${byTestId('connect-limits')} tbody tr`, (rows) => rows.map((r) => r.cells[0].textContent));
+		check(limits.includes('Requests per second') && limits.includes('Request burst') && limits.length === 7,
+			`the Connect page's limits are ${JSON.stringify(limits)}`);
 	});
 
 	await step('usage-shows-pushes', async () => {
@@ -282,6 +300,11 @@ async function run(context) {
 		const drawn = bars.reduce((a, b) => a + b, 0);
 		check(bars.length > 0 && drawn === pushed, `the chart draws ${drawn} pushed messages in ${bars.length} bars, want ${pushed}`);
 		log(`     usage: ${pushed} pushed messages shown as text and in ${bars.length} bar(s)`);
+		// What is billed has one name, and here it is the pushes.
+		const billable = Number(await page.getAttribute(byTestId('usage-total-billable'), 'data-value'));
+		const billableLabel = (await page.textContent('#usage-total-billable-label')).trim();
+		check(billable === pushed && billableLabel === 'Billable messages',
+			`the usage view shows ${billable} under ${JSON.stringify(billableLabel)}, want ${pushed} billable messages`);
 		// Beside usage, the refusals of the same window: the read-only
 		// key's pushes, refused with 403.
 		await page.waitForSelector(`svg${byTestId('usage-refusals-chart')}[data-window="1h"]`);
@@ -322,6 +345,10 @@ async function run(context) {
 		await page.waitForSelector(byTestId('queues-table'));
 		const names = await page.$$eval(byTestId('queue-row'), (rows) => rows.map((r) => r.dataset.queue));
 		check(names.includes(pushedQueue), `the queues view lists ${JSON.stringify(names)}, want ${pushedQueue} among them`);
+		// A queue created by its first push has no namespace of its own (the
+		// broker reports its name there): the column does not repeat it.
+		const namespace = await page.$eval(`${byTestId('queue-row')}[data-queue="${pushedQueue}"]`, (r) => r.cells[1].textContent.trim());
+		check(namespace === '—', `the queue ${pushedQueue} shows namespace / task ${JSON.stringify(namespace)}, want none`);
 	});
 
 	await step('members-managed', async () => {

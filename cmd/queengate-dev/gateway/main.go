@@ -22,14 +22,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -62,7 +59,7 @@ func run() error {
 	dbURL := os.Getenv("QUEENGATE_DATABASE_URL")
 	if dbURL == "" {
 		fmt.Println("No QUEENGATE_DATABASE_URL: starting a throwaway PostgreSQL ...")
-		if err := ensurePostgres(ctx); err != nil {
+		if err := pgserver.EnsureInstalled(ctx, os.Stdout); err != nil {
 			return err
 		}
 		srv, err := pgserver.Start(ctx, pgserver.Options{})
@@ -129,7 +126,9 @@ func run() error {
 	}
 }
 http:// {
-	queen_gateway
+	queen_gateway {
+		shared_hosts 127.0.0.1
+	}
 }
 `, port, dbURL, sessionSecret)
 	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), nil)
@@ -145,13 +144,18 @@ http:// {
 queengate is running: cluster "dev" at http://dev.localhost:%[1]s (forwarding to %[2]s)
 Dev API key (shown once): %[3]s
 
+SDK (url and bearerToken): http://127.0.0.1:%[1]s with the key as the bearer token; 127.0.0.1 serves every
+cluster, the key naming its own (Node, Python and Go do not resolve *.localhost). docs/connect.md has the snippets.
+  export QUEEN_API_KEY=%[3]s
 Push:
-  curl -sS -H 'Host: dev.localhost' -H 'Authorization: Bearer %[3]s' -H 'Content-Type: application/json' \
+  curl -sS -H "Authorization: Bearer $QUEEN_API_KEY" -H 'Content-Type: application/json' \
     -d '{"items":[{"queue":"hello","payload":{"msg":"hi"}}]}' http://127.0.0.1:%[1]s/api/v1/push
 Pop:
-  curl -sS -H 'Host: dev.localhost' -H 'Authorization: Bearer %[3]s' 'http://127.0.0.1:%[1]s/api/v1/pop/queue/hello?batch=10'
+  curl -sS -H "Authorization: Bearer $QUEEN_API_KEY" 'http://127.0.0.1:%[1]s/api/v1/pop/queue/hello?batch=10'
 
-Console (sign in, keys, members, usage charts): http://dev.localhost:%[1]s/console/
+Plan of the dev cluster: %[7]s
+
+Console (sign in, connect, keys, members, usage charts): http://dev.localhost:%[1]s/console/
 Dev admin: %[4]s
 Dev admin password (shown once): %[5]s
 
@@ -159,7 +163,7 @@ Usage of the dev cluster, as billed (written a minute or so after the traffic), 
   %[6]s
 
 Press Ctrl-C to stop.
-`, port, brokerURL, creds.key, devAdminEmail, creds.password, usageLine(dbURL))
+`, port, brokerURL, creds.key, devAdminEmail, creds.password, usageLine(dbURL), devLimitsLine)
 	<-ctx.Done()
 	fmt.Println("\nstopping")
 	return nil
@@ -187,6 +191,15 @@ func devTenancy() (fakeTenancy, error) {
 		return fakeTenancy{}, fmt.Errorf("QUEENGATE_DEV_TENANCY=%q: want none (the default) or header", v)
 	}
 }
+
+// devLimitOverrides are the dev cluster's limits over the dev plan: a
+// consumer may pop a full batch and acknowledge each message on its own
+// without a 429.
+const devLimitOverrides = `{"max_req_per_sec": 500, "req_burst": 2000, "max_msgs_per_sec": 5000, "msgs_burst": 20000}`
+
+// devLimitsLine says what devLimitOverrides allow, in the banner.
+const devLimitsLine = "dev, with room for development: 500 requests/s (burst 2000), 5000 messages/s (burst 20000), " +
+	"batches of up to 2000 items (`caddy queen cluster override dev` shows and changes them)."
 
 // devAdminEmail is the dev cluster's admin, who signs in to the console.
 const devAdminEmail = "admin@dev.localhost"
@@ -285,6 +298,15 @@ func seedKey(ctx context.Context, dbURL, brokerURL string) (string, error) {
 			return "", fmt.Errorf("seed cluster: %w", err)
 		}
 	}
+	// The dev plan's 10 requests/s (burst 50) throttles an SDK consumer that
+	// acknowledges a batch one message at a time; the dev cluster gets room
+	// for that, as an override that `caddy queen cluster override` shows and
+	// changes, and which a later run leaves alone once set.
+	if _, err := tx.Exec(ctx, `SELECT queen_proxy.set_limit_override(id, $2::jsonb)
+		FROM queen_proxy.clusters WHERE id = $1::uuid AND coalesce(limit_overrides, '{}'::jsonb) = '{}'::jsonb`,
+		clusterID, devLimitOverrides); err != nil {
+		return "", fmt.Errorf("seed the dev cluster's limits: %w", err)
+	}
 	secret, err := randomText(32)
 	if err != nil {
 		return "", err
@@ -295,32 +317,6 @@ func seedKey(ctx context.Context, dbURL, brokerURL string) (string, error) {
 		return "", fmt.Errorf("seed api key: %w", err)
 	}
 	return key, tx.Commit(ctx)
-}
-
-// ensurePostgres makes sure PostgreSQL server binaries are there to start
-// the throwaway database from. On a fresh Debian machine, as root, it
-// installs Debian's postgresql package with apt-get (saying so first);
-// anywhere else a missing server is an error that says how to install one.
-func ensurePostgres(ctx context.Context) error {
-	_, err := pgserver.FindBinDir()
-	if err == nil || !errors.Is(err, pgserver.ErrNotFound) || os.Getenv(pgserver.EnvBinDir) != "" {
-		return err
-	}
-	aptGet, lookErr := exec.LookPath("apt-get")
-	if lookErr != nil || os.Geteuid() != 0 {
-		return err
-	}
-	fmt.Println("No PostgreSQL server binaries: installing Debian's postgresql (apt-get update && apt-get install -y postgresql) ...")
-	for _, args := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", "postgresql"}} {
-		c := exec.CommandContext(ctx, aptGet, args...)
-		c.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		c.Stdout, c.Stderr = os.Stdout, os.Stderr
-		if err := c.Run(); err != nil {
-			return fmt.Errorf("apt-get %s: %w", strings.Join(args, " "), err)
-		}
-	}
-	_, err = pgserver.FindBinDir()
-	return err
 }
 
 // answers reports whether a broker answers /health at base.

@@ -5,6 +5,7 @@
 import { get, ApiError, goToLogin, actAs } from './api.js';
 import { h, clear } from './dom.js';
 import * as overview from './views/overview.js';
+import * as connect from './views/connect.js';
 import * as usage from './views/usage.js';
 import * as queues from './views/queues.js';
 import * as keys from './views/keys.js';
@@ -12,7 +13,7 @@ import * as members from './views/members.js';
 import * as requests from './views/requests.js';
 import * as fleet from './views/fleet.js';
 
-const views = { overview, usage, requests, queues, keys, members, fleet };
+const views = { overview, connect, usage, requests, queues, keys, members, fleet };
 const adminViews = new Set(['keys', 'members']);
 // The fleet view is for live operators; the server refuses its routes to
 // everyone else whatever the app shows.

@@ -63,10 +63,14 @@ export async function render(root, ctx) {
 	const plan = o.plan || {};
 	const usage = o.usage || {};
 	const quota = plan.monthly_msgs_quota ?? null;
-	const used = Number(usage.msgs || 0);
+	const used = Number(usage.billable_msgs ?? usage.msgs ?? 0);
 	const pct = quota ? Math.min(100, (used / quota) * 100) : 0;
 	const storage = o.storage || {};
 	const features = o.features || {};
+	// The storage cap is not enforced while the broker reports no retained
+	// bytes (brokers before 0.16): say so wherever the cap is shown.
+	const storageInactive = storage.quota_active === false;
+	const inactiveNote = h('span', { class: 'muted', 'data-testid': 'storage-inactive' }, ' (inactive: the broker reports no retained bytes)');
 
 	add(root, 
 		h('h1', {}, 'Overview'),
@@ -85,12 +89,13 @@ export async function render(root, ctx) {
 				h('h2', { id: 'ov-plan' }, 'Plan and quota'),
 				h('dl', { class: 'facts' },
 					h('dt', {}, 'Plan'), h('dd', {}, h('span', { class: 'badge on', 'data-testid': 'overview-plan' }, plan.code || '—')),
-					h('dt', {}, `Messages in ${usage.month || 'this month'}`),
+					h('dt', {}, `Billable messages in ${usage.month || 'this month'}`),
 					h('dd', { 'data-testid': 'overview-month-msgs', 'data-value': used },
 						fmtInt(used), quota ? h('span', { class: 'muted' }, ` of ${fmtInt(quota)}`) : h('span', { class: 'muted' }, ' (no monthly quota)')),
 					h('dt', {}, 'Retained storage cap'),
-					h('dd', {}, storage.max_retained_bytes ? fmtBytes(storage.max_retained_bytes) : 'Unlimited',
-						storage.retained_bytes !== undefined ? h('span', { class: 'muted' }, ` (${fmtBytes(storage.retained_bytes)} used)`) : null)),
+					h('dd', { 'data-testid': 'overview-storage-cap' }, storage.max_retained_bytes ? fmtBytes(storage.max_retained_bytes) : 'Unlimited',
+						storage.retained_bytes !== undefined && storage.retained_bytes !== null ? h('span', { class: 'muted' }, ` (${fmtBytes(storage.retained_bytes)} used)`) : null,
+						storageInactive && storage.max_retained_bytes ? inactiveNote.cloneNode(true) : null)),
 				quota ? h('div', {
 					class: 'meter', role: 'meter', 'aria-label': 'Monthly quota used',
 					'aria-valuemin': 0, 'aria-valuemax': quota, 'aria-valuenow': used,
@@ -101,7 +106,9 @@ export async function render(root, ctx) {
 			table({
 				testid: 'limits-table',
 				columns: [{ label: 'Limit' }, { label: 'Value', num: true }],
-				rows: LIMITS.map(([key, label, kind]) => [label, limitValue((o.limits || {})[key], kind)]),
+				rows: LIMITS.map(([key, label, kind]) => [label, key === 'max_retained_bytes' && storageInactive && (o.limits || {})[key] !== null
+					? h('span', {}, limitValue((o.limits || {})[key], kind), inactiveNote.cloneNode(true))
+					: limitValue((o.limits || {})[key], kind)]),
 			})),
 		h('section', { class: 'panel', 'aria-labelledby': 'ov-features' },
 			h('h2', { id: 'ov-features' }, 'Features'),

@@ -18,7 +18,9 @@ export async function render(root, ctx) {
 		const m = q.messages || {};
 		return {
 			name: String(q.name ?? ''),
-			namespace: q.namespace || '',
+			// The broker reports a queue created without a namespace as
+			// its own namespace: that is no namespace to show.
+			namespace: q.namespace && q.namespace !== q.name ? q.namespace : '',
 			task: q.task || '',
 			partitions: num(q.partitions),
 			pending: num(m.pending),

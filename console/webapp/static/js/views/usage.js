@@ -13,6 +13,9 @@ const REFUSAL_LABELS = { 403: '403 forbidden', 429: '429 rate limited', '4xx': '
 
 export const OPS = ['push', 'delivery', 'txn', 'configure', 'read'];
 const OP_LABELS = { push: 'Push', delivery: 'Delivery', txn: 'Transaction', configure: 'Configure', read: 'Read' };
+// What is billed: the messages of pushes and transactions (docs/metering.md);
+// the other classes' messages are counted, not billed.
+const BILLED = new Set(['push', 'txn']);
 
 const WINDOWS = [
 	{ id: '1h', label: '1 h', res: 'minute', span: 1 },
@@ -169,7 +172,7 @@ export async function render(root, ctx) {
 		const opsSeen = OPS.filter((op) => rows.some((r) => r.op === op)).concat(
 			[...new Set(rows.map((r) => r.op))].filter((op) => !OPS.includes(op)));
 		const series = opsSeen.length ? opsSeen : ['push'];
-		const totalMsgs = sum(rows, 'msgs');
+		const billableMsgs = [...BILLED].reduce((n, op) => n + sum(rows, 'msgs', op), 0);
 		const chart = stackedBars({
 			buckets, series, unit: metric.unit, testid: 'usage-chart', width: chartWidth(),
 			title: `${metric.label} per ${per}, last ${win.label}, by operation class`,
@@ -183,8 +186,8 @@ export async function render(root, ctx) {
 			h('section', { class: 'panel', 'aria-labelledby': 'usage-totals-h' },
 				h('h2', { id: 'usage-totals-h' }, `Totals, last ${win.label}`),
 				h('div', { class: 'totals' },
-					total('Messages', totalMsgs, 'usage-total-msgs'),
-					OPS.map((op) => total(`${OP_LABELS[op]} messages`, sum(rows, 'msgs', op), `usage-total-${op}`)),
+					total('Billable messages', billableMsgs, 'usage-total-billable'),
+					OPS.map((op) => total(`${OP_LABELS[op]} messages${BILLED.has(op) ? ' (billed)' : ' (not billed)'}`, sum(rows, 'msgs', op), `usage-total-${op}`)),
 					total('Requests', sum(rows, 'reqs'), 'usage-total-reqs'),
 					total('Bytes in', sum(rows, 'bytes_in'), 'usage-total-bytes-in', fmtBytes),
 					total('Bytes out', sum(rows, 'bytes_out'), 'usage-total-bytes-out', fmtBytes))),
