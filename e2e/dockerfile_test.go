@@ -88,7 +88,14 @@ func TestDockerfileBuildSteps(t *testing.T) {
 	script := strings.Join(steps, "\n")
 	sh := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", script)
 	sh.Dir = src
-	sh.Env = append(os.Environ(), "PATH="+filepath.Join(strings.TrimSpace(string(gopath)), "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
+	// xcaddy's default flags add -trimpath, which gives every package a
+	// cache key of its own: Caddy and its dependencies compiled once more,
+	// minutes of CPU on every run. The same flags without it (as .ci/run
+	// builds xcaddy.txt's line) reuse what the tests' own builds compiled;
+	// the binary differs from an image's only in the source paths it records.
+	sh.Env = append(os.Environ(),
+		"PATH="+filepath.Join(strings.TrimSpace(string(gopath)), "bin")+string(os.PathListSeparator)+os.Getenv("PATH"),
+		`XCADDY_GO_BUILD_FLAGS=-ldflags "-w -s"`)
 	out, err := sh.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the Dockerfile's build steps failed: %v\n%s\nscript:\n%s", err, out, script)
