@@ -116,7 +116,7 @@ type Config struct {
 	// the secret could grant under names of members the group does not
 	// have.
 	MemberNames []string
-	Log     *zap.Logger
+	Log         *zap.Logger
 	// OnChange, when set, is called with the new role at every change.
 	OnChange func(Role)
 }
