@@ -2,6 +2,7 @@ package fakebroker
 
 import (
 	"encoding/json"
+	"github.com/queengate/queengate/internal/uuidtext"
 	"net/http"
 	"strings"
 	"time"
@@ -86,32 +87,10 @@ func resolveRustTenant(h http.Header) (tenant string, ok bool) {
 	if v == "" {
 		return DefaultTenant, true
 	}
-	if !isUUIDText(v) {
+	if !uuidtext.Valid(v) {
 		return "", false
 	}
 	return strings.ToLower(v), true
-}
-
-// isUUIDText reports an 8-4-4-4-12 hex string in either case
-// (server/src/tenant.rs, parse_tenant_uuid).
-func isUUIDText(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // writeRustNoRoute is the raft-era JSON 404 for a path no route serves
@@ -272,7 +251,7 @@ func (b *Broker) handleTenantDelete(rc *reqCtx) {
 		target = rc.tenant
 	}
 	target = strings.ToLower(strings.TrimSpace(target))
-	if !isUUIDText(target) || target == DefaultTenant {
+	if !uuidtext.Valid(target) || target == DefaultTenant {
 		writeJSON(rc.w, http.StatusBadRequest, obj{"code": "rejected", "error": "cannot delete this tenant"})
 		return
 	}
@@ -311,7 +290,7 @@ func (b *Broker) handleQuotaSet(rc *reqCtx) {
 		writeJSON(rc.w, http.StatusBadRequest, obj{"code": "bad_request", "error": "kind must be kv, ephemeral or streams"})
 		return
 	}
-	if !isUUIDText(target) {
+	if !uuidtext.Valid(target) {
 		writeJSON(rc.w, http.StatusBadRequest, obj{"code": "bad_request", "error": "tenant must be a UUID"})
 		return
 	}
