@@ -2,10 +2,11 @@ package fakebroker
 
 import (
 	"encoding/json"
-	"github.com/queengate/queengate/internal/uuidtext"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/queengate/queengate/internal/uuidtext"
 )
 
 // TenancyRust is the Options.Tenancy value that makes the fake follow the
