@@ -36,17 +36,17 @@ BEGIN
     IF TG_OP = 'DELETE' THEN
         IF OLD.is_platform THEN
             RAISE EXCEPTION 'keep_platform_tenant: the platform tenant % holds the operators and cannot be deleted', OLD.slug
-                USING ERRCODE = '55000', CONSTRAINT = 'tenants_platform_kept';
+                USING ERRCODE = '23514', CONSTRAINT = 'tenants_platform_kept';
         END IF;
         RETURN OLD;
     END IF;
     IF OLD.is_platform AND (NOT NEW.is_platform OR NEW.slug <> OLD.slug OR NEW.status = 'deleting') THEN
         RAISE EXCEPTION 'keep_platform_tenant: the platform tenant % holds the operators; it cannot be deleted, renamed or unmarked', OLD.slug
-            USING ERRCODE = '55000', CONSTRAINT = 'tenants_platform_kept';
+            USING ERRCODE = '23514', CONSTRAINT = 'tenants_platform_kept';
     END IF;
     IF NEW.is_platform AND NOT OLD.is_platform THEN
         RAISE EXCEPTION 'keep_platform_tenant: tenant % is a customer''s and cannot become the platform tenant', OLD.slug
-            USING ERRCODE = '55000', CONSTRAINT = 'tenants_platform_kept';
+            USING ERRCODE = '23514', CONSTRAINT = 'tenants_platform_kept';
     END IF;
     RETURN NEW;
 END;

@@ -32,15 +32,15 @@ func TestPlatformTenantIsKept(t *testing.T) {
 		t.Fatalf("the platform tenant holds %d clusters, want none", n)
 	}
 
-	wantPgErr(t, callErr(t, pool, "SELECT queen_proxy.set_tenant_status($1::uuid, 'deleting')", id), "55000", "cannot be deleted")
-	wantPgErr(t, callErr(t, pool, "SELECT queen_proxy.delete_tenant($1::uuid, true)", id), "55000", "cannot be deleted")
-	wantPgErr(t, callErr(t, pool, "DELETE FROM queen_proxy.tenants WHERE id = $1::uuid", id), "55000", "cannot be deleted")
-	wantPgErr(t, callErr(t, pool, "UPDATE queen_proxy.tenants SET slug = 'acme' WHERE id = $1::uuid", id), "55000", "renamed")
-	wantPgErr(t, callErr(t, pool, "UPDATE queen_proxy.tenants SET is_platform = false WHERE id = $1::uuid", id), "55000", "unmarked")
+	wantPgErr(t, callErr(t, pool, "SELECT queen_proxy.set_tenant_status($1::uuid, 'deleting')", id), "23514", "cannot be deleted")
+	wantPgErr(t, callErr(t, pool, "SELECT queen_proxy.delete_tenant($1::uuid, true)", id), "23514", "cannot be deleted")
+	wantPgErr(t, callErr(t, pool, "DELETE FROM queen_proxy.tenants WHERE id = $1::uuid", id), "23514", "cannot be deleted")
+	wantPgErr(t, callErr(t, pool, "UPDATE queen_proxy.tenants SET slug = 'acme' WHERE id = $1::uuid", id), "23514", "renamed")
+	wantPgErr(t, callErr(t, pool, "UPDATE queen_proxy.tenants SET is_platform = false WHERE id = $1::uuid", id), "23514", "unmarked")
 	// A customer's tenant can neither take the slug nor the mark.
 	wantPgErr(t, callErr(t, pool, "SELECT queen_proxy.create_tenant('platform', 'Impostor')"), "23505")
 	other, _ := newTenant(t, pool)
-	wantPgErr(t, callErr(t, pool, "UPDATE queen_proxy.tenants SET is_platform = true WHERE id = $1::uuid", other), "55000", "customer")
+	wantPgErr(t, callErr(t, pool, "UPDATE queen_proxy.tenants SET is_platform = true WHERE id = $1::uuid", other), "23514", "customer")
 	// Suspending it, like any tenant, is still the operator's call.
 	exec(t, pool, "SELECT queen_proxy.set_tenant_status($1::uuid, 'suspended')", id)
 	exec(t, pool, "SELECT queen_proxy.set_tenant_status($1::uuid, 'active')", id)
