@@ -109,7 +109,6 @@ type NewUser struct {
 // `caddy queen migrate` creates and nothing deletes.
 const PlatformTenant = "platform"
 
-
 // CreateUser creates a local user through create_user (and set_user_name
 // for a display name) in one transaction. The password, when given, is
 // hashed by pgcrypto's bcrypt in the database, like bootstrap_tenant does.
