@@ -30,7 +30,7 @@ func TestCreateAndListTenants(t *testing.T) {
 
 	provisionCluster(t, pool, "acme", "acme-prod")
 	ts := must[[]Tenant](t)(ListTenants(ctx, pool))
-	if len(ts) != 2 || ts[0].Slug != "acme" || ts[1].Slug != "beta" || ts[0].Clusters != 1 || ts[1].Clusters != 0 {
+	if len(ts) != 3 || ts[0].Slug != "acme" || ts[1].Slug != "beta" || ts[2].Slug != PlatformTenant || ts[0].Clusters != 1 || ts[1].Clusters != 0 {
 		t.Fatalf("listed %+v", ts)
 	}
 }
@@ -118,7 +118,7 @@ func TestTenantDeletionInThreeSteps(t *testing.T) {
 		d.Counts["users"] != 1 || d.Counts["api_keys"] != 1 || d.Counts["api_keys_revoked"] != 1 {
 		t.Fatalf("deletion %+v", d)
 	}
-	if n := scalar[int](t, pool, `SELECT count(*)::int FROM queen_proxy.tenants`); n != 0 {
+	if n := scalar[int](t, pool, `SELECT count(*)::int FROM queen_proxy.tenants WHERE NOT is_platform`); n != 0 {
 		t.Fatalf("%d tenants left", n)
 	}
 	if n := scalar[int](t, pool, `SELECT count(*)::int FROM queen_proxy.outbox WHERE kind = 'tenant_deleted'`); n != 1 {

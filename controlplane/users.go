@@ -100,7 +100,14 @@ type NewUser struct {
 	Email    string
 	Name     string // optional display name
 	Password string // optional; 12 to 128 characters; stored as bcrypt (cost 10)
+	// Operator gives the user the operator bit in the same transaction.
+	// Without a Tenant, an operator lands in the platform tenant.
+	Operator bool
 }
+
+// PlatformTenant is the slug of the operators' own tenant, which
+// `caddy queen migrate` creates and nothing deletes.
+const PlatformTenant = "platform"
 
 // CreateUser creates a local user through create_user (and set_user_name
 // for a display name) in one transaction. The password, when given, is
@@ -121,7 +128,14 @@ func CreateUser(ctx context.Context, db DB, n NewUser) (User, error) {
 		}
 		password = &n.Password
 	}
-	t, err := lookupTenant(ctx, db, n.Tenant)
+	tenant := n.Tenant
+	if strings.TrimSpace(tenant) == "" {
+		if !n.Operator {
+			return User{}, errorf(Invalid, "a tenant is required for a user who is not an operator")
+		}
+		tenant = PlatformTenant
+	}
+	t, err := lookupTenant(ctx, db, tenant)
 	if err != nil {
 		return User{}, err
 	}
@@ -131,6 +145,11 @@ func CreateUser(ctx context.Context, db DB, n NewUser) (User, error) {
 			CASE WHEN $3::text IS NULL THEN NULL ELSE public.crypt($3::text, public.gen_salt('bf', 10)) END,
 			'local')::text`, t.ID, email, password).Scan(&id); err != nil {
 			return err
+		}
+		if n.Operator {
+			if _, err := tx.Exec(ctx, `SELECT queen_proxy.set_operator($1, true)`, email); err != nil {
+				return err
+			}
 		}
 		if name == "" {
 			return nil

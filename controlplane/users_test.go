@@ -133,3 +133,34 @@ func TestFindUsersCreatedFromConsole(t *testing.T) {
 	_, err := FindUsers(ctx, pool, UserFilter{CreatedFrom: "invite"})
 	wantErr(t, err, Invalid, `invalid origin "invite": use control_plane, operator, console, signup`)
 }
+
+// An operator needs no customer's tenant: without one it lands in the
+// platform tenant, holding the operator bit from its first transaction.
+func TestCreateOperatorInThePlatformTenant(t *testing.T) {
+	pool, _ := fresh(t)
+	ctx := ctxT(t)
+	provision(t, pool)
+	_, err := CreateUser(ctx, pool, NewUser{Email: "nobody@ops.test"})
+	wantErr(t, err, Invalid, "a tenant is required for a user who is not an operator")
+	op := must[User](t)(CreateUser(ctx, pool, NewUser{Email: "Root@Ops.Test", Operator: true, Password: "an operator's password"}))
+	if op.TenantSlug != PlatformTenant || !op.IsOperator || op.CreatedFrom != "control_plane" || !op.HasPassword {
+		t.Fatalf("created %+v, want an operator of the platform tenant", op)
+	}
+	if !scalar[bool](t, pool, `SELECT is_platform FROM queen_proxy.tenants WHERE id = $1::uuid`, op.TenantID) {
+		t.Fatal("the operator's tenant is not the platform tenant")
+	}
+	if n := scalar[int](t, pool, `SELECT count(*)::int FROM queen_proxy.operations
+		WHERE action = 'operator_granted' AND actor = 'control_plane' AND actor_id = $1::uuid`, op.ID); n != 1 {
+		t.Fatalf("%d operator_granted audit rows, want 1", n)
+	}
+	// The platform tenant is not deletable through the control plane either.
+	_, err = BeginTenantDeletion(ctx, pool, PlatformTenant)
+	wantErr(t, err, Invalid, "the platform tenant platform holds the operators; it cannot be deleted, renamed or unmarked")
+	_, err = DeleteTenant(ctx, pool, PlatformTenant, true, nil)
+	wantErr(t, err, Invalid, "the platform tenant platform holds the operators and cannot be deleted")
+	// A customer's operator is still possible, in the customer's tenant.
+	acme := must[User](t)(CreateUser(ctx, pool, NewUser{Tenant: "acme", Email: "lead@acme.test", Operator: true}))
+	if acme.TenantSlug != "acme" || !acme.IsOperator {
+		t.Fatalf("created %+v", acme)
+	}
+}

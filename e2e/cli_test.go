@@ -485,7 +485,8 @@ func TestCLI(t *testing.T) {
 			t.Fatalf("tenant resume: %q", out)
 		}
 		tenants := lines(q.ok(t, "tenant", "list"))
-		if len(tenants) != 3 || strings.Join(tenants[1][:5], "|") != "acme|Acme Inc|active|1|1" || strings.Join(tenants[2][:5], "|") != "beta|beta|active|1|1" {
+		if len(tenants) != 4 || strings.Join(tenants[1][:5], "|") != "acme|Acme Inc|active|1|1" || strings.Join(tenants[2][:5], "|") != "beta|beta|active|1|1" ||
+			strings.Join(tenants[3][:5], "|") != "platform|Platform operators|active|0|0" {
 			t.Fatalf("tenant list: %q", tenants)
 		}
 
@@ -519,8 +520,19 @@ func TestCLI(t *testing.T) {
 		if !forced.Deleted || !forced.Forced || forced.StatusWas != "active" {
 			t.Fatalf("tenant delete --force: %+v", forced)
 		}
-		if n := cp.scalar(`SELECT count(*)::text FROM queen_proxy.tenants`); n != "0" {
-			t.Fatalf("%s tenants left", n)
+		// The operators' tenant is all that is left, and stays.
+		if n := cp.scalar(`SELECT string_agg(slug, ',') FROM queen_proxy.tenants`); n != "platform" {
+			t.Fatalf("tenants left: %s", n)
+		}
+		q.fails(t, 1, "queen tenant delete: the platform tenant platform holds the operators and cannot be deleted\n", "tenant", "delete", "platform", "--force")
+		// An operator needs no customer's tenant.
+		q.fails(t, 1, "queen user create: --tenant is required (or --operator, for a platform operator)\n", "user", "create", "root@ops.test")
+		r = q.run(t, nil, "the operator's password\n", "user", "create", "root@ops.test", "--operator", "--password-stdin")
+		if r.code != 0 || !strings.HasPrefix(r.stdout, `created user "root@ops.test" in tenant "platform", id `) || !strings.Contains(r.stdout, "operator: yes") {
+			t.Fatalf("user create --operator: %d %q %q", r.code, r.stdout, r.stderr)
+		}
+		if cp.scalar(`SELECT is_operator::text FROM queen_proxy.users WHERE email = 'root@ops.test'`) != "true" {
+			t.Fatal("user create --operator did not set the operator bit")
 		}
 	})
 

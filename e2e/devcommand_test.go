@@ -66,11 +66,12 @@ func TestDevCommandFromREADME(t *testing.T) {
 	var printed strings.Builder
 	keyPattern := regexp.MustCompile(`Dev API key \(shown once\): (qk_dev_[A-Za-z0-9_-]{43})`)
 	consolePattern := regexp.MustCompile(`^Console \(.*\): (http://dev\.localhost:\d+/console/)$`)
+	fleetPattern := regexp.MustCompile(`^Fleet \(.*\): (http://dev\.localhost:\d+/console/fleet)$`)
 	adminPattern := regexp.MustCompile(`^Dev admin: (\S+@\S+)$`)
 	passwordPattern := regexp.MustCompile(`^Dev admin password \(shown once\): (\S{24})$`)
 	usagePattern := regexp.MustCompile(`^  (go run \./cmd/caddy queen usage --cluster dev .*)$`)
 	sdkPattern := regexp.MustCompile(`^SDK \(url and bearerToken\): (http://127\.0\.0\.1:\d+) `)
-	var key, consoleURL, admin, password, usageCmd, sdkURL string
+	var key, consoleURL, fleetURL, admin, password, usageCmd, sdkURL string
 	// The shell lines it prints: the export, then each curl command with
 	// its continuation lines.
 	var shellLines []string
@@ -88,6 +89,9 @@ func TestDevCommandFromREADME(t *testing.T) {
 			}
 			if m := consolePattern.FindStringSubmatch(line); m != nil {
 				consoleURL = m[1]
+			}
+			if m := fleetPattern.FindStringSubmatch(line); m != nil {
+				fleetURL = m[1]
 			}
 			if m := adminPattern.FindStringSubmatch(line); m != nil {
 				admin = m[1]
@@ -195,6 +199,29 @@ func TestDevCommandFromREADME(t *testing.T) {
 	o := cc.do("GET", "/api/console/overview", session, "", "").json(t)
 	if o["slug"] != "dev" || o["role"] != "admin" {
 		t.Fatalf("console overview %v, want cluster dev with role admin", o)
+	}
+	// The fleet is one click away: the dev admin is an operator (the
+	// console shows the Fleet tab for operator: true), and the printed
+	// fleet URL serves the app, whose view reads the fleet routes.
+	if o["operator"] != true {
+		t.Fatalf("console overview %v: the dev admin is not an operator, so the console hides the fleet", o)
+	}
+	if fleetURL != consoleURL+"fleet" {
+		t.Fatalf("printed fleet URL %q, want %q", fleetURL, consoleURL+"fleet")
+	}
+	if r := cc.do("GET", "/console/fleet", session, "", ""); r.status != 200 || !strings.Contains(r.header.Get("Content-Type"), "text/html") {
+		t.Fatalf("fleet page: %d %s", r.status, r.header.Get("Content-Type"))
+	}
+	cells := cc.do("GET", "/api/operator/cells", session, "", "").json(t)
+	if cs, _ := cells["cells"].([]any); len(cs) != 1 || cs[0].(map[string]any)["slug"] != "dev-local" {
+		t.Fatalf("fleet cells %v, want the dev cell", cells)
+	}
+	var fleetTenants []string
+	for _, tn := range cc.do("GET", "/api/operator/tenants", session, "", "").json(t)["tenants"].([]any) {
+		fleetTenants = append(fleetTenants, tn.(map[string]any)["slug"].(string))
+	}
+	if strings.Join(fleetTenants, ",") != "dev,platform" {
+		t.Fatalf("fleet tenants %v, want dev and platform", fleetTenants)
 	}
 	// The push is in the console's usage at once (from the meter's unwritten
 	// counts), and billed in usage_minutes once its minute is flushed.

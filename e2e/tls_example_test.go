@@ -48,7 +48,7 @@ func productionExample(t *testing.T, caLines, dnsLines string) string {
 // queen_gateway.
 func TestTLSProductionExampleAdapts(t *testing.T) {
 	for _, v := range []string{"QUEENGATE_BASE_DOMAIN", "QUEENGATE_ONDEMAND_DOMAIN", "QUEENGATE_ACME_EMAIL", "QUEENGATE_STATE_DIR",
-		"QUEENGATE_LEADER_GROUP", "QUEENGATE_CELL", "QUEENGATE_PRIVATE_ADDRESS", "QUEENGATE_PROBE_PORT", "QUEENGATE_METRICS_PORT", "QUEENGATE_LOG_LEVEL"} {
+		"QUEENGATE_LEADER_GROUP", "QUEENGATE_CELL", "QUEENGATE_PRIVATE_ADDRESS", "QUEENGATE_OPERATOR_HOST", "QUEENGATE_PROBE_PORT", "QUEENGATE_METRICS_PORT", "QUEENGATE_LOG_LEVEL"} {
 		unsetEnv(t, v) // the file's defaults apply
 	}
 	caddyfile := productionExample(t, "", "dns queen_testdns 127.0.0.1:1")
@@ -139,8 +139,16 @@ func TestTLSProductionExampleAdapts(t *testing.T) {
 	if !wildcard || !onDemand {
 		t.Errorf("policies: DNS-01 wildcard for *.eu1.example.com %v, catch-all on-demand %v; want both from %s\n%s", wildcard, onDemand, letsEncrypt, out)
 	}
-	if n := strings.Count(string(out), `"handler":"queen_gateway"`); n != 3 {
-		t.Errorf("%d queen_gateway handlers, want one per public site and the probe listener's", n)
+	if n := strings.Count(string(out), `"handler":"queen_gateway"`); n != 4 {
+		t.Errorf("%d queen_gateway handlers, want one per public site, the operators' and the probe listener's", n)
+	}
+	// The operators' console: the operator routes and API on, and a site
+	// of its own outside the base domains that names no cluster.
+	for _, want := range []string{`"operator_enabled":true`, `"operator_api":true`, `"host":["ops.example.com"]`,
+		`"shared_hosts":["ops.example.com"]`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the production example lacks %s for the operators' console:\n%s", want, out)
+		}
 	}
 	for _, want := range []string{`"base_domains":["eu1.example.com","eu2.example.com"]`, `"spool_dir":"/var/lib/queengate/spool"`,
 		`"ed25519_key_file":"/etc/queengate/session-ed25519.pem"`, `"identity":{`,

@@ -49,6 +49,14 @@ func TestProductionExampleWithPebble(t *testing.T) {
 	const email, password = "ops@prodco.test", "a production password"
 	cp.exec(`SELECT queen_proxy.create_user($1::uuid, $2, public.crypt($3, public.gen_salt('bf', 10)), 'local')`, tenant, email, password)
 	cp.exec(`SELECT queen_proxy.grant_cluster_role($1::uuid, $2, 'admin')`, onDemand.id, email)
+	// The platform's operator, made as the file's header says: no
+	// customer's tenant, the operator bit.
+	const opEmail, opPassword = "root@ops.test", "the operator's own password"
+	if r := (queenCLI{bin: caddyBinary(t), home: t.TempDir(), url: dbURL}).run(t, nil, opPassword+"\n", "user", "create", opEmail, "--operator", "--password-stdin"); r.code != 0 ||
+		!strings.HasPrefix(r.stdout, `created user "root@ops.test" in tenant "platform"`) {
+		t.Fatalf("user create --operator: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	const opHost = "ops.example.test"
 
 	// The environment of the file's header. Base domains of their own: Caddy's
 	// certificate cache is process-wide, and other tests leave certificates
@@ -72,6 +80,7 @@ func TestProductionExampleWithPebble(t *testing.T) {
 		"DNS_API_TOKEN":             "unused-by-the-test-provider",
 		"QUEENGATE_BASE_DOMAIN":     "eu5.example.test",
 		"QUEENGATE_ONDEMAND_DOMAIN": "eu6.example.test",
+		"QUEENGATE_OPERATOR_HOST":   opHost,
 		"QUEENGATE_ACME_EMAIL":      "ops@example.test",
 		"QUEENGATE_SESSION_KEY":     keyFile,
 		"QUEENGATE_STATE_DIR":       state,
@@ -176,8 +185,8 @@ func TestProductionExampleWithPebble(t *testing.T) {
 		for _, refused := range []string{"nosuch.eu6.example.test", "prod-od.eu7.example.test", "example.org"} {
 			assertHandshakeRefused(t, refused, handshake(httpsPort, refused))
 		}
-		if got := pebble.ordered(); !slices.Equal(got, []string{"*.eu5.example.test", host}) {
-			t.Fatalf("Pebble received orders for %v, want the wildcard and %s only", got, host)
+		if got := pebble.ordered(); !slices.Equal(slices.Sorted(slices.Values(got)), []string{"*.eu5.example.test", opHost, host}) {
+			t.Fatalf("Pebble received orders for %v, want the wildcard, the operator host and %s only", got, host)
 		}
 	})
 
@@ -222,6 +231,44 @@ func TestProductionExampleWithPebble(t *testing.T) {
 		jwks := cc.do("GET", "/.well-known/jwks.json", "", "", "")
 		if jwks.status != http.StatusOK || !strings.Contains(string(jwks.body), `"EdDSA"`) {
 			t.Fatalf("JWKS: %d %s, want the session key file's EdDSA key", jwks.status, jwks.body)
+		}
+	})
+
+	t.Run("the operator signs in on the operator host and reaches the fleet", func(t *testing.T) {
+		c := httpsClient(httpsPort, pebble.issued)
+		// The host's certificate is obtained at start, in the background.
+		eventually(t, 90*time.Second, func() error {
+			_, err := getTLS(c, url(opHost, "/auth/login"), "")
+			return err
+		})
+		cc := consoleClient{t: t, c: c, origin: fmt.Sprintf("https://%s:%d", opHost, httpsPort)}
+		// Nobody else sees the fleet there: signed out, or a cluster's admin.
+		if r := cc.do("GET", "/api/operator/cells", "", "", ""); r.status != http.StatusNotFound {
+			t.Fatalf("fleet signed out: %d %s", r.status, r.body)
+		}
+		if r := cc.do("GET", "/api/operator/cells", cc.login(email, password), "", ""); r.status != http.StatusNotFound {
+			t.Fatalf("fleet for a cluster admin: %d %s", r.status, r.body)
+		}
+		session := cc.login(opEmail, opPassword)
+		if r := cc.do("GET", "/console/fleet", session, "", ""); r.status != http.StatusOK || !strings.Contains(r.header.Get("Content-Type"), "text/html") {
+			t.Fatalf("fleet page: %d %s", r.status, r.header.Get("Content-Type"))
+		}
+		cells := cc.do("GET", "/api/operator/cells", session, "", "").json(t)
+		if cs, _ := cells["cells"].([]any); len(cs) != 1 || cs[0].(map[string]any)["slug"] != "prod-cell" {
+			t.Fatalf("fleet cells %v, want prod-cell", cells)
+		}
+		var slugs []string
+		for _, tn := range cc.do("GET", "/api/operator/tenants", session, "", "").json(t)["tenants"].([]any) {
+			slugs = append(slugs, tn.(map[string]any)["slug"].(string))
+		}
+		if strings.Join(slugs, ",") != "platform,prodco" {
+			t.Fatalf("fleet tenants %v, want platform and prodco", slugs)
+		}
+		// On the operator host the console names no cluster: the operator
+		// picks one of every cluster.
+		me := cc.do("GET", "/auth/me", session, "", "").json(t)
+		if me["acting_cluster"] != nil || len(me["clusters"].([]any)) != 2 {
+			t.Fatalf("/auth/me on the operator host %v, want no acting cluster and both clusters", me)
 		}
 	})
 }

@@ -14,6 +14,7 @@ tenants slug text NN -
 tenants name text NN -
 tenants status text NN 'active'::text
 tenants created_at timestamptz NN now()
+tenants is_platform boolean NN false
 users id uuid NN public.gen_random_uuid()
 users tenant_id uuid NN -
 users email text NN -

@@ -18,16 +18,21 @@ func userCommand() *cobra.Command {
 	groupCommand(cmd)
 
 	create := &cobra.Command{
-		Use:   "create <email> --tenant <tenant> [--name <name>] [--password-stdin]",
-		Short: "Creates a user of a tenant",
+		Use:   "create <email> (--tenant <tenant> | --operator) [--name <name>] [--password-stdin]",
+		Short: "Creates a user of a tenant, or a platform operator",
 		Long: `
 Creates a local user of a tenant (create_user, and set_user_name for --name).
+With --operator the user also gets the operator bit (set_operator) in the same
+transaction; without --tenant an operator lands in the platform tenant
+("platform"), the operators' own, which "caddy queen migrate" creates and
+"tenant delete" refuses to delete.
 E-mails are unique across all tenants. With --password-stdin the first line
 of standard input is the password (12 to 128 characters), stored as a bcrypt
 hash; without it the user can only sign in through an identity provider that
 vouches for the e-mail. Give the user a role on a cluster with "user grant".`,
 	}
-	create.Flags().String("tenant", "", "tenant the user belongs to (required)")
+	create.Flags().String("tenant", "", "tenant the user belongs to (required without --operator)")
+	create.Flags().Bool("operator", false, "give the user the operator bit; without --tenant, in the platform tenant")
 	create.Flags().String("name", "", "display name")
 	create.Flags().Bool("password-stdin", false, "read the password from the first line of standard input")
 	create.RunE = action(exactly(1), func(r *run, args []string) error {
@@ -35,8 +40,9 @@ vouches for the e-mail. Give the user a role on a cluster with "user grant".`,
 		n := controlplane.NewUser{Email: args[0]}
 		n.Tenant, _ = f.GetString("tenant")
 		n.Name, _ = f.GetString("name")
-		if strings.TrimSpace(n.Tenant) == "" {
-			return refused("--tenant is required")
+		n.Operator, _ = f.GetBool("operator")
+		if strings.TrimSpace(n.Tenant) == "" && !n.Operator {
+			return refused("--tenant is required (or --operator, for a platform operator)")
 		}
 		if fromStdin, _ := f.GetBool("password-stdin"); fromStdin {
 			line, err := bufio.NewReader(r.cmd.InOrStdin()).ReadString('\n')
@@ -58,6 +64,9 @@ vouches for the e-mail. Give the user a role on a cluster with "user grant".`,
 		}
 		return r.emit(u, func() error {
 			r.printf("created user %q in tenant %q, id %s", u.Email, u.TenantSlug, u.ID)
+			if u.IsOperator {
+				r.printf("operator: yes; the fleet view also needs operator_enabled and identity { operator_api } (docs/identity.md)")
+			}
 			if !u.HasPassword {
 				r.printf("note: no password set; the user can sign in only through an identity provider")
 			}

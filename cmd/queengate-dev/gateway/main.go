@@ -13,9 +13,10 @@
 // one cluster. QUEENGATE_DEV_TENANCY=header makes it scope by
 // x-queen-tenant, like a broker started with QUEEN_TENANCY_HEADER=true. It also serves the
 // identity surface and the cluster console, with a dev admin whose generated
-// password it prints once. It prints ready curl lines, the console's URL and
-// the `caddy queen usage` line for the dev cluster, and runs until
-// interrupted.
+// password it prints once; the dev admin is an operator, so the console's
+// fleet view (every cell, tenant and cluster) is open to it. It prints
+// ready curl lines, the console's and the fleet's URLs and the
+// `caddy queen usage` line for the dev cluster, and runs until interrupted.
 package main
 
 import (
@@ -118,10 +119,12 @@ func run() error {
 	queen {
 		database_url %s
 		base_domain localhost
+		operator_enabled
 		session {
 			hs256_secret %s
 		}
 		identity {
+			operator_api
 		}
 	}
 }
@@ -156,6 +159,7 @@ Pop:
 Plan of the dev cluster: %[7]s
 
 Console (sign in, connect, keys, members, usage charts): http://dev.localhost:%[1]s/console/
+Fleet (every cell, tenant and cluster; the dev admin is an operator): http://dev.localhost:%[1]s/console/fleet
 Dev admin: %[4]s
 Dev admin password (shown once): %[5]s
 
@@ -259,6 +263,12 @@ func seed(ctx context.Context, dbURL, brokerURL string) (devCredentials, error) 
 	if _, err := pool.Exec(ctx, `SELECT queen_proxy.grant_cluster_role(
 		(SELECT id FROM queen_proxy.clusters WHERE slug = 'dev'), $1, 'admin')`, devAdminEmail); err != nil {
 		return creds, fmt.Errorf("grant the dev admin its role: %w", err)
+	}
+	// The dev admin is also the platform's operator, so the fleet view is
+	// one click away in the console.
+	if _, err := pool.Exec(ctx, `SELECT queen_proxy.set_operator($1, true)
+		WHERE NOT (SELECT is_operator FROM queen_proxy.users WHERE email = $1)`, devAdminEmail); err != nil {
+		return creds, fmt.Errorf("make the dev admin an operator: %w", err)
 	}
 	return creds, nil
 }
