@@ -211,8 +211,12 @@ func modelTransaction(text []byte) ([]ProduceItem, bool) {
 		if !ok {
 			continue
 		}
-		if t, _ := modelString(op["type"]); t == "ack" {
+		t, _ := modelString(op["type"])
+		if t == "ack" {
 			continue
+		}
+		if t == "positions" || t == "position" {
+			return nil, false // a position written as an operation: refused on purpose
 		}
 		if items, ok := modelArray(op["items"]); ok {
 			for _, r := range items {
@@ -233,7 +237,58 @@ func modelTransaction(text []byte) ([]ProduceItem, bool) {
 		}
 		out = append(out, it)
 	}
+	if raw, present := top["positions"]; present && !modelPositions(raw) {
+		return nil, false
+	}
 	return out, true
+}
+
+// modelPositions is the raft-storage broker's receiver taking a
+// transaction's positions (server/src/rsm/planner/positions.rs in
+// queen-mq/queen, parse_position_ops): an array of at most 16384 objects,
+// each with a non-empty string queue and consumerGroup, an offset that is
+// null or an unsigned integer below 2^63, and a metadata absent, null or a
+// string of at most 4096 bytes.
+func modelPositions(raw json.RawMessage) bool {
+	ps, ok := modelArray(raw)
+	if !ok || len(ps) > 16384 {
+		return false
+	}
+	for _, r := range ps {
+		p, ok := modelObject(r)
+		if !ok {
+			return false
+		}
+		if q, _ := modelString(p["queue"]); q == "" {
+			return false
+		}
+		if g, _ := modelString(p["consumerGroup"]); g == "" {
+			return false
+		}
+		off, present := p["offset"]
+		if !present {
+			return false
+		}
+		if string(off) != "null" {
+			var u uint64
+			d := json.NewDecoder(bytes.NewReader(off))
+			d.UseNumber()
+			var num json.Number
+			if d.Decode(&num) != nil || strings.ContainsAny(string(num), "-.eE") {
+				return false
+			}
+			if err := json.Unmarshal([]byte(num), &u); err != nil || u > 1<<63-1 {
+				return false
+			}
+		}
+		if m, present := p["metadata"]; present && string(m) != "null" {
+			text, ok := modelString(m)
+			if !ok || len(text) > 4096 {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // modelCycle is the sink items of POST /streams/v1/cycle with their
@@ -576,6 +631,9 @@ func FuzzParseProduce(f *testing.F) {
 		`{"operations": [{"type": "ack", "transactionId": "tx-9"}, {"type": "push", "items": [{"queue": "cat-next", "partition": "Default", "payload": {"processed": 9}}]}], "requiredLeases": ["x"]}`,
 		`{"operations":[{"items":[{"queue":"a","payload":1}],"type":"ack"},{"queue":"q","partition":"p","payload":[1]}]}`,
 		`{"operations":[]}`,
+		`{"operations":[{"type":"push","items":[{"queue":"q","payload":1}]}],"positions":[{"queue":"q","partition":"p","consumerGroup":"g","offset":42,"metadata":"m"},{"queue":"q","consumerGroup":"g","offset":null}]}`,
+		`{"positions":[{"queue":"q","consumerGroup":"g","offset":-1}],"operations":[{"queue":"q","payload":1}]}`,
+		`{"operations":[{"type":"positions","queue":"q","consumerGroup":"g","offset":3}]}`,
 		`{"push_items":[1,{"queue":""},{"queue":"a","payload":"xx"},{"queue":"a","partition":"","data":[1,2]}]}`,
 		`{"queue":"q","messages":[1,{"a":[1,2]},"x",null]}`,
 		"{\"items\":[{\"\\u0071ueue\":\"q\\u00e9\",\"payload\":1}]}",

@@ -149,7 +149,9 @@ func parsePushReference(body []byte) (ProduceBatch, error) {
 // (push items as in ParsePush); otherwise one with a "queue" is one item
 // of its own (the flat form: a string queue, an optional partition and
 // payload); anything else adds nothing. Items are numbered across
-// operations.
+// operations. A "positions" member beside "operations" adds nothing but
+// must be what the broker takes (checkPositions), and an operation typed
+// as a position is refused.
 func ParseTransaction(body []byte) (ProduceBatch, error) {
 	var b ProduceBatch
 	b.reset()
@@ -169,7 +171,13 @@ func parseTransactionReference(body []byte) (ProduceBatch, error) {
 	var names nameBuf
 	var opsErr error
 	seen, isArray, ops := false, false, 0
-	isObj, err := walkTop(body, "operations", func(at int) int {
+	var positions []byte // the last "positions" member's raw value
+	isObj, err := walkTopFields(body, []string{"operations", "positions"}, func(field, at int) int {
+		if field == 1 {
+			end := jsonscan.ValueEnd(body, at)
+			positions = body[at:end]
+			return end
+		}
 		b.reset()
 		seen, isArray, opsErr, ops = true, body[at] == '[', nil, 0
 		if !isArray {
@@ -200,6 +208,12 @@ func parseTransactionReference(body []byte) (ProduceBatch, error) {
 	case opsErr != nil:
 		return ProduceBatch{}, opsErr
 	}
+	if positions != nil {
+		if err := names.checkPositions(positions); err != nil {
+			b.Release()
+			return ProduceBatch{}, err
+		}
+	}
 	return b, nil
 }
 
@@ -214,6 +228,9 @@ func (n *nameBuf) addOperation(b *ProduceBatch, body []byte, at, opIndex int) (i
 	typ, items, queue := v[0], v[1], v[2]
 	if t, isString := n.text(0, typ); isString && string(t) == "ack" {
 		return end, nil
+	}
+	if n.isPositionsType(typ) {
+		return end, positionsOperationError(opIndex)
 	}
 	if len(items) > 0 && items[0] == '[' {
 		var err error

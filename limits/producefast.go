@@ -298,6 +298,9 @@ func fastTransaction(body []byte, b *ProduceBatch, n *nameBuf) bool {
 			return false
 		}
 		var end int
+		if string(name) == "positions" {
+			return false // checked by the reference reader
+		}
 		if string(name) == "operations" {
 			if seen || byteAt(body, at) != '[' {
 				return false
@@ -373,7 +376,7 @@ func (n *nameBuf) fastOperation(b *ProduceBatch, body []byte, i, op int) int {
 			if items != nil {
 				return -1
 			}
-			if byteAt(body, at) == '[' && types == 1 && !n.isAck(typ) {
+			if byteAt(body, at) == '[' && types == 1 && !n.isAck(typ) && !n.isPositionsType(typ) {
 				end = n.fastItems(b, body, at, opItemValueDepth, op)
 				counted = true
 			} else {
@@ -401,6 +404,9 @@ func (n *nameBuf) fastOperation(b *ProduceBatch, body []byte, i, op int) int {
 func (n *nameBuf) settleOperation(b *ProduceBatch, end, op int, typ, items []byte, v *pushFields) int {
 	if n.isAck(typ) {
 		return end
+	}
+	if n.isPositionsType(typ) {
+		return -1 // refused by the reference reader
 	}
 	if len(items) > 0 && items[0] == '[' {
 		var err error
