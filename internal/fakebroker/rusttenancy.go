@@ -37,6 +37,10 @@ import (
 //   - retainedBytes is the value a slow lane last stored, refreshed every
 //     Options.RetainedBytesInterval (ten minutes by default), so a fresh
 //     queue reads 0 until the lane runs (RunRetainedBytesLane).
+//   - POST /api/v1/transaction takes the raft-storage brokers' "positions"
+//     rider beside its operations (rustpositions.go): cursor writes that
+//     store no message, refused whole (400) when malformed or naming a
+//     queue the tenant lacks.
 //   - GET /auth/me answers the broker's own operator identity, as a broker
 //     with authentication off does.
 //

@@ -250,3 +250,61 @@ func TestRustCellConditions(t *testing.T) {
 		t.Fatalf("/health: %d", status)
 	}
 }
+
+// A transaction's positions rider (server/src/rsm/planner/positions.rs):
+// it stores no message, sets where a group reads next, forgets with a null
+// offset, names only existing queues, and is refused whole when malformed.
+func TestRustTransactionPositions(t *testing.T) {
+	_, url := startRust(t)
+	c := &client{t: t, base: url, tenant: rustTenantA}
+	configureQueue(t, c, "orders")
+	for i := 0; i < 3; i++ {
+		if status, v := c.call("POST", "/api/v1/push", map[string]any{"items": []any{map[string]any{"queue": "orders", "payload": i}}}); status != 201 {
+			t.Fatalf("push %d: %d %v", i, status, v)
+		}
+	}
+	status, v := c.call("POST", "/api/v1/transaction", map[string]any{
+		"operations": []any{map[string]any{"type": "push", "items": []any{map[string]any{"queue": "orders", "payload": 3}}}},
+		"positions":  []any{map[string]any{"queue": "orders", "consumerGroup": "billing", "offset": 2}},
+	})
+	if status != 200 || v.(map[string]any)["success"] != true {
+		t.Fatalf("transaction with a position: %d %v", status, v)
+	}
+	if n := len(v.(map[string]any)["results"].([]any)); n != 1 {
+		t.Fatalf("%d results, want the one push (a position stores no message)", n)
+	}
+	status, v = c.call("GET", "/api/v1/pop/queue/orders?consumerGroup=billing&batch=10", nil)
+	if status != 200 {
+		t.Fatalf("pop: %d %v", status, v)
+	}
+	msgs := v.(map[string]any)["messages"].([]any)
+	if len(msgs) != 2 || msgs[0].(map[string]any)["data"] != float64(2) {
+		t.Fatalf("the group positioned at offset 2 got %v, want the messages 2 and 3", msgs)
+	}
+
+	for _, bad := range []map[string]any{
+		{"queue": "orders", "consumerGroup": "g"},
+		{"queue": "orders", "consumerGroup": "g", "offset": -1},
+		{"queue": "orders", "offset": 1},
+		{"queue": "orders", "consumerGroup": "g", "offset": 1, "metadata": 5},
+	} {
+		status, v := c.call("POST", "/api/v1/transaction", map[string]any{
+			"operations": []any{map[string]any{"type": "push", "items": []any{map[string]any{"queue": "orders", "payload": "x"}}}},
+			"positions":  []any{bad},
+		})
+		if status != 400 {
+			t.Errorf("position %v: %d %v, want 400", bad, status, v)
+		}
+	}
+	status, v = c.call("POST", "/api/v1/transaction", map[string]any{
+		"operations": []any{map[string]any{"type": "push", "items": []any{map[string]any{"queue": "orders", "payload": "y"}}}},
+		"positions":  []any{map[string]any{"queue": "nowhere", "consumerGroup": "g", "offset": 0}},
+	})
+	if status != 400 || v.(map[string]any)["code"] != "queue_not_found" {
+		t.Fatalf("a position on a missing queue: %d %v", status, v)
+	}
+	status, v = c.call("GET", "/api/v1/pop/queue/orders?consumerGroup=audit&subscriptionMode=all&batch=10", nil)
+	if status != 200 || len(v.(map[string]any)["messages"].([]any)) != 4 {
+		t.Fatalf("a new group reads %d %v, want 4 messages (refused transactions store nothing)", status, v)
+	}
+}

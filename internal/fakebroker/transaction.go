@@ -67,8 +67,29 @@ func (b *Broker) handleTransaction(rc *reqCtx) {
 		ops = append(ops, op)
 	}
 
+	// The raft-storage brokers' cursor writes ride beside the operations
+	// (rustpositions.go); 0.15.1 ignores the member.
+	var positions []positionOp
+	if raw, present := m["positions"]; present && rc.rust {
+		var msg string
+		if positions, msg = parsePositions(raw); msg != "" {
+			rustPositionsRefusal(rc, "bad_request", msg)
+			return
+		}
+	}
+
 	b.mu.Lock()
-	resp := b.applyTransactionLocked(b.tenantLocked(rc.tenant), txID, ops, time.Now())
+	t := b.tenantLocked(rc.tenant)
+	if q := t.missingPositionQueue(positions); q != "" {
+		b.mu.Unlock()
+		rustPositionsRefusal(rc, "queue_not_found", "queue "+q+" does not exist")
+		return
+	}
+	now := time.Now()
+	resp := b.applyTransactionLocked(t, txID, ops, now)
+	if resp["success"] == true {
+		t.applyPositionsLocked(positions, now)
+	}
 	b.mu.Unlock()
 	rc.ok(resp)
 }
