@@ -33,8 +33,18 @@ func (b *Broker) handleSystemMetrics(rc *reqCtx) {
 // handleWorkerMetrics serves GET /api/v1/analytics/worker-metrics.
 func (b *Broker) handleWorkerMetrics(rc *reqCtx) {
 	from, to := rc.timeRange(time.Now(), time.Hour)
-	queues := make([]any, 0)
-	for _, n := range b.queueNames(rc.tenant) {
+	// Cell-wide under TenancyRust (cellWideLocked): every tenant's queues.
+	var names []string
+	b.mu.Lock()
+	for _, t := range b.cellWideLocked(rc) {
+		for n := range t.queues {
+			names = append(names, n)
+		}
+	}
+	b.mu.Unlock()
+	sort.Strings(names)
+	queues := make([]any, 0, len(names))
+	for _, n := range names {
 		queues = append(queues, obj{"avgLagMs": 0, "maxLagMs": 0, "popCount": 0, "queueName": n})
 	}
 	rc.ok(obj{

@@ -41,6 +41,9 @@ import (
 //     rider beside its operations (rustpositions.go): cursor writes that
 //     store no message, refused whole (400) when malformed or naming a
 //     queue the tenant lacks.
+//   - GET /api/v1/status and /api/v1/analytics/worker-metrics answer for
+//     the whole cell, every tenant's queues, whoever asks (status.go,
+//     cellWideLocked): the gateway must keep them from tenants.
 //   - GET /auth/me answers the broker's own operator identity, as a broker
 //     with authentication off does.
 //

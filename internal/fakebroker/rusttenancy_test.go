@@ -308,3 +308,38 @@ func TestRustTransactionPositions(t *testing.T) {
 		t.Fatalf("a new group reads %d %v, want 4 messages (refused transactions store nothing)", status, v)
 	}
 }
+
+// The status and worker metrics of a Rust broker take no tenant
+// (server/src/handlers/status.rs, analytics.rs): any caller reads every
+// tenant's queues there, unlike the 0.15.1 model's per-tenant answer.
+func TestRustStatusIsCellWide(t *testing.T) {
+	for _, rust := range []bool{true, false} {
+		opts := Options{}
+		if rust {
+			opts.Tenancy = TenancyRust
+		}
+		_, url := startBroker(t, opts)
+		a := &client{t: t, base: url, tenant: rustTenantA}
+		b := &client{t: t, base: url, tenant: rustTenantB}
+		configureQueue(t, b, "globex-secret")
+		configureQueue(t, a, "acme-orders")
+		for _, path := range []string{"/api/v1/status", "/api/v1/analytics/worker-metrics"} {
+			status, v := a.call("GET", path, nil)
+			if status != 200 {
+				t.Fatalf("rust=%v %s: %d %v", rust, path, status, v)
+			}
+			var names []string
+			for _, q := range v.(map[string]any)["queues"].([]any) {
+				n, _ := q.(map[string]any)["name"].(string)
+				if n == "" {
+					n, _ = q.(map[string]any)["queueName"].(string)
+				}
+				names = append(names, n)
+			}
+			sawOther := strings.Contains(strings.Join(names, ","), "globex-secret")
+			if sawOther != rust || !strings.Contains(strings.Join(names, ","), "acme-orders") {
+				t.Errorf("rust=%v %s lists %v: another tenant's queue seen=%v, want %v", rust, path, names, sawOther, rust)
+			}
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package fakebroker
 
 import (
+	"sort"
 	"time"
 )
 
@@ -20,44 +21,67 @@ func rangeJSON(from, to time.Time) obj {
 	return obj{"from": fmtMilli(from), "to": fmtMilli(to)}
 }
 
-// handleStatus serves GET /api/v1/status (optional queue, from, to).
+// cellWideLocked is the tenants a cell-wide route answers for: under
+// TenancyRust every tenant of the cell, since the Rust brokers' status and
+// worker metrics take no tenant (server/src/handlers/status.rs,
+// handle_api_status; server/src/handlers/analytics.rs, worker-metrics);
+// otherwise the caller's tenant, as the fake's other modes scope them.
+func (b *Broker) cellWideLocked(rc *reqCtx) []*tenant {
+	if !rc.rust {
+		return []*tenant{b.tenantLocked(rc.tenant)}
+	}
+	ids := make([]string, 0, len(b.tenants))
+	for id := range b.tenants {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	out := make([]*tenant, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, b.tenants[id])
+	}
+	return out
+}
+
+// handleStatus serves GET /api/v1/status (optional queue, from, to); under
+// TenancyRust it answers for the whole cell (cellWideLocked).
 func (b *Broker) handleStatus(rc *reqCtx) {
 	now := time.Now()
 	from, to := rc.timeRange(now, time.Hour)
 	filter := rc.query.Get("queue")
 	b.mu.Lock()
-	t := b.tenantLocked(rc.tenant)
 	queues := make([]any, 0)
 	var c counts
-	leases, leasedParts, leaseBatch := 0, 0, 0
-	for _, q := range t.sortedQueues() {
-		if filter != "" && q.name != filter {
-			continue
-		}
-		consumed := 0
-		for _, p := range q.partList {
-			if cur := p.cursors[QueueMode]; cur != nil {
-				consumed += cur.consumed
+	leases, leasedParts, leaseBatch, dlqCount := 0, 0, 0, 0
+	for _, t := range b.cellWideLocked(rc) {
+		for _, q := range t.sortedQueues() {
+			if filter != "" && q.name != filter {
+				continue
 			}
+			consumed := 0
+			for _, p := range q.partList {
+				if cur := p.cursors[QueueMode]; cur != nil {
+					consumed += cur.consumed
+				}
+			}
+			c.add(q.stats(now))
+			queues = append(queues, obj{
+				"id": q.id, "name": q.name, "namespace": q.namespace, "partitions": len(q.partList),
+				"task": q.task, "totalConsumed": consumed,
+			})
 		}
-		c.add(q.stats(now))
-		queues = append(queues, obj{
-			"id": q.id, "name": q.name, "namespace": q.namespace, "partitions": len(q.partList),
-			"task": q.task, "totalConsumed": consumed,
-		})
-	}
-	for _, l := range t.leases {
-		if l.active(now) && (filter == "" || l.q.name == filter) {
-			leases++
-			for _, lp := range l.parts {
-				if !lp.released {
-					leasedParts++
-					leaseBatch += lp.size
+		for _, l := range t.leases {
+			if l.active(now) && (filter == "" || l.q.name == filter) {
+				leases++
+				for _, lp := range l.parts {
+					if !lp.released {
+						leasedParts++
+						leaseBatch += lp.size
+					}
 				}
 			}
 		}
+		dlqCount += len(t.dlq)
 	}
-	dlqCount := len(t.dlq)
 	b.mu.Unlock()
 
 	bucket := 1
