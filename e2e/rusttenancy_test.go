@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -178,6 +179,54 @@ func TestCallerTargetedAndBrokerIdentityRoutesNeverReachTheCell(t *testing.T) {
 	for _, kind := range []string{fakebroker.GrantKV, fakebroker.GrantEphemeral, fakebroker.GrantStreams} {
 		if s.broker.Granted(s.acme.brokerTenant, kind) {
 			t.Fatalf("acme granted itself %s", kind)
+		}
+	}
+}
+
+// TestTenantCannotReadCellWideStatus: a Rust broker's status and worker
+// metrics answer for the whole cell, every tenant's queues, whoever asks
+// (the fake shows it below, so this test fails if the gateway ever lets a
+// tenant reach them). Through the gateway, a tenant's key reads no other
+// tenant's queue from them, however the path is spelled.
+func TestTenantCannotReadCellWideStatus(t *testing.T) {
+	s := newIsolationSetup(t, "rustwide", rustCell)
+	startGateway(t, s.caddyfile(t, ""))
+	const secret = "globex-secret-queue"
+	if r := do(t, s.c, "POST", s.url(s.globex, "/api/v1/push"), s.gKey, `{"items":[{"queue":"`+secret+`","payload":1}]}`); r.status != http.StatusCreated {
+		t.Fatalf("globex push: %d %s", r.status, r.body)
+	}
+
+	// The cell itself gives acme's tenant globex's queue on these routes.
+	for _, path := range []string{"/api/v1/status", "/api/v1/analytics/worker-metrics"} {
+		req, _ := http.NewRequest("GET", s.broker.URL()+path, nil)
+		req.Header.Set(fakebroker.TenantHeader, s.acme.brokerTenant)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(body), secret) {
+			t.Fatalf("the cell's %s does not answer cell-wide, so this test proves nothing: %s", path, body)
+		}
+	}
+
+	for _, path := range []string{
+		"/api/v1/status", "/api/v1/status?queue=" + secret, "/api/v1/status/", "/api/v1/Status",
+		"//api/v1/status", "/api/v1/./status", "/api/v1/status%2F", "/api/v1/%73tatus",
+		"/api/v1/analytics/worker-metrics", "/api/v1/analytics/worker-metrics/", "/api/v1/analytics/worker-metrics?queue=" + secret,
+		"/api/v1/analytics/system-metrics", "/api/v1/analytics/postgres-stats", "/api/v1/status/buffers",
+		"/metrics", "/metrics/prometheus", "/status",
+	} {
+		r := do(t, s.c, "GET", s.url(s.acme, path), s.acmeKey, "")
+		if strings.Contains(string(r.body), secret) {
+			t.Errorf("acme read globex's queue through %s: %d %s", path, r.status, r.body)
+		}
+		if r.status == http.StatusOK && (path == "/api/v1/status" || path == "/api/v1/analytics/worker-metrics") {
+			t.Errorf("%s answered a tenant 200: %s", path, r.body)
 		}
 	}
 }
