@@ -237,6 +237,8 @@ func setup(ctx context.Context, o options) (*env, error) {
 		e.cellKey = randomToken("cell_")
 		e.upstreamAddr = fmt.Sprintf("127.0.0.1:%d", e.brokerPort)
 		e.broker, err = e.start("fakebroker", "-listen", e.upstreamAddr,
+			// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
+			// Token stands for a proxy in front of the cell that checks its static secret: no Queen broker checks one.
 			"-name", "bench-cell", "-require-tenant", "-token", e.cellKey, "-no-request-log", "-discard-completed")
 		if err != nil {
 			return nil, err

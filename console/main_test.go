@@ -153,6 +153,7 @@ func newEnv(t *testing.T, configure ...func(*Options)) *env {
 	store := tenancy.NewStore(e.pool)
 	e.ids = tenancy.NewIdentityCache(store, tenancy.IdentityCacheConfig{}, nil)
 	e.cache = tenancy.NewClusterCache(store, tenancy.CacheConfig{}, nil)
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	fb := fakebroker.New(fakebroker.Options{Name: "console-test", RequireTenant: true})
 	e.broker = httptest.NewServer(fb)
 	t.Cleanup(e.broker.Close)

@@ -100,6 +100,7 @@ func itemsBody(n int, item func(i int) string) string {
 }
 
 func TestProduceBodiesFailClosed(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "bodies-cell", RequireTenant: true})
 	cp := newControlPlane(t, pgtest.URL(t))
 	cell := cp.cell("bodies-cell", broker.URL(), "")
@@ -220,6 +221,7 @@ func TestProduceBodiesFailClosed(t *testing.T) {
 // Finding 2: a push whose answer is larger than the billing copy limit was
 // billed 0 messages. 320,000 tiny items answer with about 74 MB.
 func TestLargeAnswersAreBilledInFull(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "bigpush-cell", RequireTenant: true})
 	cp := newControlPlane(t, pgtest.URL(t))
 	cell := cp.cell("bigpush-cell", broker.URL(), "")

@@ -71,6 +71,7 @@ func browserPrerequisites(t *testing.T) (node, chromium, dir string) {
 func TestBrowserConsole(t *testing.T) {
 	node, chromium, dir := browserPrerequisites(t)
 
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "browser-cell", RequireTenant: true})
 	cp := newControlPlane(t, pgtest.URL(t))
 	cell := cp.cell("browser-cell", broker.URL(), "")

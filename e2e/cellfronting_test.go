@@ -62,7 +62,9 @@ func startCellGateway(t *testing.T, name string, port int, dbURL, appOptions str
 // gateway claiming a cell another fronts does not start.
 func TestBurstHoldsAcrossGatewaysOfTwoCells(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	brokerA := startBroker(t, fakebroker.Options{Name: "cell-a", RequireTenant: true})
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	brokerB := startBroker(t, fakebroker.Options{Name: "cell-b", RequireTenant: true})
 	cp := newControlPlane(t, dbURL)
 	cellA := cp.cell("cell-a", brokerA.URL(), "")

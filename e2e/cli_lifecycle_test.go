@@ -19,6 +19,7 @@ import (
 // cluster's traffic first; set-password gives a user a password the
 // console verifies; and every refusal is one line with exit code 1.
 func TestCLILifecycle(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "cli-life", RequireTenant: true})
 	url := pgtest.URL(t)
 	cp := newControlPlane(t, url)
@@ -212,6 +213,7 @@ func TestCLILifecycle(t *testing.T) {
 // refused before anything reaches the cell; a session signed after it is
 // served.
 func TestSetPasswordEndsSessions(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "reset-cell", RequireTenant: true})
 	url := pgtest.URL(t)
 	cp := newControlPlane(t, url)

@@ -539,6 +539,7 @@ func TestCLI(t *testing.T) {
 	t.Run("walk-through: provision with the CLI, push through the gateway, read usage", func(t *testing.T) {
 		url := pgtest.NewDatabase(t)
 		q := newCLI(url)
+		// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 		broker := startBroker(t, fakebroker.Options{Name: "walk-cell", RequireTenant: true})
 
 		q.ok(t, "migrate")

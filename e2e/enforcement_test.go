@@ -35,6 +35,7 @@ const (
 // a real database, and a fake broker that checks its own JWTs, so every
 // forwarded request proves the gateway minted the cell's credential.
 func TestEnforcement(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "cell-jwt", RequireTenant: true, JWTSecret: []byte(brokerJWTSecret)})
 	cp := newControlPlane(t, pgtest.URL(t))
 	cell := cp.cell("cell-jwt", broker.URL(), "")
@@ -226,6 +227,7 @@ func TestEnforcement(t *testing.T) {
 // TestSharedHost is limits-meter.md §7.1 item 20: one hostname for every
 // cluster, the credential naming the cluster.
 func TestSharedHost(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "cell-shared", RequireTenant: true})
 	cp := newControlPlane(t, pgtest.URL(t))
 	cell := cp.cell("cell-shared", broker.URL(), "")

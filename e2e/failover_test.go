@@ -225,6 +225,7 @@ func (l *steadyLoad) snapshot() (successes, failures int) {
 // once.
 func TestStandbyTakesOverUnderLoad(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "ha-cell", RequireTenant: true})
 	cp := newControlPlane(t, dbURL)
 	cl := cp.cluster(cp.tenant("ha"), "ha", cp.cell("ha-cell", broker.URL(), ""))
@@ -420,6 +421,7 @@ func handedOver(t *testing.T, records []servedRecord, old, new string) (lastOld,
 // frozen one, thawed, does not serve again.
 func TestLeaderCutOffFromTheDatabase(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "cut-cell", RequireTenant: true})
 	cp := newControlPlane(t, dbURL)
 	cell := cp.cell("cut-cell", broker.URL(), "")

@@ -29,6 +29,7 @@ import (
 // once (no hang) and gives its parked slot back; once it is up the gateway
 // serves again without a restart.
 func TestFaultBrokerOutage(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	b1 := fakebroker.New(fakebroker.Options{Name: "fault-outage-cell", RequireTenant: true})
 	brokerURL, err := b1.Start()
 	if err != nil {
@@ -105,6 +106,7 @@ func TestFaultBrokerOutage(t *testing.T) {
 	}
 
 	// The broker comes back on the same address: no gateway restart.
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	b2 := fakebroker.New(fakebroker.Options{Name: "fault-outage-cell", RequireTenant: true})
 	t.Cleanup(func() { _ = b2.Close() })
 	eventually(t, 5*time.Second, func() error {
@@ -186,6 +188,7 @@ func caddyReload(t *testing.T, adminPort int, caddyfile string) {
 // never reached the broker, so a client may retry it safely, and that at
 // most one request per connection and reload is affected.
 func TestFaultReloadUnderLoad(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "fault-reload-cell", RequireTenant: true, RequestLogSize: 200000})
 	cp := newControlPlane(t, pgtest.URL(t))
 	cell := cp.cell("fault-reload-cell", broker.URL(), "")
@@ -328,6 +331,7 @@ func slowCaddyfile(port int, dbURL string) string {
 // end both, nothing reaches the broker, normal clients are served
 // meanwhile, and every goroutine they held is given back.
 func TestFaultSlowClients(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "fault-slow-cell", RequireTenant: true})
 	cp := newControlPlane(t, pgtest.URL(t))
 	cell := cp.cell("fault-slow-cell", broker.URL(), "")

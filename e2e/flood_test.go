@@ -45,6 +45,7 @@ func committedTransactions(cp *controlPlane) int64 {
 // that the database's transactions stay bounded whatever the flood's size.
 func TestFloodOfUnknownHostsKeepsTheLeader(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "flood-cell", RequireTenant: true})
 	cp := newControlPlane(t, dbURL)
 	cl := cp.cluster(cp.tenant("ha"), "ha", cp.cell("flood-cell", broker.URL(), ""))
@@ -209,6 +210,7 @@ func TestFloodOfUnknownHostsKeepsTheLeader(t *testing.T) {
 // as the cluster's creation is notified.
 func TestClusterCreatedAfterItsNameWasRefusedIsServedAtOnce(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "new-cell", RequireTenant: true})
 	cp := newControlPlane(t, dbURL)
 	cell := cp.cell("new-cell", broker.URL(), "")

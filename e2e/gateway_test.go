@@ -17,7 +17,10 @@ import (
 // loaded from a Caddyfile.
 func TestGatewayRoutesClustersToTheirCells(t *testing.T) {
 	const cellSecret = "cell-b-secret"
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	shared := startBroker(t, fakebroker.Options{Name: "cell-a", RequireTenant: true})
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
+	// Token stands for a proxy in front of the cell that checks its static secret: no Queen broker checks one.
 	dedicated := startBroker(t, fakebroker.Options{Name: "cell-b", RequireTenant: true, Token: cellSecret})
 
 	cp := newControlPlane(t, pgtest.URL(t))

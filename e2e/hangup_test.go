@@ -224,6 +224,7 @@ func (cp *controlPlane) usageDetail(clusterID, op string) (reqs, msgs, unanswere
 // nothing and is billed nothing.
 func TestHangUpIsBilledFromWhatTheBrokerStored(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "hangup-cell", RequireTenant: true})
 	cp := newControlPlane(t, dbURL)
 	cellID := cp.cell("hangup-cell", broker.URL(), "")

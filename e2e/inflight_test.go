@@ -78,6 +78,7 @@ func TestProduceInFlightIsBounded(t *testing.T) {
 	// The cell: the fake broker, but for pushes, which it reads whole,
 	// keeps nothing of (so that the process's RSS is the gateway's), and
 	// answers after 3 s as queued.
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := fakebroker.New(fakebroker.Options{Name: "inflight-cell", RequireTenant: true})
 	t.Cleanup(func() { _ = broker.Close() })
 	var pushesIn, itemsIn atomic.Int64

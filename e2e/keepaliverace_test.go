@@ -30,6 +30,7 @@ type connServed struct{}
 // unanswered. A push without them cannot be sent again safely: it is
 // answered 502 and stored nowhere, and reaches the cell once.
 func TestKeepAliveRaceResendsIdentifiedPushes(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := fakebroker.New(fakebroker.Options{Name: "race-cell", RequireTenant: true})
 	t.Cleanup(func() { _ = broker.Close() })
 	var closedUnread atomic.Int64

@@ -222,6 +222,7 @@ func sinceLastJournalWrite(spool string, kill time.Time) string {
 func TestMeteringSIGKILLLosesAtMostOneCheckpoint(t *testing.T) {
 	bin := caddyBinary(t)
 	var storedItems atomic.Int64
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "crash-cell", RequireTenant: true})
 	broker.SetPushHook(func(fakebroker.PushItem) fakebroker.PushOutcome {
 		storedItems.Add(1) // no transaction ids: every item is stored

@@ -173,6 +173,7 @@ func TestMeteringSurvivesDatabaseOutageAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	dbURL := srv.URL("fault")
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "fault-cell", RequireTenant: true})
 	cp := newControlPlane(t, dbURL)
 	cell := cp.cell("fault-cell", broker.URL(), "")

@@ -34,6 +34,7 @@ type mintRecord struct {
 // exists but those whose mint was answered 201 to a request sent before
 // the command returned.
 func TestOperatorRevocationReachesTheOtherGateway(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "op-cell", RequireTenant: true})
 	dbURL := pgtest.URL(t)
 	cp := newControlPlane(t, dbURL)

@@ -106,6 +106,7 @@ func h2PopHangUp(t *testing.T, c *http.Client, url, key, after string) {
 // itself breaks off is billed the messages it had begun.
 func TestPopHangUpIsBilledWhatTheBrokerDelivered(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "pophangup-cell", RequireTenant: true})
 	cp := newControlPlane(t, dbURL)
 	cellID := cp.cell("pophangup-cell", broker.URL(), "")

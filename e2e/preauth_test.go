@@ -86,6 +86,7 @@ func heapAllocated() uint64 {
 // logged: the kernel's socket buffers take some, the gateway's server
 // discards at most 256 KiB before closing the connection.
 func TestUnauthenticatedBodiesAreNeverRead(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "preauth-cell", RequireTenant: true})
 	cp := newControlPlane(t, pgtest.URL(t))
 	cell := cp.cell("preauth-cell", broker.URL(), "")
@@ -251,6 +252,7 @@ func TestCarveOutBoundedMeteredAndFraming(t *testing.T) {
 // address do not lock another tenant's valid key out of it; /readyz shows
 // its detail only to loopback and on the probe listener.
 func TestFailureGuardAndReadinessDetail(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "guard-cell", RequireTenant: true})
 	cp := newControlPlane(t, pgtest.URL(t))
 	cell := cp.cell("guard-cell", broker.URL(), "")
@@ -348,6 +350,7 @@ http://:%d {
 // once, and its connection is closed without the body being read; one
 // that announces a small body it does send is answered at once too.
 func TestUnauthenticatedRefusalWaitsForNoBody(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "nobody-cell", RequireTenant: true})
 	cp := newControlPlane(t, pgtest.URL(t))
 	cl := cp.cluster(cp.tenant("nobody"), "nobody", cp.cell("nobody-cell", broker.URL(), ""))

@@ -30,6 +30,7 @@ func closedByServer(c net.Conn, d time.Duration) bool {
 // counts.
 func TestUnauthenticatedConnectionsAreCappedPerAddress(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "conn-cell", RequireTenant: true})
 	cp := newControlPlane(t, dbURL)
 	cl := cp.cluster(cp.tenant("conns"), "conns", cp.cell("conn-cell", broker.URL(), ""))

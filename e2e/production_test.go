@@ -28,6 +28,7 @@ func TestProductionBackupAndRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "backup-cell", RequireTenant: true})
 	source := pgtest.NewDatabase(t)
 	cp := newControlPlane(t, source)
@@ -85,6 +86,7 @@ func TestProductionBackupAndRestore(t *testing.T) {
 // than the handover, and both members run the new configuration at the end.
 func TestProductionLeaderGroupUpgrade(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "upgrade-cell", RequireTenant: true})
 	cp := newControlPlane(t, dbURL)
 	cl := cp.cluster(cp.tenant("upgrade"), "upgrade", cp.cell("upgrade-cell", broker.URL(), ""))
@@ -184,6 +186,7 @@ func TestProductionLeaderGroupUpgrade(t *testing.T) {
 // added twice.
 func TestProductionSpoolMovesToAnotherMember(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "spool-cell", RequireTenant: true})
 	cp := newControlPlane(t, dbURL)
 	cl := cp.cluster(cp.tenant("spool"), "spool", cp.cell("spool-cell", broker.URL(), ""))

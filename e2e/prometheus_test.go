@@ -38,6 +38,7 @@ func TestPrometheusRulesAgainstLiveGateway(t *testing.T) {
 	panels := dashboardQueries(t)
 
 	dbURL := pgtest.URL(t)
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "prom-cell", RequireTenant: true})
 	cp := newControlPlane(t, dbURL)
 	cl := cp.cluster(cp.tenant("prom"), "prom", cp.cell("prom-cell", broker.URL(), ""))

@@ -55,6 +55,7 @@ func assertNothingForwarded(t *testing.T, b *fakebroker.Broker, what string) {
 // wait=1, await=true or x=wait=true, so each takes a parked slot; on a
 // cluster capped at two, six concurrent pops park two and refuse four.
 func TestLongPollsReadLikeTheBroker(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "cell-lp", RequireTenant: true})
 	cp := newControlPlane(t, pgtest.URL(t))
 	cl, key, url, c := readingsGateway(t, cp, broker.URL(), "lp-alpha", `{"max_parked_pops": 2, "max_req_per_sec": null}`)
@@ -126,6 +127,7 @@ func TestLongPollsReadLikeTheBroker(t *testing.T) {
 // TestMethodAndPathCase is finding 6: "post" and "/API/V1/PUSH" are not
 // what the classifier reads, so they are refused and never forwarded.
 func TestMethodAndPathCase(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "cell-case", RequireTenant: true})
 	cp := newControlPlane(t, pgtest.URL(t))
 	cl, key, url, c := readingsGateway(t, cp, broker.URL(), "case-alpha", `{"max_retention_seconds": 3600}`)
@@ -173,6 +175,7 @@ func TestMethodAndPathCase(t *testing.T) {
 // by a request another site made cannot push, delete or consume; it gets
 // the console's 403 csrf_rejected and nothing reaches the cell.
 func TestCookieWritesNeedTheirOwnSite(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "cell-csrf", RequireTenant: true})
 	cp := newControlPlane(t, pgtest.URL(t))
 	cl, _, url, c := readingsGateway(t, cp, broker.URL(), "csrf-alpha", "")
@@ -268,6 +271,7 @@ func TestCookieWritesNeedTheirOwnSite(t *testing.T) {
 // id; normal answers, payloads that merely look like SQL included, are
 // relayed byte for byte.
 func TestCellInternalsWithheld(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "cell-leak", RequireTenant: true})
 	cp := newControlPlane(t, pgtest.URL(t))
 

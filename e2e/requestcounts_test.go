@@ -16,6 +16,7 @@ import (
 // a cell's broken answer as 5xx, and an unknown key's 401 under no key;
 // a request for no cluster is counted nowhere.
 func TestRequestCountsPerKeyAndOutcome(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "rc-cell", RequireTenant: true})
 	db := pgtest.NewDatabase(t)
 	cp := newControlPlane(t, db)

@@ -40,6 +40,7 @@ func reached(b *fakebroker.Broker, requestID string) bool {
 // old one is refused with 401 before anything reaches the cell, while the
 // new one goes on working.
 func TestRotateAPIKey(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "rotate-key-cell", RequireTenant: true})
 	cp := newControlPlane(t, pgtest.URL(t))
 	cell := cp.cell("rotate-key-cell", broker.URL(), "")
@@ -103,6 +104,8 @@ func TestRotateAPIKey(t *testing.T) {
 // new one, the requests between the broker's change and the cell update
 // fail with the broker's 401, and the update ends that at once.
 func TestRotateCellSecret(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
+	// Token stands for a proxy in front of the cell that checks its static secret: no Queen broker checks one.
 	broker := startBroker(t, fakebroker.Options{Name: "rotate-secret-cell", RequireTenant: true, Token: "secret-old"})
 	cp := newControlPlane(t, pgtest.URL(t))
 	cell := cp.cell("rotate-secret-cell", broker.URL(), "secret-old")
@@ -241,6 +244,7 @@ func writeSessionKey(t *testing.T, dir, name string) (private, public string) {
 // dropped, its sessions are refused with 401 before anything reaches the
 // cell, and the new key's go on working.
 func TestRotateSessionKey(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "rotate-session-cell", RequireTenant: true})
 	cp := newControlPlane(t, pgtest.URL(t))
 	cell := cp.cell("rotate-session-cell", broker.URL(), "")
@@ -331,6 +335,8 @@ func TestRotateSessionKey(t *testing.T) {
 // cell_not_isolated before anything reaches the cell; with a broker that
 // accepts the new secret, that is over within a couple of seconds.
 func TestRotateCellSecretOnProbedCell(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
+	// Token stands for a proxy in front of the cell that checks its static secret: no Queen broker checks one.
 	broker := startBroker(t, fakebroker.Options{Name: "rotate-probed-cell", RequireTenant: true, Token: "secret-old"})
 	cp := newControlPlane(t, pgtest.URL(t))
 	cell := cp.cell("rotate-probed-cell", broker.URL(), "secret-old")

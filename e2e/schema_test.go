@@ -15,6 +15,7 @@ import (
 // route that stores a client value. Nothing refused reaches the cell (the
 // fake broker's request log) or is billed.
 func TestSchemaAndValueCapsThroughTheGateway(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "schema-cell", RequireTenant: true})
 	cp := newControlPlane(t, pgtest.URL(t))
 	cell := cp.cell("schema-cell", broker.URL(), "")

@@ -35,6 +35,7 @@ func tlsExample(t *testing.T, name string) string {
 // its own: Caddy's certificate cache is process-wide.
 func TestTLSExamplesWithoutPublicACME(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := fakebroker.New(fakebroker.Options{Name: "tls-examples-cell", RequireTenant: true})
 	t.Cleanup(func() { _ = broker.Close() })
 	cell := startRecordingCell(t, broker, nil)

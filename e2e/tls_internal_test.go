@@ -57,6 +57,7 @@ https:// {
 // sees.
 func TestTLSInternalOnDemandForClusterHostnames(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := fakebroker.New(fakebroker.Options{Name: "tls-cell", RequireTenant: true})
 	t.Cleanup(func() { _ = broker.Close() })
 	cell := startRecordingCell(t, broker, nil)
@@ -243,6 +244,8 @@ func TestTLSCellOverHTTPSWithCustomCA(t *testing.T) {
 	serverCert := pki.leaf(t, cellName)
 
 	dbURL := pgtest.NewDatabase(t)
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
+	// Token stands for a proxy in front of the cell that checks its static secret: no Queen broker checks one.
 	broker := fakebroker.New(fakebroker.Options{Name: "tls-cell-https", RequireTenant: true, Token: "cell-secret"})
 	t.Cleanup(func() { _ = broker.Close() })
 	cell := startRecordingCell(t, broker, &tls.Config{Certificates: []tls.Certificate{serverCert}})

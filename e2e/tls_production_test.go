@@ -36,6 +36,7 @@ func TestProductionExampleWithPebble(t *testing.T) {
 	pebble := startPebble(t, httpPort, httpsPort, dnsSrv.addr)
 
 	dbURL := pgtest.NewDatabase(t)
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := fakebroker.New(fakebroker.Options{Name: "prod-cell", RequireTenant: true})
 	t.Cleanup(func() { _ = broker.Close() })
 	cell := startRecordingCell(t, broker, nil)

@@ -30,6 +30,8 @@ const (
 // cell token.
 func startBroker(t *testing.T, opts fakebroker.Options) string {
 	t.Helper()
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
+	// Token stands for a proxy in front of the cell that checks its static secret: no Queen broker checks one.
 	opts.RequireTenant, opts.Token = true, cellToken
 	b := fakebroker.New(opts)
 	url, err := b.Start()

@@ -13,6 +13,7 @@ import (
 )
 
 func TestProbeTenantScoping(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	b := fakebroker.New(fakebroker.Options{RequireTenant: true})
 	url, err := b.Start()
 	if err != nil {

@@ -739,6 +739,8 @@ func TestProtocolEdges(t *testing.T) {
 }
 
 func TestRequireTenantAndToken(t *testing.T) {
+	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
+	// Token stands for a proxy in front of the cell that checks its static secret: no Queen broker checks one.
 	_, url := startBroker(t, Options{RequireTenant: true, Token: "s3cret", Name: "cell-b"})
 	anon := &client{t: t, base: url}
 	status, v := anon.call("GET", "/health", nil)
@@ -807,6 +809,7 @@ func jsonEqual(a, b any) bool {
 // TestSetTokens: the accepted tokens change while the broker runs, one or
 // several at once, and none turns the check off.
 func TestSetTokens(t *testing.T) {
+	// Token stands for a proxy in front of the cell that checks its static secret: no Queen broker checks one.
 	b, url := startBroker(t, Options{Token: "old"})
 	as := func(token string) int {
 		c := &client{t: t, base: url, tenant: "abababab-0000-4000-8000-000000000008"}
