@@ -398,6 +398,12 @@ func classifyAPIv1(method, r string) Route {
 	if isOperatorPath(r) { // 1
 		return routeOperator
 	}
+	// An operator path with a trailing slash is no route of either broker
+	// today, but a broker that normalised slashes would answer it as the
+	// operator route, cell-wide: refused rather than read.
+	if trimmed := strings.TrimRight(r, "/"); trimmed != r && isOperatorPath(trimmed) {
+		return routeBlocked
+	}
 	switch {
 	case strings.HasPrefix(r, "migration"), strings.HasPrefix(r, "system"), r == "stats/refresh": // 2
 		return routeBlocked

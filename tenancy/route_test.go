@@ -239,11 +239,11 @@ var nearMisses = []routeCase{
 	{"HEAD", "/api/v1/messages", routeRead},
 	// Rule 1 is an exact, closed list that ignores the method.
 	{"DELETE", "/api/v1/status", routeOperator},
-	{"GET", "/api/v1/status/", routeRead},
+	{"GET", "/api/v1/status/", routeBlocked},
 	{"GET", "/api/v1/status/buffers/x", routeRead},
 	{"GET", "/api/v1/system/maintenance/", routeBlocked},
 	{"GET", "/api/v1/system/maintenance/popx", routeBlocked},
-	{"GET", "/api/v1/analytics/system-metrics/", routeRead},
+	{"GET", "/api/v1/analytics/system-metrics/", routeBlocked},
 	{"GET", "/metrics/prometheus/", routeRead},
 	{"GET", "/metrics/", routeRead},
 	// Rule 2 is a plain prefix for /internal and /api/v1/system.
