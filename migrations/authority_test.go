@@ -80,7 +80,7 @@ func mintAsOperator(t *testing.T, pool *pgxpool.Pool, f operatorFixture, name st
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SELECT queen_proxy.issue_api_key($1::uuid, $2, $3, ARRAY['admin'])`, f.cluster, name, hashOf(name)); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT queen_proxy.issue_api_key($1::uuid, $2, $3, ARRAY['admin'])`, f.cluster, name, hashOf(f.cluster+"/"+name)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.Exec(ctx, auditCall, f.tenant, f.cluster, f.op, "operator_api_key_issued"); err != nil {
@@ -193,7 +193,7 @@ func mintAsOperatorErr(ctx context.Context, pool *pgxpool.Pool, f operatorFixtur
 		return err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SELECT queen_proxy.issue_api_key($1::uuid, $2, $3, ARRAY['admin'])`, f.cluster, name, hashOf(name)); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT queen_proxy.issue_api_key($1::uuid, $2, $3, ARRAY['admin'])`, f.cluster, name, hashOf(f.cluster+"/"+name)); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, auditCall, f.tenant, f.cluster, f.op, "operator_api_key_issued"); err != nil {
