@@ -7,12 +7,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig"
-
-	"github.com/queengate/queengate/internal/pgtest"
-	"github.com/queengate/queengate/internal/realbroker"
 )
 
 // TestPopHangUpBilledAsTheRealBrokerDelivered is the red team's
@@ -23,38 +17,8 @@ import (
 // longer hands out to the next pop; usage_minutes bills exactly that, and
 // every pop is counted as a request in usage_minutes and request_minutes.
 func TestPopHangUpBilledAsTheRealBrokerDelivered(t *testing.T) {
-	broker := realbroker.Start(t)
-	dbURL := pgtest.NewDatabase(t)
-	cp := newControlPlane(t, dbURL)
-	cell := cp.cell("pophangup-real", broker.URL, "")
-	cl := cp.cluster(cp.tenant("pophangup-real"), "pophangup-real", cell)
-	cp.exec(`UPDATE queen_proxy.clusters SET limit_overrides = '{"max_msgs_per_sec": null, "msgs_burst": null}'
-		WHERE id = $1::uuid`, cl.id)
-	_, key := cp.key(cl.id)
-
-	port := freePort(t)
-	cfg := gatewayCaddyfile(port, dbURL, "meter_flush_interval 1s\n\t\tspool_dir "+t.TempDir(), "upstream_timeout 20s")
-	adapted, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfg), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := caddy.Load(adapted, true); err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			_ = caddy.Stop()
-		}
-	})
-	host := fmt.Sprintf("%s.eu1.example.test:%d", cl.slug, port)
-	eventually(t, 30*time.Second, func() error {
-		r := do(t, client(port), "GET", "http://"+host+"/api/v1/resources/queues", key, "")
-		if r.status != 200 {
-			return fmt.Errorf("queues: %d %s", r.status, r.body)
-		}
-		return nil
-	})
+	g := startMeteredRealGateway(t, "pophangup-real", "20s")
+	broker, cp, cl, key, port, host := g.broker, g.cp, g.cl, g.key, g.port, g.host
 
 	var delivered int64
 	pops := 0
@@ -100,10 +64,7 @@ func TestPopHangUpBilledAsTheRealBrokerDelivered(t *testing.T) {
 		t.Logf("%s: the broker delivered %d messages", name, got)
 	}
 	time.Sleep(time.Second)
-	if err := caddy.Stop(); err != nil { // drains the open minute
-		t.Fatal(err)
-	}
-	stopped = true
+	g.stop(t)
 	reqs, msgs, _ := cp.usageDetail(cl.id, "delivery")
 	t.Logf("usage_minutes bills %d pops and %d deliveries; the broker delivered %d in %d pops", reqs, msgs, delivered, pops)
 	if reqs != int64(pops) || msgs != delivered {
