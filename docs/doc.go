@@ -10,5 +10,5 @@
 // the readiness checks report; that upgrading.md names every migration;
 // that every link from one Markdown file to another resolves; and that no
 // file of the repository points an example at an address outside loopback
-// and the documentation ranges.
+// and the documentation ranges; and that CI fuzzes every fuzz target.
 package docs
