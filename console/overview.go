@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/queengate/queengate/internal/apierror"
+	"github.com/queengate/queengate/internal/cellclient"
 	"github.com/queengate/queengate/limits"
 	"github.com/queengate/queengate/meter"
 )
@@ -387,31 +387,19 @@ func (s *Surface) queues(w http.ResponseWriter, r *http.Request, c *caller) {
 // cellQueues reads GET <cell>/api/v1/resources/queues in the cluster's
 // broker tenant, with the gateway's own cell credential.
 func (s *Surface) cellQueues(ctx context.Context, c *caller, rid string) ([]queueJSON, error) {
-	u := strings.TrimRight(c.cluster.CellURL, "/") + "/api/v1/resources/queues"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("x-queen-tenant", c.cluster.BrokerTenant)
-	req.Header.Set(headerRequestID, rid)
-	req.Header.Set("Accept", "application/json")
+	cell := cellclient.Client{HTTP: s.o.CellClient, BaseURL: c.cluster.CellURL, MaxAnswer: 16 << 20}
 	if s.o.State != nil {
-		if cred := s.o.State.CellCredential(c.cluster); cred != "" {
-			req.Header.Set("Authorization", cred)
-		}
+		cell.Authorization = s.o.State.CellCredential(c.cluster)
 	}
-	resp, err := s.o.CellClient.Do(req)
+	a, err := cell.Do(ctx, cellclient.Request{Method: http.MethodGet, Path: "/api/v1/resources/queues",
+		Tenant: c.cluster.BrokerTenant, RequestID: rid})
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return nil, err
+	if a.Status != http.StatusOK {
+		return nil, fmt.Errorf("cell answered %d", a.Status)
 	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("cell answered %d", resp.StatusCode)
-	}
+	body := a.Body
 	var doc struct {
 		Error  any `json:"error"`
 		Queues []struct {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/queengate/queengate/internal/cellclient"
 	"github.com/queengate/queengate/tenancy"
 )
 
@@ -25,7 +26,7 @@ type grantTarget struct {
 	// scoped: the cell's broker keeps tenants apart (not keeper-only), the
 	// only kind of broker that gates features by grant.
 	scoped bool
-	call   tenancy.CellCall
+	call   cellclient.Client
 }
 
 func readGrantTarget(ctx context.Context, tx pgx.Tx, clusterID, cellID string) (grantTarget, error) {
@@ -44,7 +45,7 @@ func readGrantTarget(ctx context.Context, tx pgx.Tx, clusterID, cellID string) (
 		return g, err
 	}
 	g.features = tenancy.ParseFeatures([]byte(features))
-	g.call = tenancy.CellCall{Client: grantClient, BaseURL: url, Authorization: tenancy.BearerAuthorization(secret)}
+	g.call = cellclient.Client{HTTP: grantClient, BaseURL: url, Authorization: cellclient.Bearer(secret)}
 	return g, nil
 }
 

@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/queengate/queengate/internal/cellclient"
 )
 
 // ClusterRef is one cluster as the inventory reconciler sees it: where its
@@ -63,41 +63,18 @@ const (
 // Authorization). An answer that is not a 2xx JSON object with a "queues"
 // array is an error (the broker reports many errors as HTTP 200 with an
 // {"error": ...} body): the caller must then change nothing for the
-// cluster. client nil means http.DefaultClient.
+// cluster. client nil means the cell client's shared one.
 func ReadInventory(ctx context.Context, client *http.Client, c ClusterRef) (Inventory, error) {
-	if client == nil {
-		client = http.DefaultClient
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, inventoryTimeout)
-		defer cancel()
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(c.CellURL, "/")+inventoryPath, nil)
+	cell := cellclient.Client{HTTP: client, BaseURL: c.CellURL, Authorization: c.Authorization,
+		Timeout: inventoryTimeout, MaxAnswer: inventoryMaxBody}
+	a, err := cell.Do(ctx, cellclient.Request{Method: http.MethodGet, Path: inventoryPath, Tenant: c.BrokerTenant})
 	if err != nil {
 		return Inventory{}, fmt.Errorf("queue inventory: %w", err)
 	}
-	req.Header.Set("x-queen-tenant", c.BrokerTenant)
-	req.Header.Set("Accept", "application/json")
-	if c.Authorization != "" {
-		req.Header.Set("Authorization", c.Authorization)
+	if !a.OK() {
+		return Inventory{}, fmt.Errorf("queue inventory: broker answered HTTP %d %s", a.Status, http.StatusText(a.Status))
 	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return Inventory{}, fmt.Errorf("queue inventory: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, inventoryMaxBody+1))
-	if err != nil {
-		return Inventory{}, fmt.Errorf("queue inventory: reading the answer: %w", err)
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return Inventory{}, fmt.Errorf("queue inventory: broker answered %s", resp.Status)
-	}
-	if len(body) > inventoryMaxBody {
-		return Inventory{}, fmt.Errorf("queue inventory: answer larger than %d bytes", inventoryMaxBody)
-	}
-	return parseInventory(c.ID, body)
+	return parseInventory(c.ID, a.Body)
 }
 
 // parseInventory reads a queue listing:

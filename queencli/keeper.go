@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/queengate/queengate/controlplane"
+	"github.com/queengate/queengate/internal/cellclient"
 	"github.com/queengate/queengate/limits"
 	"github.com/queengate/queengate/tenancy"
 )
@@ -68,7 +69,7 @@ type brokerQueues struct {
 // probe has to withstand, not something to do to it.
 func (b brokerQueues) list(ctx context.Context) ([]string, error) {
 	inv, err := limits.ReadInventory(ctx, b.client, limits.ClusterRef{
-		ID: b.k.ClusterID, BrokerTenant: b.k.BrokerTenant, CellURL: b.k.CellURL, Authorization: tenancy.BearerAuthorization(b.k.CellSecret),
+		ID: b.k.ClusterID, BrokerTenant: b.k.BrokerTenant, CellURL: b.k.CellURL, Authorization: cellclient.Bearer(b.k.CellSecret),
 	})
 	if err != nil {
 		return nil, err
@@ -86,11 +87,12 @@ func (b brokerQueues) list(ctx context.Context) ([]string, error) {
 // broker reports many errors as 200 with {"error": ...}: only an answer
 // saying deleted counts.
 func (b brokerQueues) remove(ctx context.Context, name string) error {
-	cell := tenancy.CellCall{Client: b.client, BaseURL: b.k.CellURL, Authorization: tenancy.BearerAuthorization(b.k.CellSecret)}
-	status, body, err := cell.Do(ctx, http.MethodDelete, "/api/v1/resources/queues/"+url.PathEscape(name), b.k.BrokerTenant, nil)
+	cell := cellclient.Client{HTTP: b.client, BaseURL: b.k.CellURL, Authorization: cellclient.Bearer(b.k.CellSecret)}
+	a, err := cell.Do(ctx, cellclient.Request{Method: http.MethodDelete, Path: "/api/v1/resources/queues/" + url.PathEscape(name), Tenant: b.k.BrokerTenant})
 	if err != nil {
 		return err
 	}
+	status, body := a.Status, a.Body
 	var ans struct {
 		Deleted bool   `json:"deleted"`
 		Error   string `json:"error"`

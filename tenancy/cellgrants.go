@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/queengate/queengate/internal/cellclient"
 )
 
 // GrantKind is a feature grant a tenancy broker (Queen's Rust brokers with
@@ -67,18 +69,18 @@ const grantQuotaPath = "/api/v1/resources/quota"
 // route. Granting what is granted already changes nothing, so it may run
 // again after a failure. The first kind the broker does not confirm (a
 // non-2xx answer, or no answer) is an error naming it.
-func IssueGrants(ctx context.Context, cell CellCall, tenant string, kinds []GrantKind) error {
+func IssueGrants(ctx context.Context, cell cellclient.Client, tenant string, kinds []GrantKind) error {
 	return setGrants(ctx, cell, tenant, kinds, true)
 }
 
 // WithdrawGrants withdraws every kind in kinds from tenant through the
 // cell's quota route ("enabled": false). Withdrawing what is not granted
 // changes nothing.
-func WithdrawGrants(ctx context.Context, cell CellCall, tenant string, kinds []GrantKind) error {
+func WithdrawGrants(ctx context.Context, cell cellclient.Client, tenant string, kinds []GrantKind) error {
 	return setGrants(ctx, cell, tenant, kinds, false)
 }
 
-func setGrants(ctx context.Context, cell CellCall, tenant string, kinds []GrantKind, enabled bool) error {
+func setGrants(ctx context.Context, cell cellclient.Client, tenant string, kinds []GrantKind, enabled bool) error {
 	verb := "grant"
 	if !enabled {
 		verb = "withdraw"
@@ -91,12 +93,12 @@ func setGrants(ctx context.Context, cell CellCall, tenant string, kinds []GrantK
 		if err != nil {
 			return err
 		}
-		status, raw, err := cell.Do(ctx, http.MethodPost, grantQuotaPath, tenant, body)
+		a, err := cell.Do(ctx, cellclient.Request{Method: http.MethodPost, Path: grantQuotaPath, Tenant: tenant, Body: body})
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", verb, k, err)
 		}
-		if status/100 != 2 {
-			return fmt.Errorf("%s %s: the broker answered HTTP %d: %s", verb, k, status, snippet(raw))
+		if !a.OK() {
+			return fmt.Errorf("%s %s: the broker answered HTTP %d: %s", verb, k, a.Status, snippet(a.Body))
 		}
 	}
 	return nil
@@ -113,7 +115,7 @@ const grantCheckName = ProbeQueuePrefix + "grant-check"
 // grant; a 404 is a broker without the route, which gates nothing. Any
 // other answer proves neither and is an error. Streams cannot be read
 // without a grant-free side effect and are not checked.
-func VerifyGrants(ctx context.Context, cell CellCall, tenant string, kinds []GrantKind) ([]GrantKind, error) {
+func VerifyGrants(ctx context.Context, cell cellclient.Client, tenant string, kinds []GrantKind) ([]GrantKind, error) {
 	var missing []GrantKind
 	for _, k := range kinds {
 		var path string
@@ -125,16 +127,16 @@ func VerifyGrants(ctx context.Context, cell CellCall, tenant string, kinds []Gra
 		default:
 			continue
 		}
-		status, raw, err := cell.Do(ctx, http.MethodGet, path, tenant, nil)
+		a, err := cell.Do(ctx, cellclient.Request{Method: http.MethodGet, Path: path, Tenant: tenant})
 		if err != nil {
 			return nil, fmt.Errorf("check the %s grant: %w", k, err)
 		}
 		switch {
-		case status/100 == 2, status == http.StatusNotFound:
-		case status == http.StatusForbidden && isFeatureGated(raw):
+		case a.OK(), a.Status == http.StatusNotFound:
+		case a.Status == http.StatusForbidden && isFeatureGated(a.Body):
 			missing = append(missing, k)
 		default:
-			return nil, fmt.Errorf("check the %s grant: the broker answered HTTP %d: %s", k, status, snippet(raw))
+			return nil, fmt.Errorf("check the %s grant: the broker answered HTTP %d: %s", k, a.Status, snippet(a.Body))
 		}
 	}
 	return missing, nil

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/queengate/queengate/internal/cellclient"
 	"github.com/queengate/queengate/internal/fakebroker"
 )
 
@@ -28,7 +29,7 @@ func TestGrantsFor(t *testing.T) {
 	}
 }
 
-func rustBroker(t *testing.T) (*fakebroker.Broker, CellCall) {
+func rustBroker(t *testing.T) (*fakebroker.Broker, cellclient.Client) {
 	t.Helper()
 	b := fakebroker.New(fakebroker.Options{Tenancy: fakebroker.TenancyRust})
 	u, err := b.Start()
@@ -36,7 +37,7 @@ func rustBroker(t *testing.T) (*fakebroker.Broker, CellCall) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	return b, CellCall{BaseURL: u}
+	return b, cellclient.Client{BaseURL: u}
 }
 
 // TestIssueVerifyWithdrawGrants: against the Rust brokers' model, a fresh
@@ -88,7 +89,7 @@ func TestGrantsFailClosed(t *testing.T) {
 		_, _ = w.Write([]byte(body))
 	}))
 	t.Cleanup(srv.Close)
-	cell := CellCall{BaseURL: srv.URL, Authorization: BearerAuthorization("s3cret")}
+	cell := cellclient.Client{BaseURL: srv.URL, Authorization: cellclient.Bearer("s3cret")}
 	const tenant = "6f1c2a1e-0b7d-4d43-9a55-3f1d2b8e9c01"
 	if err := IssueGrants(ctx, cell, tenant, []GrantKind{GrantKV}); err == nil || !strings.Contains(err.Error(), "grant kv: the broker answered HTTP 404") {
 		t.Fatalf("issue on a broker without the route: %v", err)

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/queengate/queengate/internal/cellclient"
 )
 
 // TenantScoping is what a cell's broker does with x-queen-tenant, as the
@@ -251,16 +253,16 @@ func (p *cellProbe) call(ctx context.Context, method, path, tenant, body string,
 // callStatus sends one probe request and decodes a 2xx answer, or an
 // answer of status also (0: none), into out, and returns the status.
 func (p *cellProbe) callStatus(ctx context.Context, method, path, tenant, body string, out any, also int) (int, error) {
-	status, raw, err := CellCall{Client: p.client, BaseURL: p.baseURL, Authorization: p.authorization}.
-		Do(ctx, method, path, tenant, []byte(body))
+	a, err := cellclient.Client{HTTP: p.client, BaseURL: p.baseURL, Authorization: p.authorization}.
+		Do(ctx, cellclient.Request{Method: method, Path: path, Tenant: tenant, Body: []byte(body)})
 	if err != nil {
-		return status, err
+		return a.Status, err
 	}
-	if status/100 != 2 && (also == 0 || status != also) {
-		return status, fmt.Errorf("HTTP %d: %s", status, bytes.TrimSpace(raw[:min(len(raw), 200)]))
+	if !a.OK() && (also == 0 || a.Status != also) {
+		return a.Status, fmt.Errorf("HTTP %d: %s", a.Status, bytes.TrimSpace(a.Body[:min(len(a.Body), 200)]))
 	}
-	if err := json.Unmarshal(raw, out); err != nil {
-		return status, fmt.Errorf("answer is not the JSON expected: %w", err)
+	if err := json.Unmarshal(a.Body, out); err != nil {
+		return a.Status, fmt.Errorf("answer is not the JSON expected: %w", err)
 	}
-	return status, nil
+	return a.Status, nil
 }

@@ -4,12 +4,14 @@ import (
 	"net/http"
 	"net/textproto"
 	"strings"
+
+	"github.com/queengate/queengate/internal/cellclient"
 )
 
 // CellOwnedHeaders are the request headers only the gateway sets for the
 // cell: the cell's credential, the cluster's broker namespace and the
 // gateway's request id. A client's copies never reach the cell.
-var CellOwnedHeaders = []string{"Authorization", "X-Queen-Tenant", "X-Queen-Request-Id"}
+var CellOwnedHeaders = []string{cellclient.HeaderAuthorization, cellclient.HeaderTenant, cellclient.HeaderRequestID}
 
 // hopByHopHeaders are the fields RFC 9110 §7.6.1 reserves for one hop, plus
 // the non-standard Proxy-Connection that libcurl still sends.
