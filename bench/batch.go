@@ -15,7 +15,8 @@ import (
 // workload runs closed loop against bare Caddy and queengate only (the
 // upstream alone is not the comparison here), in interleaved rounds, and
 // prints queengate's throughput and proxy CPU per request as ratios of
-// bare Caddy's (issue 26: ≥ 0.95 and ≤ 1.10×).
+// bare Caddy's, against the goals docs/benchmarks.md records (≥ 0.95 and
+// ≤ 1.10×).
 
 // The goals every batched workload is held to, as ratios of bare Caddy's
 // figures in the same run.
@@ -113,7 +114,7 @@ func batchBenchmark(ctx context.Context, e *env, o options) error {
 	if e.front != nil {
 		fmt.Printf("The upstream is the batch front (bench/front.go), in the load generator's process, answering as the fake broker does.\n\n")
 	}
-	fmt.Printf("Goals (issue 26): throughput queengate / bare Caddy ≥ %.2f, proxy CPU per request ≤ %.2f× bare Caddy's.\n\n", batchThroughputGoal, batchCPUGoal)
+	fmt.Printf("Goals: throughput queengate / bare Caddy ≥ %.2f, proxy CPU per request ≤ %.2f× bare Caddy's.\n\n", batchThroughputGoal, batchCPUGoal)
 	fmt.Printf("| workload | throughput queengate / bare Caddy (goal ≥ %.2f) | proxy CPU per request queengate / bare Caddy (goal ≤ %.2f×) | proxy CPU µs/req: queengate | bare Caddy | goals |\n", batchThroughputGoal, batchCPUGoal)
 	fmt.Println("|---|---:|---:|---:|---:|---|")
 	for _, m := range summaries {

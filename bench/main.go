@@ -416,7 +416,7 @@ func loadBenchmark(ctx context.Context, e *env, o options) error {
 }
 
 // printPhase prints one phase's table and its verdicts against the goals
-// of issue 16: throughput ≥ 0.95 of bare Caddy in the closed loop, at most
+// docs/benchmarks.md records: throughput ≥ 0.95 of bare Caddy in the closed loop, at most
 // 6 µs of plugin CPU per request, at most 0.5 ms of p99 added when paced.
 func printPhase(ss []*series, paced bool) {
 	fmt.Println("| target | req/s (median) | req/s per round | p50 | p99 | p99.9 | max | errors | pops delivering | CPU µs/req: proxy | upstream | load generator |")

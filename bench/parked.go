@@ -153,7 +153,7 @@ func parkedBenchmark(ctx context.Context, e *env, o options) error {
 	row(fmt.Sprintf("%d parked", o.parked), held)
 	row(fmt.Sprintf("released (after %.1f s)", releasedIn.Seconds()), back)
 	perPop := float64(held.gateway.rssKB-idle.gateway.rssKB) / float64(o.parked)
-	fmt.Printf("\n- gateway RSS while holding them: **%.1f MB**, %.1f KB per parked pop over idle — goal ≤ 32 KB (issue 16): %s\n",
+	fmt.Printf("\n- gateway RSS while holding them: **%.1f MB**, %.1f KB per parked pop over idle — goal ≤ 32 KB: %s\n",
 		float64(held.gateway.rssKB)/1024, perPop, verdict(perPop <= 32))
 	fmt.Printf("- the floor, bare Caddy's reverse_proxy holding the same %d pops (to the same upstream, same run): %.1f MB RSS, **%.1f KB per parked pop** over idle; queengate's own share is the difference, %.1f KB\n",
 		o.parked, floor.heldMB, floor.perPopKB, perPop-floor.perPopKB)

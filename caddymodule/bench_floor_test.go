@@ -127,7 +127,8 @@ func BenchmarkFloorUTF8(b *testing.B) {
 	})
 }
 
-// BenchmarkFloorJSONValid is encoding/json.Valid, issue 26's yardstick.
+// BenchmarkFloorJSONValid is encoding/json.Valid, the yardstick the
+// readers' speed is measured against (docs/benchmarks.md).
 func BenchmarkFloorJSONValid(b *testing.B) {
 	floorBench(b, func(x []byte) {
 		if json.Valid(x) {

@@ -5,8 +5,8 @@ import (
 	"testing"
 )
 
-// TestBodiesReadOrRefused covers issue 14 findings 1, 3 and 5 at the
-// handler, on every kind of body: what the gateway cannot read exactly as
+// TestBodiesReadOrRefused: an item without a payload, invalid UTF-8 and a
+// leading byte-order mark, at the handler, on every kind of body: what the gateway cannot read exactly as
 // the broker would is refused with 400 and never reaches the cell.
 func TestBodiesReadOrRefused(t *testing.T) {
 	env := newTestEnv(t)

@@ -7,8 +7,8 @@ import (
 	"github.com/queengate/queengate/tenancy"
 )
 
-// TestReadLikeTheBroker covers issue 14 findings 4, 6 and 7 at the
-// handler: what the broker would read otherwise is refused before it is
+// TestReadLikeTheBroker: long-poll query values, method and path case, and
+// cookie-authenticated writes, at the handler: what the broker would read otherwise is refused before it is
 // forwarded, and a cookie-authenticated write from another site is too.
 func TestReadLikeTheBroker(t *testing.T) {
 	env := newTestEnv(t)
@@ -63,8 +63,8 @@ func TestReadLikeTheBroker(t *testing.T) {
 	}
 }
 
-// TestProbeNamesAreRefused covers issue 21: no tenant request may name
-// the isolation probe's queue, namespace or task, in any spelling the
+// TestProbeNamesAreRefused: no tenant request may name the isolation
+// probe's queue, namespace or task, in any spelling the
 // broker reads as that name; such requests never reach the cell.
 func TestProbeNamesAreRefused(t *testing.T) {
 	env := newTestEnv(t)

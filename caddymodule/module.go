@@ -1,8 +1,14 @@
-// Package caddymodule is queengate's Caddy glue: it registers the queen app,
-// the queen_gateway handler and its Caddyfile directive, the dynamic
-// upstream that sends each request to its cluster's cell, and the on-demand
-// TLS permission module for cluster hostnames. The logic lives in
-// tenancy, limits and meter; this package only wires it into Caddy.
+// Package caddymodule runs queengate inside Caddy. Its queen app owns the
+// gateway's process-wide state (control-plane pool and caches, leadership,
+// limits and metering state, metrics, readiness); its queen_gateway handler
+// is the request pipeline, which puts each tenant request through the
+// decisions of tenancy, limits and meter in a fixed order (size, cluster,
+// status, route, plan gates, authentication, admission of the body and its
+// limits, the cell's isolation) and then forwards it to the cell with the
+// headers only the gateway sets, metering the answer and refusing in the
+// JSON error envelope. It also registers the Caddyfile directives, the
+// upstream that picks each request's cell and the on-demand TLS permission
+// for cluster hostnames.
 package caddymodule
 
 import (

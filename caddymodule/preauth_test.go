@@ -50,9 +50,10 @@ var routesWithBodies = []struct{ method, target, body string }{
 	{"POST", "/api/v1/locks", `{"q":1}`},
 }
 
-// Issue 22, point 3: nothing reads a request body before the credential
-// is verified and the failure guard is passed, on any route, cluster
-// state or listener.
+// Nothing reads a request body before the credential is verified and the
+// failure guard is passed, on any route, cluster state or listener: an
+// unauthenticated caller must not make the gateway spend a body's worth
+// of reading.
 func TestNoBodyIsReadBeforeAuthentication(t *testing.T) {
 	normal := testGateway(t)
 	shielded := testGateway(t)
@@ -135,7 +136,7 @@ func TestCarveOutAuthorizedAfterReclassification(t *testing.T) {
 	}
 }
 
-// Issue 22, point 5: the carve-out is bounded: its body, each value
+// The carve-out is bounded like any other write: its body, each value
 // against the plan's payload cap, its operations against the batch cap.
 func TestCarveOutIsBounded(t *testing.T) {
 	env := newTestEnv(t)
@@ -211,8 +212,8 @@ func (b *cutBody) Read(p []byte) (int, error) {
 	return 0, b.err
 }
 
-// Issue 22, point 5: a body that cannot be read is 400, not 413; a body
-// over the cap stays 413.
+// A body that cannot be read is 400, not 413 (the client did not send too
+// much, it sent something broken); a body over the cap stays 413.
 func TestUnreadableBodyIsBadRequest(t *testing.T) {
 	g := testGateway(t)
 	for _, err := range []error{errors.New("malformed chunked encoding"), io.ErrUnexpectedEOF} {
@@ -226,8 +227,8 @@ func TestUnreadableBodyIsBadRequest(t *testing.T) {
 	expect(t, w, seen, 413, "payload_too_large")
 }
 
-// Issue 22, point 5: one tenant's bad keys from an address do not lock
-// out the valid credentials of anyone else from that address; and what
+// One tenant's bad keys from an address do not lock out the valid
+// credentials of anyone else from that address; and what
 // the guard lets through cannot be used to test guesses.
 func TestFailureGuardNeverRefusesAKnownCredential(t *testing.T) {
 	env := newTestEnv(t)
@@ -339,8 +340,9 @@ func TestFailureGuardNeverRefusesAKnownCredential(t *testing.T) {
 	}
 }
 
-// Issue 22, point 5: /readyz detail, and the checks behind it, only on
-// the probe listener or to loopback; a cached verdict to anyone else.
+// /readyz detail, and the checks behind it, only on the probe listener or
+// to loopback; a cached verdict to anyone else, so that nobody outside
+// can learn the gateway's internals or make it run its checks at will.
 func TestReadinessDetailOnlyForProbesAndLoopback(t *testing.T) {
 	g := testGateway(t)
 	var runs atomic.Int64

@@ -14,7 +14,7 @@ import (
 	"github.com/queengate/queengate/meter"
 )
 
-// Issue 14, findings 1, 2, 3 and 5, through a real Caddy: every produce
+// Through a real Caddy: every produce
 // body is read as the broker reads it, or refused with 400 and never
 // forwarded; refusals are not billed; and what is billed is what the broker
 // stored, at any answer size.
@@ -134,7 +134,7 @@ func TestProduceBodiesFailClosed(t *testing.T) {
 	// Finding 1: an item without "payload" (the broker stores {}) no
 	// longer lifts the batch cap, the message bucket, the queue cap, the
 	// payload cap or the depth the gateway reads.
-	t.Run("finding 1: a missing payload is an item like any other", func(t *testing.T) {
+	t.Run("a missing payload is an item like any other", func(t *testing.T) {
 		refusedUnseen(t, broker, push(itemsBody(1001, noPayload(500))), 413, "payload_too_large",
 			"batch of 1001 items exceeds max_batch_items (1000)")
 		refusedUnseen(t, broker, push(itemsBody(300, noPayload(0))), 429, "rate_limited", "")
@@ -168,7 +168,7 @@ func TestProduceBodiesFailClosed(t *testing.T) {
 
 	// Finding 3: a body that is not UTF-8 kills the broker; it is refused
 	// on every route, before it reaches the cell.
-	t.Run("finding 3: invalid UTF-8 never reaches the cell", func(t *testing.T) {
+	t.Run("invalid UTF-8 never reaches the cell", func(t *testing.T) {
 		bad := "{\"items\":[{\"queue\":\"u\",\"payload\":\"\xff\xfe\"}]}"
 		refusedUnseen(t, broker, push(bad), 400, "bad_request", "body is not valid UTF-8 at byte 34")
 		ack := "{\"transactionId\":\"t\",\"partitionId\":\"p\",\"status\":\"completed\",\"error\":\"\xc3\"}"
@@ -185,7 +185,7 @@ func TestProduceBodiesFailClosed(t *testing.T) {
 	})
 
 	// Finding 5: a byte-order mark hid a growing batch from the push block.
-	t.Run("finding 5: a byte-order mark is refused", func(t *testing.T) {
+	t.Run("a byte-order mark is refused", func(t *testing.T) {
 		heldURL := func(path string) string { return url(held.slug, path) }
 		bom := "\xef\xbb\xbf"
 		const bomMessage = "body starts with a UTF-8 byte-order mark; send the JSON without it"

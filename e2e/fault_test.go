@@ -17,7 +17,7 @@ import (
 	"github.com/queengate/queengate/internal/pgtest"
 )
 
-// The fault suite (issue 7). Together with TestGatewayDuringDatabaseOutage
+// The fault suite. Together with TestGatewayDuringDatabaseOutage
 // (database outage: known clusters served, unknown ones refused, recovery)
 // and TestMeteringSurvivesDatabaseOutageAndRestart (database outage under
 // load with a gateway restart in the middle: usage spooled, then replayed,

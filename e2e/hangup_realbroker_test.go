@@ -15,8 +15,7 @@ import (
 	"github.com/queengate/queengate/internal/realbroker"
 )
 
-// TestHangUpBilledAsTheRealBrokerStored is issue 22's reproduction against
-// the real broker 0.15.1: five pushes of 1,000 items through the gateway,
+// TestHangUpBilledAsTheRealBrokerStored, against the real broker 0.15.1: five pushes of 1,000 items through the gateway,
 // each client closing its connection (with a reset) 2 to 50 ms after it
 // sent the request. Whatever the broker committed, usage_minutes bills the
 // same, as its queen.messages shows, and the monthly quota counts it.

@@ -215,8 +215,7 @@ func (cp *controlPlane) usageDetail(clusterID, op string) (reqs, msgs, unanswere
 	return reqs, msgs, unanswered
 }
 
-// TestHangUpIsBilledFromWhatTheBrokerStored is issue 22's first point: a
-// client that leaves (HTTP/1.1 connection reset, HTTP/2 RST_STREAM) at
+// TestHangUpIsBilledFromWhatTheBrokerStored: a client that leaves (HTTP/1.1 connection reset, HTTP/2 RST_STREAM) at
 // several moments, against a broker whose answer is slow, cut short or
 // never comes. For every case usage_minutes bills exactly what the broker
 // stored (and says which messages it billed without an answer), and the

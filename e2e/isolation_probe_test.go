@@ -119,7 +119,8 @@ func slowProbeCell(t *testing.T, b *fakebroker.Broker, delay time.Duration, prob
 
 var probeQueueName = regexp.MustCompile(`queengate-isolation-probe-[0-9a-f]{32}`)
 
-// TestProbeRaceNeverFlipsAnUnscopedCell is issue 21's attack end to end:
+// TestProbeRaceNeverFlipsAnUnscopedCell is the attack on the probe, end to
+// end:
 // on a broker without tenancy, the cell's keeper (a valid key, through
 // the gateway) lists the probe's queue and tries to delete it in a tight
 // loop while gateways start and probe; a second attacker deletes it

@@ -80,8 +80,7 @@ func clientRequests(b *fakebroker.Broker, cl cluster) int {
 	return n
 }
 
-// TestUnscopedCellServesOnlyItsOldestCluster is issue 13's reproduction on
-// a cell whose broker ignores x-queen-tenant (the public 0.15.1 broker):
+// TestUnscopedCellServesOnlyItsOldestCluster: on a cell whose broker ignores x-queen-tenant (the public 0.15.1 broker):
 // acme's secret must never reach globex, whose cluster shares the cell.
 func TestUnscopedCellServesOnlyItsOldestCluster(t *testing.T) {
 	s := newIsolationSetup(t, "iso1", fakebroker.Options{IgnoreTenant: true})

@@ -10,8 +10,8 @@ import (
 	"github.com/queengate/queengate/internal/pgtest"
 )
 
-// TestKeeperDataNeverPassesOn is issue 21's points 3 and 4 end to end, on a
-// cell whose broker ignores x-queen-tenant: a cluster moved in later never
+// TestKeeperDataNeverPassesOn, end to end, on a cell whose broker ignores
+// x-queen-tenant: a cluster moved in later never
 // takes the cell from its keeper, and the keeper leaves (cluster move) only
 // once its queues are gone from the broker, so the next keeper is served
 // nothing of the old keeper's data.

@@ -210,7 +210,7 @@ func sinceLastJournalWrite(spool string, kill time.Time) string {
 	return kill.Sub(last).Round(time.Millisecond).String()
 }
 
-// TestMeteringSIGKILLLosesAtMostOneCheckpoint is issue 17's crash case: the
+// TestMeteringSIGKILLLosesAtMostOneCheckpoint is the crash case: the
 // real gateway binary under steady push load is killed with SIGKILL,
 // restarted on the same spool directory, driven a little longer and stopped
 // cleanly. usage_minutes then holds what the broker stored, less at most

@@ -148,7 +148,7 @@ func TestMeteringBooksWhatTheBrokerStored(t *testing.T) {
 	}
 }
 
-// TestMeteringSurvivesDatabaseOutageAndRestart is issue 4's fault test:
+// TestMeteringSurvivesDatabaseOutageAndRestart is the database fault test:
 // steady load through real Caddy, PostgreSQL stopped for two minutes, the
 // gateway restarted once during the outage, PostgreSQL back. After the
 // spool drains, usage_minutes holds exactly what the broker accepted per

@@ -19,7 +19,9 @@ import (
 	"github.com/queengate/queengate/internal/pgtest"
 )
 
-// Issue 22, points 3 and 5, through a real Caddy.
+// Before authentication, through a real Caddy: no body is read for a
+// caller the gateway does not know, and what it reads for one it does
+// (the carve-out, the failure guard, readiness detail) is bounded.
 
 // zeroChunk is what every large body is written from: one shared buffer,
 // so that the clients allocate nothing per connection or per byte.

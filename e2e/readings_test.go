@@ -18,10 +18,11 @@ import (
 	"github.com/queengate/queengate/tenancy"
 )
 
-// The tests in this file are issue 14's findings 4, 6, 7 and 8 through a
-// real Caddy: what the gateway acts on is read exactly as the broker reads
-// it, what it cannot read so is refused and never reaches the cell, and
-// what the cell should not tell a tenant does not reach the tenant.
+// The tests in this file (long-poll query values, method and path case,
+// cookie writes, cell internals) run through a real Caddy: what the
+// gateway acts on is read exactly as the broker reads it, what it cannot
+// read so is refused and never reaches the cell, and what the cell should
+// not tell a tenant does not reach the tenant.
 
 // readingsGateway starts a gateway (sessions on, the meter flushing every
 // second) in front of one cluster on its own cell, and returns the
@@ -51,7 +52,7 @@ func assertNothingForwarded(t *testing.T, b *fakebroker.Broker, what string) {
 	}
 }
 
-// TestLongPollsReadLikeTheBroker is finding 4: the broker parks a pop for
+// TestLongPollsReadLikeTheBroker: the broker parks a pop for
 // wait=1, await=true or x=wait=true, so each takes a parked slot; on a
 // cluster capped at two, six concurrent pops park two and refuse four.
 func TestLongPollsReadLikeTheBroker(t *testing.T) {
@@ -124,7 +125,7 @@ func TestLongPollsReadLikeTheBroker(t *testing.T) {
 	}
 }
 
-// TestMethodAndPathCase is finding 6: "post" and "/API/V1/PUSH" are not
+// TestMethodAndPathCase: "post" and "/API/V1/PUSH" are not
 // what the classifier reads, so they are refused and never forwarded.
 func TestMethodAndPathCase(t *testing.T) {
 	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
@@ -171,7 +172,7 @@ func TestMethodAndPathCase(t *testing.T) {
 	}
 }
 
-// TestCookieWritesNeedTheirOwnSite is finding 7: a session cookie carried
+// TestCookieWritesNeedTheirOwnSite: a session cookie carried
 // by a request another site made cannot push, delete or consume; it gets
 // the console's 403 csrf_rejected and nothing reaches the cell.
 func TestCookieWritesNeedTheirOwnSite(t *testing.T) {
@@ -265,7 +266,7 @@ func TestCookieWritesNeedTheirOwnSite(t *testing.T) {
 	}
 }
 
-// TestCellInternalsWithheld is finding 8: broker answers whose error text
+// TestCellInternalsWithheld: broker answers whose error text
 // carries SQL, PL/pgSQL function names or connection details reach the
 // tenant as the gateway's envelope with the cell's status and the request
 // id; normal answers, payloads that merely look like SQL included, are

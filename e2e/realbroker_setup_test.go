@@ -14,7 +14,7 @@ import (
 	"github.com/queengate/queengate/internal/realbroker"
 )
 
-// The files named realbroker_*_test.go are issue 23's contract suite: the
+// The files named realbroker_*_test.go are the contract suite: the
 // gateway, in a real Caddy, in front of the real public broker (Queen
 // 0.15.1, which has no tenancy), held against the same requests sent to
 // the broker directly and against what the broker stored in its database.

@@ -9,7 +9,7 @@ import (
 	"github.com/queengate/queengate/internal/pgtest"
 )
 
-// Issue 22, points 2 and 4, through a real Caddy: a value the broker's
+// Through a real Caddy: a value the broker's
 // schema cannot store is refused with 400 before the cell on every route
 // that stores one, and the plan's per-item and batch caps hold on every
 // route that stores a client value. Nothing refused reaches the cell (the

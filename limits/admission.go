@@ -30,15 +30,15 @@ import (
 // except the one named "Default". The broker creates "Default" by itself
 // (/configure does, and so does a push that names no partition), so it is
 // not something a tenant asked for; a plan of N partitions allows N named
-// partitions (SPEC fix 4: asking for exactly N works). Persisted counts use
+// partitions, so a tenant that asks for exactly N gets them. Persisted counts use
 // the same unit, so the floor read back after a restart means what the
 // gateway counts.
 //
 // After a restart (or an invalidation) the gateway knows how many partitions
 // a queue has, not which: the first partitions written to after the load,
 // up to that count, are taken to be the existing ones, so a queue at its cap
-// keeps working on every partition it has (SPEC fix 4, "also after a
-// restart"). A brand-new partition used before the existing ones are touched
+// keeps working on every partition it has after a restart as before it.
+// A brand-new partition used before the existing ones are touched
 // takes one of those places; that can exceed the cap by at most the loaded
 // count, once per load, and the persisted count (a lower bound, raised with
 // GREATEST) is never inflated by it.

@@ -153,8 +153,7 @@ func TestAdmitQueueCap(t *testing.T) {
 }
 
 func TestAdmitPartitionsExactlyAtCap(t *testing.T) {
-	// SPEC fix 4: a plan of 3 partitions per queue allows 3 named
-	// partitions; the Default partition (which /configure creates) does not
+	// A plan of 3 partitions per queue allows 3 named partitions; the Default partition (which /configure creates) does not
 	// use one of them.
 	a := NewAdmission(newMemStore())
 	lim := capsQP(Unlimited, 3)

@@ -18,7 +18,8 @@ import (
 
 // A model of how the broker (Queen 0.15.1) reads produce bodies, written
 // from its recorded behaviour (fixtures C14–C33, C86–C91, C170, S30) and
-// the facts of issue 14, on encoding/json into generic values: keys match
+// the bodies below that it was seen to read differently from the gateway,
+// on encoding/json into generic values: keys match
 // exactly, the last of duplicated keys wins, values are kept as sent. It
 // shares no code with the gateway's parsers, which the fuzz target below
 // holds against it.
@@ -554,8 +555,11 @@ func agree(t *testing.T, what string, gwErr error, brokerOK, gatewayOnly, sure b
 	return gwErr == nil
 }
 
-// issue14Examples are the bodies of findings 1, 3 and 5 of issue 14 (the
-// large ones at a size a fuzz seed can hold). The seed corpus under
+// issue14Examples are bodies the gateway once read differently from the
+// broker: an item without a payload (in a batch, first, beside other
+// queues, in a transaction), a payload nested too deep, invalid UTF-8 or
+// a lone surrogate, a leading byte-order mark (the large ones at a size a
+// fuzz seed can hold). The seed corpus under
 // testdata/fuzz/FuzzParseProduce holds each one under its name, in the
 // go test fuzz v1 format with the body quoted as by %q.
 func issue14Examples() map[string]string {

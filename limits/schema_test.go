@@ -9,8 +9,9 @@ import (
 )
 
 // schemaExamples are bodies holding each value the broker's schema cannot
-// store, one rule each, as issue 22 (point 2) found them; every one is a
-// seed of FuzzParseProduce under testdata/fuzz/FuzzParseProduce.
+// store, one rule each (the broker would fail the whole batch in its
+// database after the gateway counted it); every one is a seed of
+// FuzzParseProduce under testdata/fuzz/FuzzParseProduce.
 func schemaExamples() map[string]string {
 	long := strings.Repeat("t", MaxNameChars+1)
 	longWide := strings.Repeat("é", MaxNameChars+1)
@@ -100,8 +101,9 @@ func TestSchemaRules(t *testing.T) {
 	}
 }
 
-// TestStoredValueCaps (issue 22, point 4): the per-item and batch caps apply
-// to ephemeral messages, KV and timers operations and KV values.
+// TestStoredValueCaps: the per-item and batch caps apply to ephemeral
+// messages, KV and timers operations and KV values, not only to queue
+// pushes, since each is stored on the broker all the same.
 func TestStoredValueCaps(t *testing.T) {
 	lim := AllUnlimited()
 	lim.MaxPayloadBytes, lim.MaxBatchItems = 10, 2

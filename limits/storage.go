@@ -28,9 +28,10 @@ import (
 //     measurements; that block, too, is released by a measurement at or
 //     below 90%.
 //
-// A cap raised above the measurement, or removed, clears the block at once
-// (SPEC fix 5): the current cap comes with every InFlightBlocked call (each
-// push) and SetCap, not only with the next measurement.
+// A cap raised above the measurement, or removed, clears the block at once,
+// not at the next measurement minutes later (an operator who raises a
+// cluster's cap expects its pushes to go through now): the current cap
+// comes with every InFlightBlocked call (each push) and SetCap.
 //
 // A broker that reports no byte counts (older than 0.16) leaves the quota
 // inactive: nothing blocks, the estimate included, and Active says so.

@@ -167,7 +167,8 @@ func TestStorageEstimateReleasedByLowMeasurement(t *testing.T) {
 }
 
 func TestStorageCapRaisedOrRemovedClearsAtOnce(t *testing.T) {
-	// SPEC fix 5.
+	// A raised or removed cap unblocks at once, not at the next
+	// measurement.
 	s, _ := newTestStorage()
 	if blocked, _ := s.Observe("c", measured(5000), 1000); !blocked {
 		t.Fatal("not blocked")

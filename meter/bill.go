@@ -112,7 +112,8 @@ type popMessage struct {
 // []}), a 204, another status or an unreadable body bill 0.
 //
 // ids holds one redelivery key per identifiable message, for the gateway's
-// redelivery filter (SPEC fix 7): partitionId + "/" + transactionId + "/" +
+// redelivery filter (a message is debited from the bucket once, however
+// often it is delivered again): partitionId + "/" + transactionId + "/" +
 // consumerGroup (the message's own group, else the answer's top-level one,
 // "__QUEUE_MODE__" in queue mode), so the same message popped again by the
 // same consumer group gives the same key, and a second consumer group

@@ -220,8 +220,8 @@ func allocsOf(read func()) (count, bytes float64) {
 	return count, bytes
 }
 
-// TestAnswerAllocationsDoNotGrowWithItems is issue 26, goal 2, for the
-// answers: reading the answer to 1,000 items allocates no more, in count
+// TestAnswerAllocationsDoNotGrowWithItems: allocations independent of the
+// item count, for the answers: reading the answer to 1,000 items allocates no more, in count
 // and in bytes, than reading the answer to 10. BillPop has a test of its
 // own (allocs_norace_test.go).
 func TestAnswerAllocationsDoNotGrowWithItems(t *testing.T) {

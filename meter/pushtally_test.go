@@ -92,7 +92,7 @@ func TestPushTallyRefusesUnreadableAnswers(t *testing.T) {
 	}
 }
 
-// TestPushTallyLargeAnswer is issue 14, finding 2: an answer far over the
+// TestPushTallyLargeAnswer: an answer far over the
 // billing copy limit is billed in full, in the pieces a proxy writes, with
 // memory that does not grow with it.
 func TestPushTallyLargeAnswer(t *testing.T) {

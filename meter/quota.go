@@ -51,7 +51,8 @@ type blockSet struct {
 //
 // The monthly quota counts billable messages only (the push and txn
 // operation classes: stored pushes, committed transactional pushes, stream
-// sink items, stored DLQ replays), never deliveries (SPEC fix 6), over the
+// sink items, stored DLQ replays), never deliveries (a message is billed
+// once, when stored, however many consumers read it), over the
 // UTC calendar month. At WarnPercent of the quota a cluster gets one
 // cluster_monthly_quota_warning outbox event per month; at 100% one
 // cluster_monthly_quota_blocked event, and its pushes are blocked until the

@@ -53,7 +53,7 @@ func TestQuotaMonthlyChain(t *testing.T) {
 	}
 	record(OpPush, 50)
 	record(OpTxn, 10)
-	record(OpDelivery, 1000) // deliveries are not billed (SPEC fix 6)
+	record(OpDelivery, 1000) // deliveries are not billed: a message is billed once, when stored
 	record(OpRead, 0)
 	m.Record(Sample{ClusterID: other, Op: OpPush, Reqs: 1, Msgs: 1_000_000})
 	if err := m.Drain(ctx); err != nil {

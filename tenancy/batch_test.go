@@ -125,7 +125,7 @@ func TestBatchGrows(t *testing.T) {
 		{"empty array", `[]`, false},
 		{"empty operations", `{"operations":[]}`, false},
 		// What is not a batch, or not readable, grows: the push block
-		// refuses it rather than guess (issue 14, finding 5).
+		// refuses it rather than guess how the broker reads it.
 		{"operations absent", `{"ops":[{"op":"put"}]}`, true},
 		{"operations not an array", `{"operations":{"op":"put"}}`, true},
 		{"empty body", ``, true},

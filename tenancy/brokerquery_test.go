@@ -9,7 +9,9 @@ import (
 	"unicode/utf8"
 )
 
-// brokerQueryExamples are the readings issue 14 names and their
+// brokerQueryExamples are query values the gateway once read differently
+// from the broker (a key found inside a longer one, the first of repeated
+// keys, escaped and malformed escapes) and their
 // neighbours: every one is a seed of the fuzz targets below.
 var brokerQueryExamples = []struct {
 	query, key string

@@ -35,8 +35,8 @@ func TestProbeRealBrokerIsUnscoped(t *testing.T) {
 	}
 }
 
-// TestProbeRealBrokerDeletionAtTheWorstMoment is issue 21's attack on the
-// real broker: right after the writer's first read, someone sharing the
+// TestProbeRealBrokerDeletionAtTheWorstMoment is the attack on the probe,
+// against the real broker: right after the writer's first read, someone sharing the
 // namespace deletes the probe queue. The reader is then told "Queue not
 // found", and the old probe said scoped; now the writer's second read
 // shows the queue gone, and the probe is undecided.

@@ -240,8 +240,7 @@ func recreateQueue(rb *raceBroker, name, ns, task string) {
 	rb.as(http.MethodPost, "/api/v1/configure", string(body), nil)
 }
 
-// TestProbeCannotBeFooledByADeletion is issue 21's attack on the probe
-// itself: a tenant sharing the unscoped namespace deletes (or deletes and
+// TestProbeCannotBeFooledByADeletion is the attack on the probe itself: a tenant sharing the unscoped namespace deletes (or deletes and
 // recreates) the probe queue at the worst moments. The probe never says
 // scoped on the unscoped broker; on a scoping broker the same tenant
 // cannot reach the probe's queue, and the probe still says scoped.

@@ -1,5 +1,11 @@
-// Package tenancy knows who a request belongs to: clusters, their tenants,
-// cells, plans and API keys as stored in the queen_proxy control-plane
-// database, the cluster cache that keeps them close to the request path, and
-// its invalidation. It does not import Caddy.
+// Package tenancy decides who a request acts for and whether that cluster
+// may be served: it finds the cluster a host or credential names (clusters,
+// tenants, cells, plans, API keys, users and sessions from the queen_proxy
+// control-plane database, cached near the request path and invalidated
+// when they change), classifies the route into the scope a key needs, and
+// judges the cluster's cell (whether its broker keeps tenants apart, which
+// cluster keeps an unscoped cell, the grants a plan needs there, drains and
+// which cells this gateway fronts). It also mints what the gateway presents
+// to a cell in a caller's name. Limits and billing are other packages'
+// decisions; it does not import Caddy.
 package tenancy

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestClassifyRouteCase is issue 14 finding 6: a method or a path the
+// TestClassifyRouteCase: a method or a path the
 // broker would match differently because of letter case is refused, never
 // classified one way and served another.
 func TestClassifyRouteCase(t *testing.T) {

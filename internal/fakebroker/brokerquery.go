@@ -9,7 +9,7 @@ import "strings"
 // std::stoi reads it (blanks, a sign, digits, and whatever follows
 // ignored; no digits or out of int range: the default). The pop routes
 // read their parameters this way, so the fake parks exactly the pops the
-// broker would (issue 14).
+// broker would, and a test can tell a gateway that reads them otherwise.
 
 // brokerParam is the decoded value of key, "" when absent.
 func brokerParam(rawQuery, key string) string {

@@ -4,7 +4,8 @@ package fakebroker
 // batch: it hands the batch to its SQL as a LIMIT, and PostgreSQL's error,
 // statement and PL/pgSQL context come back verbatim with HTTP 200, as its
 // other database errors do (fixtures C65, C104). The exact CONTEXT lines
-// were not recorded; this text is modelled on the report in issue 14, so
+// were not recorded; this text has the shape PostgreSQL gives such an
+// error (message, CONTEXT with the statement and the PL/pgSQL line), so
 // that tests can see such internals reach the gateway.
 func pgNegativeLimitError() obj {
 	return obj{
