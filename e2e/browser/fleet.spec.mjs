@@ -1,0 +1,152 @@
+// The operators' console on the operator host, in a real browser (Debian's
+// headless Chromium driven by playwright-core), on a fleet's first day: a
+// fresh database with the platform tenant and one operator, no cell and no
+// cluster. A plain Node script like console.spec.mjs: one line per step, a
+// screenshot of each, exit 1 on the first failure.
+//
+// e2e/browser_test.go (TestBrowserFleetFirstDay) starts the gateway and
+// runs it with:
+//
+//   QG_OPS_URL       the operator host's origin, e.g. http://ops.example.test:8080
+//   QG_GATEWAY_ADDR  where it really listens, e.g. 127.0.0.1:8080 (no DNS)
+//   QG_OPERATOR_EMAIL, QG_OPERATOR_PASSWORD  the operator `user create --operator` made
+//   QG_OUTPUT_DIR    screenshots (default test-output/fleet beside this file)
+//   QG_CHROMIUM      browser executable (default /usr/bin/chromium)
+
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const env = (name, fallback) => {
+	const v = process.env[name];
+	if (v === undefined || v === '') {
+		if (fallback === undefined) throw new Error(`environment variable ${name} is required`);
+		return fallback;
+	}
+	return v;
+};
+
+const opsURL = new URL(env('QG_OPS_URL'));
+const origin = opsURL.origin;
+const [gwHost] = env('QG_GATEWAY_ADDR').split(':');
+const operatorEmail = env('QG_OPERATOR_EMAIL');
+const operatorPassword = env('QG_OPERATOR_PASSWORD');
+const outDir = path.resolve(env('QG_OUTPUT_DIR', path.join(here, 'test-output', 'fleet')));
+const chromiumPath = env('QG_CHROMIUM', '/usr/bin/chromium');
+
+const byTestId = (id) => `[data-testid="${id}"]`;
+let page = null;
+let shot = 0;
+let currentStep = 'setup';
+
+class StepFailure extends Error {}
+
+function log(line) { process.stdout.write(`${line}\n`); }
+
+function check(cond, message) {
+	if (!cond) throw new StepFailure(message);
+}
+
+async function step(name, fn) {
+	currentStep = name;
+	const t0 = Date.now();
+	try {
+		await fn();
+	} catch (err) {
+		log(`FAIL [${name}] ${err instanceof StepFailure ? err.message : (err && err.stack) || err}`);
+		try {
+			await page.screenshot({ path: path.join(outDir, `${String(++shot).padStart(2, '0')}-FAILED-${name}.png`), fullPage: true });
+		} catch { /* the page may be gone */ }
+		throw new StepFailure(`step ${name} failed`);
+	}
+	await page.screenshot({ path: path.join(outDir, `${String(++shot).padStart(2, '0')}-${name}.png`), fullPage: true });
+	log(`ok   ${name} (${Date.now() - t0} ms)`);
+}
+
+// visibleTabs are the console's tabs the page shows.
+function visibleTabs() {
+	return page.$$eval('.tabs a', (as) => as.filter((a) => !a.hidden).map((a) => a.dataset.view));
+}
+
+async function run() {
+	await step('sign-in-on-operator-host', async () => {
+		await page.goto(`${origin}/console/`);
+		check(new URL(page.url()).pathname === '/auth/login', `without a session /console/ should lead to the sign-in page, got ${page.url()}`);
+		await page.fill('form input[name="email"]', operatorEmail);
+		await page.fill('form input[name="password"]', operatorPassword);
+		await Promise.all([
+			page.waitForURL((u) => u.pathname.startsWith('/console'), { timeout: 15_000 }),
+			page.click('form button[type="submit"]'),
+		]);
+		await page.waitForSelector(`body[data-ready="true"], ${byTestId('boot-error')}`);
+		const bootError = await page.$(byTestId('boot-error'));
+		check(!bootError, `the console did not open for an operator of an empty fleet: ${bootError && (await bootError.textContent()).trim()}`);
+	});
+
+	await step('fleet-only-console', async () => {
+		await page.waitForSelector(`${byTestId('view-fleet')} ${byTestId('fleet-body')}[data-loaded]`);
+		check(new URL(page.url()).pathname === '/console/fleet', `the fleet-only console should be at /console/fleet, is at ${page.url()}`);
+		const tabs = await visibleTabs();
+		check(tabs.length === 1 && tabs[0] === 'fleet', `the fleet-only console should show the Fleet tab alone, shows ${JSON.stringify(tabs)}`);
+		check((await page.textContent(byTestId('user-email'))).includes(operatorEmail), 'the top bar does not name the operator');
+	});
+
+	await step('empty-states-say-what-next', async () => {
+		const noCells = await page.textContent(byTestId('fleet-no-cells'));
+		check(/caddy queen cell add/.test(noCells), `the empty cells table should give the command that adds a cell, says ${JSON.stringify(noCells)}`);
+		const platform = `${byTestId('fleet-tenant-row')}[data-tenant="platform"]`;
+		check(await page.getAttribute(platform, 'data-platform') === 'true', 'the platform tenant is not listed as the operators\' own');
+		const next = await page.textContent(byTestId('fleet-next-step'));
+		for (const cmd of ['caddy queen cell add', 'caddy queen tenant create', 'caddy queen cluster create', 'caddy queen user grant']) {
+			check(next.includes(cmd), `the next steps of a fleet without clusters do not name ${cmd}: ${JSON.stringify(next)}`);
+		}
+		check((await page.$$(byTestId('fleet-cluster-row'))).length === 0, 'a fleet without clusters shows cluster rows');
+	});
+
+	await step('cluster-views-lead-to-the-fleet', async () => {
+		await page.goto(`${origin}/console/overview`);
+		await page.waitForSelector(`${byTestId('view-fleet')} ${byTestId('fleet-body')}[data-loaded]`);
+		check(new URL(page.url()).pathname === '/console/fleet', `/console/overview of the fleet-only console should show the fleet, is at ${page.url()}`);
+	});
+}
+
+async function main() {
+	fs.rmSync(outDir, { recursive: true, force: true });
+	fs.mkdirSync(outDir, { recursive: true });
+	const { chromium } = await import('playwright-core');
+	const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'queengate-chromium-'));
+	const args = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+		'--disable-background-networking', '--disable-component-update', '--disable-sync'];
+	if (opsURL.hostname !== gwHost) args.push(`--host-resolver-rules=MAP ${opsURL.hostname} ${gwHost}`);
+	const context = await chromium.launchPersistentContext(profile, {
+		executablePath: chromiumPath, headless: true, args, viewport: { width: 1280, height: 860 }, timeout: 60_000,
+	});
+	const problems = [];
+	try {
+		page = context.pages()[0] || await context.newPage();
+		page.setDefaultTimeout(15_000);
+		page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
+		page.on('request', (r) => {
+			const u = new URL(r.url());
+			if (!['data:', 'blob:'].includes(u.protocol) && u.origin !== origin) problems.push(`request to another origin: ${r.url()}`);
+		});
+		await run();
+		currentStep = 'page';
+		check(problems.length === 0, `the page misbehaved:\n  ${problems.join('\n  ')}`);
+	} finally {
+		await context.close().catch(() => {});
+		fs.rmSync(profile, { recursive: true, force: true });
+	}
+}
+
+try {
+	await main();
+	log('PASS fleet.spec');
+} catch (err) {
+	if (!(err instanceof StepFailure)) log(`FAIL [${currentStep}] ${(err && err.stack) || err}`);
+	else if (currentStep === 'page') log(`FAIL [page] ${err.message}`);
+	log(`screenshots: ${outDir}`);
+	process.exitCode = 1;
+}
