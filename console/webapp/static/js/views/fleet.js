@@ -74,7 +74,7 @@ function quotaText(q) {
 // line (the console does not create cells, tenants or clusters).
 function nextSteps(haveCell) {
 	const steps = [];
-	if (!haveCell) steps.push(['Register the broker cell the clusters will live on:', 'caddy queen cell add eu1-a --region eu1 --url http://broker.internal:6632']);
+	if (!haveCell) steps.push(['Register the broker cell the clusters will live on:', 'caddy queen cell add eu1-a --region eu1 --url <broker URL>']);
 	steps.push(['Create a customer\'s tenant:', 'caddy queen tenant create acme --name "Acme Inc"']);
 	steps.push(['Create its first cluster (its hostname is <slug>.<base domain>):', 'caddy queen cluster create acme-prod --tenant acme --plan pro']);
 	steps.push(['Give the customer\'s first user the admin role on it:', 'caddy queen user create ada@acme.example --tenant acme --password-stdin\ncaddy queen user grant ada@acme.example --cluster acme-prod --role admin']);
