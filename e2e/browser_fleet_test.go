@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/queengate/queengate/controlplane"
+	"github.com/queengate/queengate/internal/fakebroker"
 	"github.com/queengate/queengate/internal/pgtest"
 )
 
@@ -57,7 +58,11 @@ func runBrowserSpec(t *testing.T, script string, env ...string) map[string]strin
 // tenant alone), one operator made as `caddy queen user create --operator`
 // makes it, no cell, no cluster. The console opens on the fleet alone
 // (there is no cluster to open), with empty states that name the commands
-// that come next (fleet.spec.mjs).
+// that come next (fleet.spec.mjs). Then, once a customer's tenant and
+// cluster exist, the operator manages people from the fleet view alone:
+// creates a customer's user with a role, changes and removes the role,
+// creates an operator and withdraws the bit; the database holds each
+// change with the operator's audit row.
 func TestBrowserFleetFirstDay(t *testing.T) {
 	url := pgtest.URL(t)
 	cp := newControlPlane(t, url)
@@ -83,8 +88,34 @@ func TestBrowserFleetFirstDay(t *testing.T) {
 		}`, t.TempDir(), hex.EncodeToString(secret))
 	startGateway(t, gatewayCaddyfile(port, url, app, "shared_hosts "+opsHost))
 
-	runBrowserSpec(t, "fleet.spec.mjs",
-		fmt.Sprintf("QG_OPS_URL=http://%s:%d", opsHost, port),
+	common := []string{fmt.Sprintf("QG_OPS_URL=http://%s:%d", opsHost, port),
 		fmt.Sprintf("QG_GATEWAY_ADDR=127.0.0.1:%d", port),
-		"QG_OPERATOR_EMAIL="+opEmail, "QG_OPERATOR_PASSWORD="+opPassword)
+		"QG_OPERATOR_EMAIL=" + opEmail, "QG_OPERATOR_PASSWORD=" + opPassword}
+	runBrowserSpec(t, "fleet.spec.mjs", common...)
+
+	// The first customer, made with the CLI's SQL as the next steps say;
+	// its cluster has an admin already (so a role can be removed again).
+	broker := startBroker(t, fakebroker.Options{Name: "first-cell", Tenancy: fakebroker.TenancyRust})
+	cl := cp.cluster(cp.tenant("acme"), "acme-prod", cp.cell("first-cell", broker.URL(), ""))
+	cp.exec(`SELECT queen_proxy.create_user(id, 'boss@acme.test', NULL, 'local') FROM queen_proxy.tenants WHERE slug = 'acme'`)
+	cp.exec(`SELECT queen_proxy.grant_cluster_role($1::uuid, 'boss@acme.test', 'admin')`, cl.id)
+	const newUser, newOperator = "ada@acme.test", "second-op@platform.test"
+	results := runBrowserSpec(t, "fleet.spec.mjs", append(common, "QG_PHASE=users", "QG_TENANT=acme", "QG_CLUSTER="+cl.slug,
+		"QG_NEW_USER="+newUser, "QG_NEW_OPERATOR="+newOperator)...)
+
+	opID := cp.scalar(`SELECT id::text FROM queen_proxy.users WHERE email = $1`, opEmail)
+	if got := cp.scalar(`SELECT u.id::text || ' ' || t.slug || ' ' || u.created_from || ' ' || u.created_by::text || ' ' ||
+			(u.password_hash IS NOT NULL)::text || ' ' || coalesce(u.name, '') || ' ' ||
+			(SELECT count(*) FROM queen_proxy.cluster_roles r WHERE r.user_id = u.id)::text
+		FROM queen_proxy.users u JOIN queen_proxy.tenants t ON t.id = u.tenant_id WHERE u.email = $1`, newUser); got != results["customer_id"]+" acme operator "+opID+" true Ada Customer 0" {
+		t.Fatalf("the customer's user the console created: %q", got)
+	}
+	if got := cp.scalar(`SELECT u.id::text || ' ' || t.slug || ' ' || u.is_operator::text
+		FROM queen_proxy.users u JOIN queen_proxy.tenants t ON t.id = u.tenant_id WHERE u.email = $1`, newOperator); got != results["operator_id"]+" platform false" {
+		t.Fatalf("the operator the console created and withdrew: %q", got)
+	}
+	if got := cp.scalar(`SELECT string_agg(action, ',' ORDER BY action) FROM queen_proxy.operations
+		WHERE actor = 'user' AND actor_id = $1::uuid AND action <> 'login'`, opID); got != "operator_bit_revoked,operator_role_granted,operator_role_revoked,operator_user_created,operator_user_created" {
+		t.Fatalf("the operator's audit rows: %q", got)
+	}
 }

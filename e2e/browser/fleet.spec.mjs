@@ -10,7 +10,13 @@
 //   QG_OPS_URL       the operator host's origin, e.g. http://ops.example.test:8080
 //   QG_GATEWAY_ADDR  where it really listens, e.g. 127.0.0.1:8080 (no DNS)
 //   QG_OPERATOR_EMAIL, QG_OPERATOR_PASSWORD  the operator `user create --operator` made
-//   QG_OUTPUT_DIR    screenshots (default test-output/fleet beside this file)
+//   QG_PHASE         first-day (default: the fleet-only console of an empty
+//                    fleet) or users (managing users from the fleet view)
+//   QG_TENANT, QG_CLUSTER  (users) a customer's tenant and its cluster, which
+//                    has an admin already
+//   QG_NEW_USER, QG_NEW_OPERATOR  (users) addresses of the users to create
+//   QG_OUTPUT_DIR    screenshots, in a folder per phase (default test-output/fleet
+//                    beside this file)
 //   QG_CHROMIUM      browser executable (default /usr/bin/chromium)
 
 import fs from 'node:fs';
@@ -33,8 +39,9 @@ const origin = opsURL.origin;
 const [gwHost] = env('QG_GATEWAY_ADDR').split(':');
 const operatorEmail = env('QG_OPERATOR_EMAIL');
 const operatorPassword = env('QG_OPERATOR_PASSWORD');
-const outDir = path.resolve(env('QG_OUTPUT_DIR', path.join(here, 'test-output', 'fleet')));
 const chromiumPath = env('QG_CHROMIUM', '/usr/bin/chromium');
+const phase = env('QG_PHASE', 'first-day');
+const outDir = path.join(path.resolve(env('QG_OUTPUT_DIR', path.join(here, 'test-output', 'fleet'))), phase);
 
 const byTestId = (id) => `[data-testid="${id}"]`;
 let page = null;
@@ -70,20 +77,83 @@ function visibleTabs() {
 	return page.$$eval('.tabs a', (as) => as.filter((a) => !a.hidden).map((a) => a.dataset.view));
 }
 
-async function run() {
-	await step('sign-in-on-operator-host', async () => {
-		await page.goto(`${origin}/console/`);
-		check(new URL(page.url()).pathname === '/auth/login', `without a session /console/ should lead to the sign-in page, got ${page.url()}`);
-		await page.fill('form input[name="email"]', operatorEmail);
-		await page.fill('form input[name="password"]', operatorPassword);
-		await Promise.all([
-			page.waitForURL((u) => u.pathname.startsWith('/console'), { timeout: 15_000 }),
-			page.click('form button[type="submit"]'),
-		]);
-		await page.waitForSelector(`body[data-ready="true"], ${byTestId('boot-error')}`);
-		const bootError = await page.$(byTestId('boot-error'));
-		check(!bootError, `the console did not open for an operator of an empty fleet: ${bootError && (await bootError.textContent()).trim()}`);
+async function signIn() {
+	await page.goto(`${origin}/console/`);
+	check(new URL(page.url()).pathname === '/auth/login', `without a session /console/ should lead to the sign-in page, got ${page.url()}`);
+	await page.fill('form input[name="email"]', operatorEmail);
+	await page.fill('form input[name="password"]', operatorPassword);
+	await Promise.all([
+		page.waitForURL((u) => u.pathname.startsWith('/console'), { timeout: 15_000 }),
+		page.click('form button[type="submit"]'),
+	]);
+	await page.waitForSelector(`body[data-ready="true"], ${byTestId('boot-error')}`);
+	const bootError = await page.$(byTestId('boot-error'));
+	check(!bootError, `the console did not open for the operator: ${bootError && (await bootError.textContent()).trim()}`);
+}
+
+const userRow = (email) => `${byTestId('fleet-user-row')}[data-email="${email}"]`;
+
+// runUsers manages people from the fleet view, as nothing but the console:
+// create a customer's user with a role, change and remove the role, create
+// an operator and withdraw the bit; the operator's own bit cannot be
+// withdrawn from here.
+async function runUsers() {
+	const tenant = env('QG_TENANT');
+	const cluster = env('QG_CLUSTER');
+	const newUser = env('QG_NEW_USER');
+	const newOperator = env('QG_NEW_OPERATOR');
+	await step('users-open-fleet', async () => {
+		await signIn();
+		await page.click(byTestId('nav-fleet'));
+		await page.waitForSelector(`${byTestId('fleet-users')} ${userRow(operatorEmail)}`);
+		const own = `${userRow(operatorEmail)} ${byTestId('fleet-user-operator-toggle')}`;
+		check(await page.isDisabled(own), 'the operator may withdraw their own bit from the console');
 	});
+	await step('users-create-customer', async () => {
+		await page.fill(byTestId('fleet-user-email'), newUser);
+		await page.fill(byTestId('fleet-user-name'), 'Ada Customer');
+		await page.selectOption(byTestId('fleet-user-tenant'), tenant);
+		await page.selectOption(byTestId('fleet-user-cluster'), { label: cluster });
+		await page.selectOption(byTestId('fleet-user-role'), 'viewer');
+		await page.fill(byTestId('fleet-user-password'), 'a customer password 1');
+		await page.click(byTestId('fleet-user-create'));
+		const chip = `${userRow(newUser)} ${byTestId('fleet-user-role-chip')}[data-cluster="${cluster}"][data-role="viewer"]`;
+		await page.waitForSelector(chip);
+		check(await page.getAttribute(userRow(newUser), 'data-created-from') === 'operator', 'the new user is not shown as created by an operator');
+		check(await page.getAttribute(userRow(newUser), 'data-tenant') === tenant, `the new user is not in tenant ${tenant}`);
+		log(`RESULT customer_id=${await page.getAttribute(userRow(newUser), 'data-user-id')}`);
+	});
+	await step('users-set-role', async () => {
+		await page.selectOption(`${userRow(newUser)} ${byTestId('fleet-user-grant-cluster')}`, { label: cluster });
+		await page.selectOption(`${userRow(newUser)} ${byTestId('fleet-user-grant-role')}`, 'admin');
+		await page.click(`${userRow(newUser)} ${byTestId('fleet-user-grant')}`);
+		await page.waitForSelector(`${userRow(newUser)} ${byTestId('fleet-user-role-chip')}[data-cluster="${cluster}"][data-role="admin"]`);
+	});
+	await step('users-remove-role', async () => {
+		await page.click(`${userRow(newUser)} ${byTestId('fleet-user-role-revoke')}[data-cluster="${cluster}"]`);
+		await page.waitForFunction((sel) => !document.querySelector(sel),
+			`${userRow(newUser)} ${byTestId('fleet-user-role-chip')}`);
+	});
+	await step('users-create-operator', async () => {
+		await page.fill(byTestId('fleet-user-email'), newOperator);
+		await page.selectOption(byTestId('fleet-user-tenant'), 'platform');
+		await page.check(byTestId('fleet-user-operator'));
+		await page.click(byTestId('fleet-user-create'));
+		await page.waitForSelector(`${userRow(newOperator)}[data-operator="true"][data-tenant="platform"]`);
+		log(`RESULT operator_id=${await page.getAttribute(userRow(newOperator), 'data-user-id')}`);
+	});
+	await step('users-withdraw-operator', async () => {
+		await page.click(`${userRow(newOperator)} ${byTestId('fleet-user-operator-toggle')}`);
+		await page.waitForSelector(`${userRow(newOperator)}[data-operator="false"]`);
+	});
+}
+
+async function run() {
+	if (phase === 'users') {
+		await runUsers();
+		return;
+	}
+	await step('sign-in-on-operator-host', signIn);
 
 	await step('fleet-only-console', async () => {
 		await page.waitForSelector(`${byTestId('view-fleet')} ${byTestId('fleet-body')}[data-loaded]`);

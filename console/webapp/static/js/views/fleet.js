@@ -1,11 +1,13 @@
 // Fleet (live operators only): every cell with its use, tenancy verdict
 // and serving gateway; every tenant's clusters with status, plan, month
 // usage and quota, and the actions the operator API takes (suspend or
-// resume, change the plan, issue a key); the plans.
+// resume, change the plan, issue a key); the plans; every user
+// (fleetusers.js).
 
 import { get, post, put } from '../api.js';
 import { h, clear, fmtInt, table, fmtDate } from '../dom.js';
 import { mount as mountRequests } from './requests.js';
+import { usersPanel } from './fleetusers.js';
 
 function badge(text, cls) {
 	return h('span', { class: `badge ${cls || text}` }, String(text).replace('_', ' '));
@@ -158,8 +160,8 @@ export async function render(root, ctx) {
 	}
 
 	async function load() {
-		const [cells, tenants, plans] = await Promise.all([
-			get('/api/operator/cells'), get('/api/operator/tenants'), get('/api/operator/plans')]);
+		const [cells, tenants, plans, accounts] = await Promise.all([
+			get('/api/operator/cells'), get('/api/operator/tenants'), get('/api/operator/plans'), get('/api/operator/accounts')]);
 		const rows = [];
 		const attrs = [];
 		let clusterCount = 0;
@@ -193,6 +195,7 @@ export async function render(root, ctx) {
 					empty: 'No tenants.',
 				}),
 				clusterCount === 0 ? nextSteps(cells.cells.length > 0) : null),
+			usersPanel(accounts, tenants.tenants, ctx, act),
 			h('section', { class: 'panel', 'aria-labelledby': 'fleet-plans-h' },
 				h('h2', { id: 'fleet-plans-h' }, 'Plans'),
 				table({
