@@ -32,8 +32,12 @@ const ctx = {
 	// day) gets the fleet view alone; there is no cluster overview to load.
 	fleetOnly: false,
 	get isAdmin() { return Boolean(this.overview && this.overview.role === 'admin'); },
+	// isOperator: the fleet answers the caller (a live operator with the
+	// operator API on, as /auth/me says; the overview's operator flag when
+	// /auth/me could not be read).
 	get isOperator() {
-		return Boolean((this.overview && this.overview.operator) || (this.me && this.me.fleet_view));
+		if (this.me && this.me.principal === 'user') return Boolean(this.me.fleet_view);
+		return Boolean(this.overview && this.overview.operator);
 	},
 	// notify shows a short message in the live region (read by screen readers).
 	notify(message, { error = false } = {}) {
