@@ -77,18 +77,25 @@ function visibleTabs() {
 	return page.$$eval('.tabs a', (as) => as.filter((a) => !a.hidden).map((a) => a.dataset.view));
 }
 
-async function signIn() {
+// signIn signs in from the console's address and waits for the app; it
+// returns the boot error's text ("" when the console opened).
+async function signInAs(who, secret) {
 	await page.goto(`${origin}/console/`);
 	check(new URL(page.url()).pathname === '/auth/login', `without a session /console/ should lead to the sign-in page, got ${page.url()}`);
-	await page.fill('form input[name="email"]', operatorEmail);
-	await page.fill('form input[name="password"]', operatorPassword);
+	await page.fill('form input[name="email"]', who);
+	await page.fill('form input[name="password"]', secret);
 	await Promise.all([
 		page.waitForURL((u) => u.pathname.startsWith('/console'), { timeout: 15_000 }),
 		page.click('form button[type="submit"]'),
 	]);
 	await page.waitForSelector(`body[data-ready="true"], ${byTestId('boot-error')}`);
 	const bootError = await page.$(byTestId('boot-error'));
-	check(!bootError, `the console did not open for the operator: ${bootError && (await bootError.textContent()).trim()}`);
+	return bootError ? (await bootError.textContent()).trim() : '';
+}
+
+async function signIn() {
+	const bootError = await signInAs(operatorEmail, operatorPassword);
+	check(!bootError, `the console did not open for the operator: ${bootError}`);
 }
 
 const userRow = (email) => `${byTestId('fleet-user-row')}[data-email="${email}"]`;
@@ -145,6 +152,15 @@ async function runUsers() {
 	await step('users-withdraw-operator', async () => {
 		await page.click(`${userRow(newOperator)} ${byTestId('fleet-user-operator-toggle')}`);
 		await page.waitForSelector(`${userRow(newOperator)}[data-operator="false"]`);
+	});
+	// The customer's user, whose only role was removed, is told why the
+	// console has nothing to open, not sent to a fleet it may not see.
+	await step('user-without-cluster', async () => {
+		await Promise.all([page.waitForURL((u) => u.pathname === '/auth/login'), page.click(byTestId('logout'))]);
+		const bootError = await signInAs(newUser, 'a customer password 1');
+		check(bootError !== '', 'the console opened for a user with no role on any cluster');
+		check(await page.isVisible(byTestId('boot-no-cluster')), `a user without a cluster is not told why: ${bootError}`);
+		check(!(await page.isVisible(`${byTestId('nav-fleet')}:not([hidden])`)), 'a customer\'s user is shown the Fleet tab');
 	});
 }
 
