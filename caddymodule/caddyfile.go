@@ -266,6 +266,7 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 //		}]
 //		shared_hosts           <host...>
 //		shield
+//		console_only
 //		max_uri_bytes          <size>
 //		max_headers            <n>
 //		max_header_value_bytes <size>

@@ -126,6 +126,11 @@ func (g *Gateway) unmarshalEnforcement(d *caddyfile.Dispenser, opt string) (know
 			return true, d.ArgErr()
 		}
 		g.Shield = true
+	case "console_only":
+		if d.NextArg() {
+			return true, d.ArgErr()
+		}
+		g.ConsoleOnly = true
 	case "probes":
 		if d.NextArg() {
 			return true, d.ArgErr()

@@ -104,6 +104,7 @@ func TestGatewayUnmarshalEnforcementOptions(t *testing.T) {
 	d := caddyfile.NewTestDispenser(`queen_gateway {
 		shared_hosts shared.example.com api.example.com
 		shield
+		console_only
 		max_uri_bytes 4KiB
 		max_headers 50
 		max_header_value_bytes 8KiB
@@ -118,7 +119,7 @@ func TestGatewayUnmarshalEnforcementOptions(t *testing.T) {
 	}
 	if len(g.SharedHosts) != 2 || !g.Shield || g.MaxURIBytes != 4096 || g.MaxHeaders != 50 ||
 		g.MaxHeaderValueBytes != 8192 || g.MaxHeaderBytes != 32768 || g.MaxBodyBytes != 8<<20 ||
-		g.AuthFailureRate != 0.5 || g.AuthFailureBurst != 10 || !g.Probes {
+		g.AuthFailureRate != 0.5 || g.AuthFailureBurst != 10 || !g.Probes || !g.ConsoleOnly {
 		t.Fatalf("parsed %+v", g)
 	}
 }
@@ -153,6 +154,7 @@ func TestCaddyfileErrorsNameTheLine(t *testing.T) {
 		{"shared hosts empty", "queen_gateway {\n\tshared_hosts\n}", "at Testfile:2", true},
 		{"shield takes no argument", "queen_gateway {\n\tshield yes\n}", "at Testfile:2", true},
 		{"probes takes no argument", "queen_gateway {\n\tprobes yes\n}", "at Testfile:2", true},
+		{"console_only takes no argument", "queen_gateway {\n\tconsole_only yes\n}", "at Testfile:2", true},
 		{"leader group missing", "queen {\n\tleader_group\n}", "at Testfile:2", false},
 		{"leader group twice", "queen {\n\tleader_group a b\n}", "at Testfile:2", false},
 		{"bad lease ttl", "queen {\n\tleader_lease_ttl soon\n}", `leader_lease_ttl: "soon" is not a duration`, false},

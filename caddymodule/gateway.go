@@ -40,6 +40,13 @@ type Gateway struct {
 	// shields the listener, as Shield does.
 	SharedHosts []string `json:"shared_hosts,omitempty"`
 
+	// ConsoleOnly makes the handler serve its web surface alone (identity,
+	// console, operator API, the console app; the probes too) and refuse
+	// every other request with 421 console_only_host before anything is
+	// looked up: the operators' host, which is no cluster's, then answers
+	// no data plane for any key. Needs the queen app's identity block.
+	ConsoleOnly bool `json:"console_only,omitempty"`
+
 	// Shield keeps everything cluster-specific from anonymous callers: the
 	// status and plan gates run after authentication, and a Host naming no
 	// cluster gets its 421 only when a live credential is shown (401
@@ -141,6 +148,9 @@ func (g *Gateway) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("queen_gateway: %w", err)
 	}
 	g.surface = surface
+	if g.ConsoleOnly && surface == nil {
+		return fmt.Errorf("queen_gateway: console_only serves the console alone, which needs the identity block in the queen app")
+	}
 	g.crossSite = g.buildCrossSitePolicy()
 	return nil
 }

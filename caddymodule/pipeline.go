@@ -129,6 +129,16 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		g.surface.ServeHTTP(w, r)
 		return nil
 	}
+	// A console-only host (the operators') serves no data plane, whatever
+	// the credential: refused before any lookup, limit or meter. Its root
+	// leads a browser to the console.
+	if g.ConsoleOnly {
+		if r.URL.Path == "/" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			http.Redirect(w, r, "/console/", http.StatusFound)
+			return nil
+		}
+		return g.refuse(w, r, st, errConsoleOnlyHost)
+	}
 
 	// 0. The request head and body size, before anything is looked up.
 	if e := g.checkRequestSize(r); e != nil {

@@ -13,6 +13,7 @@ var (
 	// there, so this gateway admits none of its traffic. The reference's
 	// code for a misdirected Host, with a message that says why.
 	errClusterElsewhere = &apierror.Error{Status: http.StatusMisdirectedRequest, Code: apierror.ClusterUnknown, Message: "this gateway does not front the cell of this cluster; reach it through the gateway of its own cell"}
+	errConsoleOnlyHost  = &apierror.Error{Status: http.StatusMisdirectedRequest, Code: apierror.ConsoleOnlyHost, Message: "this host serves the console and the operator routes only; send Queen API requests to the cluster's own hostname"}
 	errClusterSuspended = &apierror.Error{Status: http.StatusForbidden, Code: apierror.ClusterSuspended, Message: "cluster suspended"}
 
 	errAmbiguousPath      = &apierror.Error{Status: http.StatusBadRequest, Code: apierror.BadRequest, Message: "ambiguous request path: percent-encoded separators, dot segments and empty segments are refused"}

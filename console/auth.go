@@ -323,15 +323,19 @@ type memberCluster struct {
 }
 
 type meDocument struct {
-	Principal        string          `json:"principal"`
-	UserID           *string         `json:"user_id"`
-	Email            *string         `json:"email"`
-	Name             *string         `json:"name"`
-	TenantID         *string         `json:"tenant_id"`
-	TenantSlug       *string         `json:"tenant_slug"`
-	IsOperator       bool            `json:"is_operator"`
-	OperatorEnabled  bool            `json:"operator_enabled"`
-	OperatorLive     bool            `json:"operator_live"`
+	Principal       string  `json:"principal"`
+	UserID          *string `json:"user_id"`
+	Email           *string `json:"email"`
+	Name            *string `json:"name"`
+	TenantID        *string `json:"tenant_id"`
+	TenantSlug      *string `json:"tenant_slug"`
+	IsOperator      bool    `json:"is_operator"`
+	OperatorEnabled bool    `json:"operator_enabled"`
+	OperatorLive    bool    `json:"operator_live"`
+	// FleetView says the fleet routes answer this caller (a live operator,
+	// the operator API on): the app offers the fleet, and opens on it
+	// alone when the caller has no cluster to act on (a new fleet).
+	FleetView        bool            `json:"fleet_view"`
 	ActingCluster    *clusterRef     `json:"acting_cluster"`
 	Clusters         []memberCluster `json:"clusters"`
 	ActClusterHeader string          `json:"act_cluster_header"`
@@ -389,7 +393,7 @@ func (s *Surface) sessionDocument(r *http.Request, c tenancy.SessionClaims) (*me
 	doc := &meDocument{
 		Principal: "user", UserID: &c.UserID, Email: &email, Name: name, TenantID: &tenantID,
 		TenantSlug: &tenantSlug, IsOperator: isOperator, OperatorEnabled: s.o.OperatorEnabled,
-		OperatorLive: live, Clusters: clusters, ActClusterHeader: actClusterHeader, Role: &c.Role,
+		OperatorLive: live, FleetView: live && s.o.OperatorAPI, Clusters: clusters, ActClusterHeader: actClusterHeader, Role: &c.Role,
 	}
 	if doc.Clusters == nil {
 		doc.Clusters = []memberCluster{}

@@ -221,14 +221,16 @@ func (s *Surface) fleetTenants(w http.ResponseWriter, r *http.Request) {
 	now := s.o.Now().UTC()
 	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
 	type tenantJSON struct {
-		ID        string             `json:"id"`
-		Slug      string             `json:"slug"`
-		Name      string             `json:"name"`
-		Status    string             `json:"status"`
-		CreatedAt string             `json:"created_at"`
-		Clusters  []fleetClusterJSON `json:"clusters"`
+		ID        string `json:"id"`
+		Slug      string `json:"slug"`
+		Name      string `json:"name"`
+		Status    string `json:"status"`
+		CreatedAt string `json:"created_at"`
+		// IsPlatform marks the operators' own tenant, no customer's.
+		IsPlatform bool               `json:"is_platform"`
+		Clusters   []fleetClusterJSON `json:"clusters"`
 	}
-	rows, err := s.o.Pool.Query(ctx, `SELECT id::text, slug, name, status, coalesce(created_at, now())
+	rows, err := s.o.Pool.Query(ctx, `SELECT id::text, slug, name, status, coalesce(created_at, now()), is_platform
 		FROM queen_proxy.tenants ORDER BY slug`)
 	if err != nil {
 		s.fleetFailed(w, "tenants", err)
@@ -237,7 +239,7 @@ func (s *Surface) fleetTenants(w http.ResponseWriter, r *http.Request) {
 	tenants, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (tenantJSON, error) {
 		var t tenantJSON
 		var created time.Time
-		err := row.Scan(&t.ID, &t.Slug, &t.Name, &t.Status, &created)
+		err := row.Scan(&t.ID, &t.Slug, &t.Name, &t.Status, &created, &t.IsPlatform)
 		t.CreatedAt, t.Clusters = utcText(created), []fleetClusterJSON{}
 		return t, err
 	})

@@ -61,7 +61,7 @@ func (s *Surface) requestIsLiveOperator(r *http.Request) bool {
 func (s *Surface) serveOperator(w http.ResponseWriter, r *http.Request) {
 	p := strings.Split(strings.TrimPrefix(r.URL.Path, "/api/operator/"), "/")
 	switch p[0] {
-	case "cells", "tenants", "plans", "clusters":
+	case "cells", "tenants", "plans", "clusters", "accounts":
 		s.serveFleet(w, r, p)
 		return
 	}
@@ -77,7 +77,7 @@ func (s *Surface) serveOperator(w http.ResponseWriter, r *http.Request) {
 	case len(p) == 2 && p[0] == "users" && r.Method == http.MethodPatch:
 		s.operatorRenameUser(w, r, c, strings.ToLower(p[1]))
 	case len(p) == 4 && p[0] == "users" && p[2] == "roles" && (r.Method == http.MethodPut || r.Method == http.MethodDelete):
-		s.operatorRole(w, r, c, strings.ToLower(p[1]), strings.ToLower(p[3]))
+		s.operatorRole(w, r, c.claims.UserID, strings.ToLower(p[1]), strings.ToLower(p[3]), c.cluster.CellID)
 	case len(p) >= 1 && p[0] == "users":
 		writeError(w, errMethod)
 	default:
@@ -115,6 +115,17 @@ func (s *Surface) serveFleet(w http.ResponseWriter, r *http.Request, p []string)
 			return
 		}
 		s.requests(w, r, &caller{claims: claims, cluster: cl, role: tenancy.RoleAdmin, operator: true})
+	case len(p) == 1 && p[0] == "accounts" && get:
+		s.fleetAccounts(w, r)
+	case len(p) == 1 && p[0] == "accounts" && m == http.MethodPost:
+		s.fleetCreateAccount(w, r, claims)
+	case len(p) == 3 && p[0] == "accounts" && p[2] == "operator" && m == http.MethodPut:
+		s.fleetSetOperator(w, r, claims, strings.ToLower(p[1]))
+	case len(p) == 4 && p[0] == "accounts" && p[2] == "roles" && (m == http.MethodPut || m == http.MethodDelete):
+		s.operatorRole(w, r, claims.UserID, strings.ToLower(p[1]), strings.ToLower(p[3]), "")
+	case len(p) == 3 && p[0] == "accounts" && p[2] == "operator",
+		len(p) == 4 && p[0] == "accounts" && p[2] == "roles":
+		writeError(w, errMethod)
 	case len(p) == 1 || (len(p) == 3 && p[0] == "clusters" &&
 		(p[2] == "suspend" || p[2] == "resume" || p[2] == "plan" || p[2] == "keys" || p[2] == "requests")):
 		writeError(w, errMethod)
@@ -410,8 +421,10 @@ func (s *Surface) operatorRenameUser(w http.ResponseWriter, r *http.Request, c *
 }
 
 // operatorRole grants (PUT) or revokes (DELETE) a user's role on a
-// cluster of this cell, under the last-admin rule.
-func (s *Surface) operatorRole(w http.ResponseWriter, r *http.Request, c *caller, userID, clusterID string) {
+// cluster, under the last-admin rule: a cluster of the given cell (the
+// user routes'), or of any cell when cell is "" (the fleet's). actor is the
+// operator's user id, for the audit row.
+func (s *Surface) operatorRole(w http.ResponseWriter, r *http.Request, actor, userID, clusterID, cell string) {
 	if !uuidtext.ValidLower(userID) || !uuidtext.ValidLower(clusterID) {
 		writeError(w, invalid("malformed user or cluster id"))
 		return
@@ -435,8 +448,11 @@ func (s *Surface) operatorRole(w http.ResponseWriter, r *http.Request, c *caller
 	err := pgx.BeginFunc(ctx, s.o.Pool, func(tx pgx.Tx) error {
 		var tenant, email, userTenant string
 		err := tx.QueryRow(ctx, `SELECT tenant_id::text FROM queen_proxy.clusters
-			WHERE id = $1::uuid AND cell_id = $2::uuid FOR UPDATE`, clusterID, c.cluster.CellID).Scan(&tenant)
+			WHERE id = $1::uuid AND ($2::text = '' OR cell_id::text = $2::text) FOR UPDATE`, clusterID, cell).Scan(&tenant)
 		if errors.Is(err, pgx.ErrNoRows) {
+			if cell == "" {
+				return memberError{errNoSuchFleetCluster}
+			}
 			return memberError{notFound("no such cluster on this cell")}
 		}
 		if err != nil {
@@ -470,16 +486,16 @@ func (s *Surface) operatorRole(w http.ResponseWriter, r *http.Request, c *caller
 			if _, err := tx.Exec(ctx, `SELECT queen_proxy.grant_cluster_role($1::uuid, $2, $3)`, clusterID, email, req.Role); err != nil {
 				return err
 			}
-			return operatorAudit(ctx, tx, tenant, clusterID, c.claims.UserID, "operator_role_granted", userID,
+			return operatorAudit(ctx, tx, tenant, clusterID, actor, "operator_role_granted", userID,
 				map[string]any{"email": email, "role": req.Role, "previous_role": nilIfEmpty(current)})
 		}
 		if _, err := tx.Exec(ctx, `SELECT queen_proxy.revoke_cluster_role($1::uuid, $2)`, clusterID, email); err != nil {
 			return err
 		}
-		return operatorAudit(ctx, tx, tenant, clusterID, c.claims.UserID, "operator_role_revoked", userID,
+		return operatorAudit(ctx, tx, tenant, clusterID, actor, "operator_role_revoked", userID,
 			map[string]any{"email": email, "role": current})
 	})
-	if s.memberFailed(w, c, err) {
+	if s.fleetActionFailed(w, "operator_role", err) {
 		return
 	}
 	s.changed(clusterID)

@@ -143,9 +143,10 @@ func TestTLSProductionExampleAdapts(t *testing.T) {
 		t.Errorf("%d queen_gateway handlers, want one per public site, the operators' and the probe listener's", n)
 	}
 	// The operators' console: the operator routes and API on, and a site
-	// of its own outside the base domains that names no cluster.
+	// of its own outside the base domains that names no cluster and serves
+	// no data plane.
 	for _, want := range []string{`"operator_enabled":true`, `"operator_api":true`, `"host":["ops.example.com"]`,
-		`"shared_hosts":["ops.example.com"]`} {
+		`{"console_only":true,"handler":"queen_gateway","shared_hosts":["ops.example.com"]}`} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the production example lacks %s for the operators' console:\n%s", want, out)
 		}

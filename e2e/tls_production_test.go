@@ -271,5 +271,18 @@ func TestProductionExampleWithPebble(t *testing.T) {
 		if me["acting_cluster"] != nil || len(me["clusters"].([]any)) != 2 {
 			t.Fatalf("/auth/me on the operator host %v, want no acting cluster and both clusters", me)
 		}
+		// The operator host is console_only: a live key of a cluster gets
+		// no data plane there, and nothing reaches the cell.
+		seen := len(cell.requests())
+		r, err := getTLS(c, url(opHost, "/api/v1/resources/queues"), wildKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.status != http.StatusMisdirectedRequest || !strings.Contains(string(r.body), `"code":"console_only_host"`) {
+			t.Fatalf("a cluster's key on the operator host: %d %s, want 421 console_only_host", r.status, r.body)
+		}
+		if n := len(cell.requests()); n != seen {
+			t.Fatalf("%d requests reached the cell through the operator host", n-seen)
+		}
 	})
 }

@@ -51,6 +51,10 @@ const (
 	// control-plane database for too long to serve a cell's keeper (the
 	// control plane may have handed the cell on without it).
 	GatewayLapsed Code = "gateway_lapsed"
+	// ConsoleOnlyHost is queengate's own: the host serves the console,
+	// identity and operator routes alone (queen_gateway console_only, the
+	// operator host); Queen API requests go to a cluster's own hostname.
+	ConsoleOnlyHost Code = "console_only_host"
 
 	// The identity, console and operator surfaces.
 	CSRFRejected     Code = "csrf_rejected"

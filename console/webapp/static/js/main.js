@@ -28,8 +28,17 @@ let noticeTimer = null;
 const ctx = {
 	overview: null,
 	me: null,
-	get isAdmin() { return this.overview && this.overview.role === 'admin'; },
-	get isOperator() { return Boolean(this.overview && this.overview.operator); },
+	// fleetOnly: a live operator with no cluster to act on (a fleet's first
+	// day) gets the fleet view alone; there is no cluster overview to load.
+	fleetOnly: false,
+	get isAdmin() { return Boolean(this.overview && this.overview.role === 'admin'); },
+	// isOperator: the fleet answers the caller (a live operator with the
+	// operator API on, as /auth/me says; the overview's operator flag when
+	// /auth/me could not be read).
+	get isOperator() {
+		if (this.me && this.me.principal === 'user') return Boolean(this.me.fleet_view);
+		return Boolean(this.overview && this.overview.operator);
+	},
 	// notify shows a short message in the live region (read by screen readers).
 	notify(message, { error = false } = {}) {
 		clearTimeout(noticeTimer);
@@ -51,6 +60,10 @@ const ctx = {
 };
 
 function showIdentity() {
+	if (ctx.fleetOnly) {
+		showFleetIdentity();
+		return;
+	}
 	const o = ctx.overview;
 	const slug = document.querySelector('[data-testid="cluster-slug"]');
 	if (slug) slug.textContent = o.slug || '';
@@ -65,6 +78,18 @@ function showIdentity() {
 	document.querySelector('[data-testid="user-email"]').textContent = email ? `${email} · ${o.role}` : (o.role || '');
 }
 
+// showFleetIdentity is the top bar of the fleet-only console: no cluster,
+// the fleet tab alone.
+function showFleetIdentity() {
+	const slug = document.querySelector('[data-testid="cluster-slug"]');
+	if (slug) slug.textContent = 'Fleet';
+	document.querySelector('[data-testid="cluster-status"]').hidden = true;
+	document.title = 'Fleet · Queen console';
+	for (const a of document.querySelectorAll('.tabs a')) a.hidden = !operatorViews.has(a.dataset.view);
+	const me = ctx.me;
+	document.querySelector('[data-testid="user-email"]').textContent = `${me.email || ''} · operator`;
+}
+
 function viewFromPath(pathname) {
 	const rest = pathname.replace(/^\/console\/?/, '').split('/')[0];
 	return rest || 'overview';
@@ -72,9 +97,11 @@ function viewFromPath(pathname) {
 
 async function route() {
 	let name = viewFromPath(location.pathname);
-	if (!views[name] || (adminViews.has(name) && !ctx.isAdmin) || (operatorViews.has(name) && !ctx.isOperator)) {
-		name = 'overview';
-		history.replaceState(null, '', '/console/overview');
+	const home = ctx.fleetOnly ? 'fleet' : 'overview';
+	if (!views[name] || (adminViews.has(name) && !ctx.isAdmin) || (operatorViews.has(name) && !ctx.isOperator)
+		|| (ctx.fleetOnly && !operatorViews.has(name))) {
+		name = home;
+		history.replaceState(null, '', `/console/${home}`);
 	}
 	for (const a of document.querySelectorAll('.tabs a')) {
 		if (a.dataset.view === name) a.setAttribute('aria-current', 'page');
@@ -144,20 +171,35 @@ function chooseCluster(me) {
 		h('label', { for: 'cluster-picker', class: 'visually-hidden' }, 'Cluster'), select);
 }
 
+// fleetOnly: the caller may read the fleet and has no cluster to open
+// (none in the fleet yet, on a host that names none). An operator with
+// clusters opens one of them as before, with the fleet one tab away.
+function fleetOnly(me) {
+	return Boolean(me && me.principal === 'user' && me.fleet_view && !me.acting_cluster
+		&& Array.isArray(me.clusters) && me.clusters.length === 0);
+}
+
 async function boot() {
 	try {
 		ctx.me = await get('/auth/me').catch((err) => {
 			if (err instanceof ApiError && err.status === 401) throw err;
 			return null;
 		});
-		chooseCluster(ctx.me);
-		ctx.overview = await get('/api/console/overview');
+		ctx.fleetOnly = fleetOnly(ctx.me);
+		if (!ctx.fleetOnly) {
+			chooseCluster(ctx.me);
+			ctx.overview = await get('/api/console/overview');
+		}
 	} catch (err) {
 		if (err instanceof ApiError && err.status === 401) return; // on the way to the sign-in page
+		const noCluster = ctx.me && ctx.me.principal === 'user' && !ctx.me.acting_cluster
+			&& Array.isArray(ctx.me.clusters) && ctx.me.clusters.length === 0;
 		clear(main).append(h('div', { class: 'panel', 'data-testid': 'boot-error' },
 			h('h1', {}, 'The console cannot open'),
 			h('p', { class: 'error-text' }, err.message),
-			err.status === 403 ? h('p', {}, 'Sign in with an account that is a member of this cluster.') : null,
+			noCluster ? h('p', { 'data-testid': 'boot-no-cluster' },
+				'Your account has no role on any cluster yet. Ask an admin of your cluster to add you, or an operator to create a cluster for your tenant.') : null,
+			err.status === 403 && !noCluster ? h('p', {}, 'Sign in with an account that is a member of this cluster.') : null,
 			h('p', {}, h('a', { href: '/auth/login?next=/console/', onClick: (ev) => { ev.preventDefault(); goToLogin(); } }, 'Sign in again'))));
 		return;
 	}

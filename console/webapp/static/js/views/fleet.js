@@ -1,11 +1,13 @@
 // Fleet (live operators only): every cell with its use, tenancy verdict
 // and serving gateway; every tenant's clusters with status, plan, month
 // usage and quota, and the actions the operator API takes (suspend or
-// resume, change the plan, issue a key); the plans.
+// resume, change the plan, issue a key); the plans; every user
+// (fleetusers.js).
 
 import { get, post, put } from '../api.js';
 import { h, clear, fmtInt, table, fmtDate } from '../dom.js';
 import { mount as mountRequests } from './requests.js';
+import { usersPanel } from './fleetusers.js';
 
 function badge(text, cls) {
 	return h('span', { class: `badge ${cls || text}` }, String(text).replace('_', ' '));
@@ -48,7 +50,8 @@ function cellsPanel(data) {
 				'data-probed': data.cells[i].tenancy.probed, 'data-stated': data.cells[i].tenancy.stated,
 				'data-gateway-group': data.cells[i].gateway_group ? data.cells[i].gateway_group.group : '',
 			}),
-			empty: 'No cells.',
+			empty: h('span', { 'data-testid': 'fleet-no-cells' }, 'No cells yet. A cell is a Queen broker this gateway fronts; register the first with ',
+				h('code', {}, 'caddy queen cell add <slug> --region <region> --url <broker URL>'), '.'),
 		}),
 		h('h3', {}, 'Gateway groups'),
 		table({
@@ -67,6 +70,20 @@ function cellsPanel(data) {
 function quotaText(q) {
 	if (q.state === 'unlimited') return h('span', { class: 'muted' }, 'unlimited');
 	return h('span', { class: q.state === 'ok' ? null : 'warn-text' }, `${q.percent}% of ${fmtInt(q.monthly_msgs_quota)} (${q.state})`);
+}
+
+// nextSteps is what a fleet without clusters does next, on the command
+// line (the console does not create cells, tenants or clusters).
+function nextSteps(haveCell) {
+	const steps = [];
+	if (!haveCell) steps.push(['Register the broker cell the clusters will live on:', 'caddy queen cell add eu1-a --region eu1 --url <broker URL>']);
+	steps.push(['Create a customer\'s tenant:', 'caddy queen tenant create acme --name "Acme Inc"']);
+	steps.push(['Create its first cluster (its hostname is <slug>.<base domain>):', 'caddy queen cluster create acme-prod --tenant acme --plan pro']);
+	steps.push(['Give the customer\'s first user the admin role on it:', 'caddy queen user create ada@acme.example --tenant acme --password-stdin\ncaddy queen user grant ada@acme.example --cluster acme-prod --role admin']);
+	return h('div', { 'data-testid': 'fleet-next-step' },
+		h('p', {}, h('strong', {}, 'No clusters yet.'), ' Every cluster appears here once created; then reload this page.'),
+		h('ol', {}, steps.map(([what, cmd]) => h('li', {}, what, h('pre', {}, h('code', {}, cmd))))),
+		h('p', { class: 'muted' }, 'docs/operations.md describes each command.'));
 }
 
 export async function render(root, ctx) {
@@ -143,13 +160,22 @@ export async function render(root, ctx) {
 	}
 
 	async function load() {
-		const [cells, tenants, plans] = await Promise.all([
-			get('/api/operator/cells'), get('/api/operator/tenants'), get('/api/operator/plans')]);
+		const [cells, tenants, plans, accounts] = await Promise.all([
+			get('/api/operator/cells'), get('/api/operator/tenants'), get('/api/operator/plans'), get('/api/operator/accounts')]);
 		const rows = [];
 		const attrs = [];
+		let clusterCount = 0;
 		for (const t of tenants.tenants) {
+			const tenantName = t.is_platform ? h('span', {}, t.slug, ' ', badge('operators', 'muted')) : t.slug;
+			if (t.clusters.length === 0) {
+				// A tenant without clusters still shows: it is where the
+				// next cluster (or the operators, for the platform's) lives.
+				rows.push([tenantName, h('span', { class: 'muted' }, 'no clusters'), '', '', '', '', '', '', '']);
+				attrs.push({ 'data-testid': 'fleet-tenant-row', 'data-tenant': t.slug, 'data-platform': String(Boolean(t.is_platform)) });
+			}
 			for (const c of t.clusters) {
-				rows.push([t.slug, ...clusterRow(c, plans.plans)]);
+				clusterCount++;
+				rows.push([tenantName, ...clusterRow(c, plans.plans)]);
 				attrs.push({
 					'data-testid': 'fleet-cluster-row', 'data-cluster': c.slug, 'data-tenant': t.slug,
 					'data-status': c.status, 'data-plan': c.plan, 'data-msgs': c.usage.msgs, 'data-quota': c.quota.state,
@@ -166,8 +192,10 @@ export async function render(root, ctx) {
 						{ label: 'Messages', num: true }, { label: 'Monthly quota' }, { label: 'Push block' }, { label: 'Actions' }],
 					rows,
 					rowAttrs: (i) => attrs[i],
-					empty: 'No clusters.',
-				})),
+					empty: 'No tenants.',
+				}),
+				clusterCount === 0 ? nextSteps(cells.cells.length > 0) : null),
+			usersPanel(accounts, tenants.tenants, ctx, act),
 			h('section', { class: 'panel', 'aria-labelledby': 'fleet-plans-h' },
 				h('h2', { id: 'fleet-plans-h' }, 'Plans'),
 				table({

@@ -1,0 +1,122 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/queengate/queengate/controlplane"
+	"github.com/queengate/queengate/internal/fakebroker"
+	"github.com/queengate/queengate/internal/pgtest"
+)
+
+// runBrowserSpec runs one script of e2e/browser in Node with the given
+// QG_* environment, fails the test with its output when it fails, and
+// returns the "RESULT name=value" lines it printed.
+func runBrowserSpec(t *testing.T, script string, env ...string) map[string]string {
+	t.Helper()
+	node, chromium, dir := browserPrerequisites(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, script)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), "QG_CHROMIUM="+chromium, "NO_COLOR=1",
+		"QG_OUTPUT_DIR="+filepath.Join(dir, "test-output", strings.TrimSuffix(script, ".spec.mjs"))), env...)
+	// On a time-out, let Playwright close its browser before Node goes.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 10 * time.Second
+	started := time.Now()
+	output, err := cmd.CombinedOutput()
+	took := time.Since(started).Round(time.Millisecond)
+	if err != nil {
+		t.Fatalf("%s failed after %v (%v); its output:\n%s", script, took, err, output)
+	}
+	t.Logf("%s passed in %v\n%s", script, took, output)
+	results := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(output))
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "RESULT "); ok {
+			if k, v, ok := strings.Cut(rest, "="); ok {
+				results[k] = v
+			}
+		}
+	}
+	return results
+}
+
+// TestBrowserFleetFirstDay opens the console on the operator host of a
+// fleet that has nothing yet: a freshly migrated database (the platform
+// tenant alone), one operator made as `caddy queen user create --operator`
+// makes it, no cell, no cluster. The console opens on the fleet alone
+// (there is no cluster to open), with empty states that name the commands
+// that come next (fleet.spec.mjs). Then, once a customer's tenant and
+// cluster exist, the operator manages people from the fleet view alone:
+// creates a customer's user with a role, changes and removes the role,
+// creates an operator and withdraws the bit; the database holds each
+// change with the operator's audit row. The customer's user, left with no
+// role, signs in and is told why the console has nothing to open.
+func TestBrowserFleetFirstDay(t *testing.T) {
+	url := pgtest.URL(t)
+	cp := newControlPlane(t, url)
+	const opsHost = "ops.example.test"
+	const opEmail, opPassword = "first-op@platform.test", "first operator battery staple"
+	if _, err := controlplane.CreateUser(context.Background(), cp.pool,
+		controlplane.NewUser{Email: opEmail, Password: opPassword, Operator: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := cp.scalar(`SELECT count(*)::text FROM queen_proxy.clusters`); got != "0" {
+		t.Fatalf("a fresh database holds %s clusters", got)
+	}
+	secret := make([]byte, 32)
+	_, _ = rand.Read(secret)
+	port := freePort(t)
+	app := fmt.Sprintf(`spool_dir %s
+		operator_enabled
+		session {
+			hs256_secret %s
+		}
+		identity {
+			operator_api
+		}`, t.TempDir(), hex.EncodeToString(secret))
+	startGateway(t, gatewayCaddyfile(port, url, app, "shared_hosts "+opsHost))
+
+	common := []string{fmt.Sprintf("QG_OPS_URL=http://%s:%d", opsHost, port),
+		fmt.Sprintf("QG_GATEWAY_ADDR=127.0.0.1:%d", port),
+		"QG_OPERATOR_EMAIL=" + opEmail, "QG_OPERATOR_PASSWORD=" + opPassword}
+	runBrowserSpec(t, "fleet.spec.mjs", common...)
+
+	// The first customer, made with the CLI's SQL as the next steps say;
+	// its cluster has an admin already (so a role can be removed again).
+	broker := startBroker(t, fakebroker.Options{Name: "first-cell", Tenancy: fakebroker.TenancyRust})
+	cl := cp.cluster(cp.tenant("acme"), "acme-prod", cp.cell("first-cell", broker.URL(), ""))
+	cp.exec(`SELECT queen_proxy.create_user(id, 'boss@acme.test', NULL, 'local') FROM queen_proxy.tenants WHERE slug = 'acme'`)
+	cp.exec(`SELECT queen_proxy.grant_cluster_role($1::uuid, 'boss@acme.test', 'admin')`, cl.id)
+	const newUser, newOperator = "ada@acme.test", "second-op@platform.test"
+	results := runBrowserSpec(t, "fleet.spec.mjs", append(common, "QG_PHASE=users", "QG_TENANT=acme", "QG_CLUSTER="+cl.slug,
+		"QG_NEW_USER="+newUser, "QG_NEW_OPERATOR="+newOperator)...)
+
+	opID := cp.scalar(`SELECT id::text FROM queen_proxy.users WHERE email = $1`, opEmail)
+	if got := cp.scalar(`SELECT u.id::text || ' ' || t.slug || ' ' || u.created_from || ' ' || u.created_by::text || ' ' ||
+			(u.password_hash IS NOT NULL)::text || ' ' || coalesce(u.name, '') || ' ' ||
+			(SELECT count(*) FROM queen_proxy.cluster_roles r WHERE r.user_id = u.id)::text
+		FROM queen_proxy.users u JOIN queen_proxy.tenants t ON t.id = u.tenant_id WHERE u.email = $1`, newUser); got != results["customer_id"]+" acme operator "+opID+" true Ada Customer 0" {
+		t.Fatalf("the customer's user the console created: %q", got)
+	}
+	if got := cp.scalar(`SELECT u.id::text || ' ' || t.slug || ' ' || u.is_operator::text
+		FROM queen_proxy.users u JOIN queen_proxy.tenants t ON t.id = u.tenant_id WHERE u.email = $1`, newOperator); got != results["operator_id"]+" platform false" {
+		t.Fatalf("the operator the console created and withdrew: %q", got)
+	}
+	if got := cp.scalar(`SELECT string_agg(action, ',' ORDER BY action) FROM queen_proxy.operations
+		WHERE actor = 'user' AND actor_id = $1::uuid AND action LIKE 'operator%'`, opID); got != "operator_bit_revoked,operator_role_granted,operator_role_revoked,operator_user_created,operator_user_created" {
+		t.Fatalf("the operator's audit rows: %q", got)
+	}
+}
