@@ -29,11 +29,14 @@ const (
 	DefaultVerificationTTL = 7 * 24 * time.Hour
 )
 
-// DefaultResetRate is the guard of reset requests: per account, four in a
-// row, then a wait of one minute doubling up to an hour; per client
-// address, ten. Every request counts, whether the account exists or not.
+// DefaultResetRate is the guard of reset requests: three for one address
+// typed, then a wait of one minute doubling up to an hour; ten from one
+// client address (IPv6: its /64). Every request counts, whether an account
+// has the address or not; a count is forgotten after an hour without one.
+// (The guard waits after its free failures are spent: 2 free, the third
+// request sets the first wait.)
 var DefaultResetRate = LoginGuardConfig{
-	FreeFailuresIP: 10, FreeFailuresAccount: 3, BackoffBase: time.Minute, Lockout: time.Hour, Window: time.Hour,
+	FreeFailuresIP: 9, FreeFailuresAccount: 2, BackoffBase: time.Minute, Lockout: time.Hour, Window: time.Hour,
 }
 
 // maxPendingMails bounds the reset messages being sent at once; a request
@@ -244,8 +247,8 @@ func (s *Surface) forgot(w http.ResponseWriter, r *http.Request) {
 	}
 	s.resetGuard.Fail(ip, email, now)
 	s.background("password reset", func(ctx context.Context) { s.sendReset(ctx, email) })
-	renderPage(w, http.StatusOK, pageData{Title: "Check your e-mail",
-		Notice: "If an account has the address " + email + ", a link to choose a new password is on its way to it. The link works once, for " + ttlWords(s.o.ResetTTL) + "."})
+	renderPage(w, http.StatusOK, pageData{Title: "Check your e-mail", Next: "/",
+		Notice: "If an account has this address, a link to choose a new password is on its way to it. The link works once, for " + ttlWords(s.o.ResetTTL) + "."})
 }
 
 // sendReset issues and sends a reset link when an account has the
