@@ -48,7 +48,7 @@ var (
 		"this link is not valid: it was already used, was replaced by a newer one, was revoked, or has expired")
 	errEmailNotSent = apiErr(http.StatusBadGateway, apierror.EmailNotSent,
 		"the invitation could not be sent by e-mail, so it was not kept; try again later")
-	errMailOff = apiErr(http.StatusNotFound, apierror.RouteBlocked, "e-mail is not configured on this gateway")
+	errMailOff       = apiErr(http.StatusNotFound, apierror.RouteBlocked, "e-mail is not configured on this gateway")
 	errWrongPassword = apiErr(http.StatusForbidden, apierror.Forbidden, "the current password is wrong")
 	errNoPassword    = apiErr(http.StatusConflict, apierror.Conflict,
 		"this account has no password (it signs in with a provider); set one with \"Forgot password\" on the sign-in page")

@@ -72,7 +72,7 @@ func (e *env) form(path string, values url.Values, cookie string) resp {
 	e.t.Helper()
 	r := e.do(req{method: http.MethodPost, host: "login.eu1.test", path: path, cookie: cookie, https: true,
 		header: map[string]string{"Origin": publicURL, "Content-Type": "application/x-www-form-urlencoded"},
-		body: values.Encode()})
+		body:   values.Encode()})
 	return r
 }
 
@@ -138,7 +138,7 @@ func TestInvitationByEmail(t *testing.T) {
 	}
 	e.get(w.host, "/api/console/invitations", w.viewerTok).want(403, "forbidden")
 	for range 2 { // a mail scanner's fetch does not spend it
-		p := e.page(path + "?token=" + tok).want(200, "")
+		p := e.page(path+"?token="+tok).want(200, "")
 		if !strings.Contains(p.Body.String(), w.slug) || !strings.Contains(p.Body.String(), invitee) {
 			t.Fatalf("invitation page: %s", p.Body.String())
 		}
@@ -166,7 +166,7 @@ func TestInvitationByEmail(t *testing.T) {
 		t.Errorf("the account's origin is %q", origin)
 	}
 	e.form(path, url.Values{"token": {tok}, "password": {"another long password"}}, "").want(400, "")
-	e.page(path + "?token=" + tok).want(400, "")
+	e.page(path+"?token="+tok).want(400, "")
 	if l := e.get(w.host, "/api/console/invitations", w.adminTok).want(200, "").list(); len(l) != 0 {
 		t.Fatalf("an accepted invitation is still pending: %v", l)
 	}
@@ -189,7 +189,7 @@ func TestInvitationRevokedAndReplaced(t *testing.T) {
 	if tok1 == tok2 {
 		t.Fatal("two invitations carried the same token")
 	}
-	e.page("/auth/invitation?token=" + tok1).want(400, "")
+	e.page("/auth/invitation?token="+tok1).want(400, "")
 	list := e.get(w.host, "/api/console/invitations", w.adminTok).want(200, "").list()
 	if len(list) != 1 || list[0]["id"] != second["invitation_id"] || list[0]["role"] != "consumer" {
 		t.Fatalf("pending after a re-invitation: %v (first %v)", list, first["invitation_id"])
@@ -199,7 +199,7 @@ func TestInvitationRevokedAndReplaced(t *testing.T) {
 	e.write("DELETE", w.host, "/api/console/invitations/not-a-uuid", w.adminTok, "").want(404, "not_found")
 	e.write("DELETE", w.host, "/api/console/invitations/"+id, w.adminTok, "").want(200, "")
 	e.write("DELETE", w.host, "/api/console/invitations/"+id, w.adminTok, "").want(404, "not_found")
-	e.page("/auth/invitation?token=" + tok2).want(400, "")
+	e.page("/auth/invitation?token="+tok2).want(400, "")
 	e.form("/auth/invitation", url.Values{"token": {tok2}, "password": {"a good long password"}}, "").want(400, "")
 	if n := e.scalar(`SELECT count(*)::text FROM queen_proxy.users WHERE email = $1`, invitee); n != "0" {
 		t.Fatal("a revoked invitation created an account")
@@ -258,9 +258,9 @@ func TestForgotPasswordReset(t *testing.T) {
 		t.Fatalf("%s reset links of about 30 minutes", n)
 	}
 	// Bound to its purpose.
-	e.page("/auth/invitation?token=" + tok).want(400, "")
+	e.page("/auth/invitation?token="+tok).want(400, "")
 	e.form("/auth/verify", url.Values{"token": {tok}}, "").want(400, "")
-	e.page(path + "?token=" + tok).want(200, "")
+	e.page(path+"?token="+tok).want(200, "")
 	e.form(path, url.Values{"token": {tok}, "password": {"too short"}}, "").want(400, "")
 	done := e.form(path, url.Values{"token": {tok}, "password": {"the brand new password"}}, "").want(303, "")
 	if loc := done.Header().Get("Location"); !strings.HasPrefix(loc, "/auth/login?done=reset") {
@@ -286,13 +286,13 @@ func TestResetLinkExpiresAndIsReplaced(t *testing.T) {
 	_, tok1 := linkIn(t, e.mp.Wait(t, email, 1, 15*time.Second))
 	e.form("/auth/forgot", url.Values{"email": {email}}, "").want(200, "")
 	_, tok2 := linkIn(t, e.mp.Wait(t, email, 2, 15*time.Second))
-	e.page("/auth/reset?token=" + tok1).want(400, "")
-	e.page("/auth/reset?token=" + tok2).want(200, "")
+	e.page("/auth/reset?token="+tok1).want(400, "")
+	e.page("/auth/reset?token="+tok2).want(200, "")
 	e.exec(`UPDATE queen_proxy.email_tokens SET expires_at = clock_timestamp() - interval '1 second' WHERE user_id = $1::uuid`, userID)
-	e.page("/auth/reset?token=" + tok2).want(400, "")
+	e.page("/auth/reset?token="+tok2).want(400, "")
 	e.form("/auth/reset", url.Values{"token": {tok2}, "password": {"the brand new password"}}, "").want(400, "")
 	for _, bad := range []string{"", "x", tok2 + "=", strings.Repeat("A", 43) + "A", "%00"} {
-		e.page("/auth/reset?token=" + url.QueryEscape(bad)).want(400, "")
+		e.page("/auth/reset?token="+url.QueryEscape(bad)).want(400, "")
 	}
 }
 
@@ -328,7 +328,7 @@ func TestForgotRateLimited(t *testing.T) {
 	// limited: the account's count is its own.
 	r := e.do(req{method: http.MethodPost, host: "login.eu1.test", path: "/auth/forgot", https: true,
 		header: map[string]string{"Origin": publicURL, "Content-Type": "application/x-www-form-urlencoded", "X-Test-Peer": "1"},
-		body: url.Values{"email": {email}}.Encode()})
+		body:   url.Values{"email": {email}}.Encode()})
 	r.want(429, "")
 	// Three messages reached the account, no more.
 	e.mp.Wait(t, email, 3, 15*time.Second)
@@ -395,7 +395,7 @@ func TestOperatorCreatedAccountVerifies(t *testing.T) {
 	if path != "/auth/verify" {
 		t.Fatalf("verification link path %s", path)
 	}
-	e.page(path + "?token=" + tok).want(200, "")
+	e.page(path+"?token="+tok).want(200, "")
 	if verified() != "false" {
 		t.Fatal("opening the link (GET) verified the address")
 	}
