@@ -299,6 +299,12 @@ func (s *Surface) reset(w http.ResponseWriter, r *http.Request) {
 		s.rerenderSetPassword(w, r, purposeReset, raw, e)
 		return
 	}
+	// A dead link is refused before the password is hashed, so posting
+	// made-up tokens costs the gateway no hashing.
+	if _, e := s.pendingLink(r.Context(), purposeReset, raw); e != nil {
+		writeFailure(w, r, e)
+		return
+	}
 	hash, err := HashPassword(password)
 	if err != nil {
 		writeFailure(w, r, errInternal)
@@ -330,7 +336,7 @@ func (s *Surface) reset(w http.ResponseWriter, r *http.Request) {
 	s.o.Identities.InvalidateUsers()
 	s.o.Guard.Succeed(l.email)
 	w.Header().Set("Cache-Control", "no-store")
-	http.Redirect(w, r, "/auth/login?done=reset&email="+url.QueryEscape(l.email), http.StatusSeeOther)
+	http.Redirect(w, r, "/auth/login?done=reset&next=%2Fconsole%2F&email="+url.QueryEscape(l.email), http.StatusSeeOther)
 }
 
 // rerenderSetPassword shows a set-password form again with a refusal.
@@ -534,6 +540,10 @@ func (s *Surface) acceptInvitation(w http.ResponseWriter, r *http.Request) {
 		writeFailure(w, r, errNotConfigured)
 		return
 	}
+	if _, e := s.pendingLink(r.Context(), purposeInvitation, raw); e != nil {
+		writeFailure(w, r, e)
+		return
+	}
 	hash, err := HashPassword(password)
 	if err != nil {
 		writeFailure(w, r, errInternal)
@@ -553,6 +563,13 @@ func (s *Surface) acceptInvitation(w http.ResponseWriter, r *http.Request) {
 				return memberError{errLinkInvalid}
 			}
 			return err
+		}
+		var status string
+		if err := tx.QueryRow(ctx, `SELECT status FROM queen_proxy.clusters WHERE id = $1::uuid`, l.clusterID).Scan(&status); err != nil {
+			return err
+		}
+		if status == "deleting" {
+			return memberError{errLinkInvalid}
 		}
 		var exists bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM queen_proxy.users WHERE email = $1)`, l.email).Scan(&exists); err != nil {

@@ -218,6 +218,8 @@ async function run() {
 
 	await step('sign-in-after-change', async () => {
 		await signOut();
+		await page.goto(`${origin}/console/`);
+		check(new URL(page.url()).pathname === '/auth/login', `signed out, /console/ led to ${page.url()}`);
 		await signIn(invitee, changedPassword);
 		log('RESULT changed_signed_in=1');
 	});

@@ -177,7 +177,7 @@ export async function render(root, ctx) {
 			h('h2', { id: 'members-list-h', class: 'visually-hidden' }, 'Members'),
 			list),
 		h('section', { class: 'panel', 'aria-labelledby': 'members-pending-h' },
-			h('h2', { id: 'members-pending-h' }, 'Pending invitations'),
+			h('h2', { id: 'members-pending-h', class: 'visually-hidden' }, 'Pending invitations'),
 			pending));
 	await Promise.all([loadList(), loadPending()]);
 }
