@@ -519,9 +519,91 @@ func (s *Surface) invitationPage(w http.ResponseWriter, r *http.Request) {
 		writeFailure(w, r, e)
 		return
 	}
-	renderPage(w, http.StatusOK, pageData{Title: "Join " + p.cluster, Email: p.email,
-		SetPassword: &setPasswordForm{Action: "/auth/invitation", Token: raw, Button: "Accept and sign in",
-			Intro: "You are invited to the cluster " + p.cluster + " as " + p.role + ", as " + p.email + ". Choose the password of your new account."}})
+	form := &setPasswordForm{Action: "/auth/invitation", Token: raw, Button: "Accept and sign in",
+		Intro: "You are invited to the cluster " + p.cluster + " as " + p.role + ", as " + p.email + ". Choose the password of your new account."}
+	if s.google != nil {
+		form.Providers = append(form.Providers, providerButton{Label: "Google", URL: "google"})
+	}
+	if s.github != nil {
+		form.Providers = append(form.Providers, providerButton{Label: "GitHub", URL: "github"})
+	}
+	renderPage(w, http.StatusOK, pageData{Title: "Join " + p.cluster, Email: p.email, SetPassword: form})
+}
+
+// invitationCookie carries an invitation's token through a provider
+// sign-in started from the invitation page.
+const invitationCookie = "queen_invitation"
+
+var errInvitationOtherAddress = apiErr(http.StatusForbidden, apierror.Forbidden,
+	"the invitation is for another e-mail address than the one this sign-in verified; sign in with that address, or choose a password on the invitation page")
+
+// acceptViaProvider starts the provider sign-in that accepts an
+// invitation: the token rides in a short-lived HttpOnly cookie to the
+// callback, which accepts it only for the address the provider verified.
+func (s *Surface) acceptViaProvider(w http.ResponseWriter, r *http.Request, provider, raw string) {
+	if (provider != "google" || s.google == nil) && (provider != "github" || s.github == nil) {
+		writeFailure(w, r, invalid("no such sign-in provider here"))
+		return
+	}
+	if _, e := s.pendingLink(r.Context(), purposeInvitation, raw); e != nil {
+		writeFailure(w, r, e)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: invitationCookie, Value: raw, Path: "/auth/", MaxAge: 600,
+		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: s.o.IsHTTPS(r)})
+	http.Redirect(w, r, "/auth/"+provider+"?next=%2Fconsole%2F", http.StatusSeeOther)
+}
+
+// takeInvitationCookie returns the invitation token a provider sign-in
+// carries ("" for none) and clears the cookie: it serves one sign-in.
+func (s *Surface) takeInvitationCookie(w http.ResponseWriter, r *http.Request) string {
+	c, err := r.Cookie(invitationCookie)
+	if err != nil {
+		return ""
+	}
+	http.SetCookie(w, &http.Cookie{Name: invitationCookie, Value: "", Path: "/auth/", MaxAge: -1,
+		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: s.o.IsHTTPS(r)})
+	tok, ok := parseLinkToken(c.Value)
+	if !ok {
+		return ""
+	}
+	return tok
+}
+
+// acceptWithProvider spends an invitation for a provider identity whose
+// verified e-mail is the invited address and no account has: the account
+// is created in the cluster's tenant, linked to the identity, with the
+// role. The invitation stays live when the addresses differ.
+func (s *Surface) acceptWithProvider(ctx context.Context, raw, provider string, id providerIdentity) (string, *apierror.Error) {
+	var userID, clusterID string
+	err := pgx.BeginFunc(ctx, s.o.Pool, func(tx pgx.Tx) error {
+		l, err := spendLink(ctx, tx, purposeInvitation, raw)
+		if err != nil {
+			return err
+		}
+		if l.email != id.Email {
+			return memberError{errInvitationOtherAddress}
+		}
+		clusterID = l.clusterID
+		var err2 error
+		userID, err2 = s.createInvited(ctx, tx, l, nil, provider)
+		if err2 != nil {
+			return err2
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO queen_proxy.identities (user_id, provider, provider_id, email, verified)
+			VALUES ($1::uuid, $2, $3, $4, true)`, userID, provider, id.ProviderID, id.Email)
+		return err
+	})
+	var me memberError
+	if errors.As(err, &me) {
+		return "", me.e
+	}
+	if err != nil {
+		s.o.Log.Error("invitation not accepted through a provider", zap.String("provider", provider), zap.Error(err))
+		return "", errDatabase
+	}
+	s.changed(clusterID)
+	return userID, nil
 }
 
 // acceptInvitation spends an invitation: the account is created in the
@@ -532,6 +614,10 @@ func (s *Surface) acceptInvitation(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	raw, password := r.PostForm.Get("token"), r.PostForm.Get("password")
+	if provider := r.PostForm.Get("provider"); provider != "" {
+		s.acceptViaProvider(w, r, provider, raw)
+		return
+	}
 	if e := passwordRule(password); e != nil {
 		s.rerenderSetPassword(w, r, purposeInvitation, raw, e)
 		return
@@ -558,40 +644,7 @@ func (s *Surface) acceptInvitation(w http.ResponseWriter, r *http.Request) {
 		if l, err = spendLink(ctx, tx, purposeInvitation, raw); err != nil {
 			return err
 		}
-		if _, err := lockRoles(ctx, tx, l.clusterID); err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
-				return memberError{errLinkInvalid}
-			}
-			return err
-		}
-		var status string
-		if err := tx.QueryRow(ctx, `SELECT status FROM queen_proxy.clusters WHERE id = $1::uuid`, l.clusterID).Scan(&status); err != nil {
-			return err
-		}
-		if status == "deleting" {
-			return memberError{errLinkInvalid}
-		}
-		var exists bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM queen_proxy.users WHERE email = $1)`, l.email).Scan(&exists); err != nil {
-			return err
-		}
-		if exists {
-			return memberError{errAccountExists}
-		}
-		if err := tx.QueryRow(ctx, `SELECT queen_proxy.create_user($1::uuid, $2, $3, 'local')::text`, l.tenantID, l.email, hash).Scan(&userID); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `SELECT queen_proxy.set_user_origin($1::uuid, 'console', $2::uuid)`, userID, nilIfEmpty(l.createdBy)); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE queen_proxy.users SET email_verified_at = clock_timestamp() WHERE id = $1::uuid`, userID); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `SELECT queen_proxy.grant_cluster_role($1::uuid, $2, $3)`, l.clusterID, l.email, l.role); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `SELECT queen_proxy.record_operation($1::uuid, $2::uuid, 'user', $3::uuid, 'invitation_accepted', $3::text, $4::jsonb)`,
-			l.tenantID, l.clusterID, userID, fmt.Sprintf(`{"invitation":%q,"role":%q}`, l.id, l.role))
+		userID, err = s.createInvited(ctx, tx, l, &hash, "local")
 		return err
 	})
 	if s.linkFailed(w, r, err) {
@@ -599,6 +652,48 @@ func (s *Surface) acceptInvitation(w http.ResponseWriter, r *http.Request) {
 	}
 	s.changed(l.clusterID)
 	s.startSession(w, r, userID, "/console")
+}
+
+// createInvited creates, in tx, the account a spent invitation makes: in
+// the cluster's tenant, with the password hash (or none), the address
+// verified, the role granted, audited invitation_accepted.
+func (s *Surface) createInvited(ctx context.Context, tx pgx.Tx, l spentLink, hash *string, provider string) (string, error) {
+	if _, err := lockRoles(ctx, tx, l.clusterID); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return "", memberError{errLinkInvalid}
+		}
+		return "", err
+	}
+	var status string
+	if err := tx.QueryRow(ctx, `SELECT status FROM queen_proxy.clusters WHERE id = $1::uuid`, l.clusterID).Scan(&status); err != nil {
+		return "", err
+	}
+	if status == "deleting" {
+		return "", memberError{errLinkInvalid}
+	}
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM queen_proxy.users WHERE email = $1)`, l.email).Scan(&exists); err != nil {
+		return "", err
+	}
+	if exists {
+		return "", memberError{errAccountExists}
+	}
+	var userID string
+	if err := tx.QueryRow(ctx, `SELECT queen_proxy.create_user($1::uuid, $2, $3, $4)::text`, l.tenantID, l.email, hash, provider).Scan(&userID); err != nil {
+		return "", err
+	}
+	if _, err := tx.Exec(ctx, `SELECT queen_proxy.set_user_origin($1::uuid, 'console', $2::uuid)`, userID, nilIfEmpty(l.createdBy)); err != nil {
+		return "", err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE queen_proxy.users SET email_verified_at = clock_timestamp() WHERE id = $1::uuid`, userID); err != nil {
+		return "", err
+	}
+	if _, err := tx.Exec(ctx, `SELECT queen_proxy.grant_cluster_role($1::uuid, $2, $3)`, l.clusterID, l.email, l.role); err != nil {
+		return "", err
+	}
+	_, err := tx.Exec(ctx, `SELECT queen_proxy.record_operation($1::uuid, $2::uuid, 'user', $3::uuid, 'invitation_accepted', $3::text, $4::jsonb)`,
+		l.tenantID, l.clusterID, userID, fmt.Sprintf(`{"invitation":%q,"role":%q,"provider":%q}`, l.id, l.role, provider))
+	return userID, err
 }
 
 // ---- e-mail verification ----

@@ -447,3 +447,63 @@ func TestMailOff(t *testing.T) {
 		t.Error("the sign-in page offers a reset without e-mail")
 	}
 }
+
+// An invitation accepted through a provider sign-in: only for the address
+// the provider verified (another address leaves it pending), creating the
+// account linked to the identity, with the role.
+func TestInvitationAcceptedWithGitHub(t *testing.T) {
+	p := newFakeProvider(t)
+	e := newMailEnv(t, func(o *Options) { o.GitHub = p.config() })
+	w := e.mailWorld()
+	invitee := name("gh") + "@elsewhere.test"
+	e.write("POST", w.host, "/api/console/members", w.adminTok, `{"email":"`+invitee+`","role":"consumer"}`).want(202, "")
+	_, tok := linkIn(t, e.mp.Wait(t, invitee, 1, 15*time.Second))
+	if !strings.Contains(e.page("/auth/invitation?token="+tok).Body.String(), `data-testid="accept-with-github"`) {
+		t.Fatal("the invitation page offers no GitHub acceptance")
+	}
+	start := e.form("/auth/invitation", url.Values{"token": {tok}, "provider": {"github"}}, "").want(303, "")
+	if loc := start.Header().Get("Location"); loc != "/auth/github?next=%2Fconsole%2F" {
+		t.Fatalf("accepting with GitHub went to %q", loc)
+	}
+	var carried string
+	for _, c := range start.Result().Cookies() {
+		if c.Name == invitationCookie && c.HttpOnly && c.MaxAge > 0 && c.Path == "/auth/" {
+			carried = c.Name + "=" + c.Value
+		}
+	}
+	if carried == "" {
+		t.Fatalf("no invitation cookie: %v", start.Header().Values("Set-Cookie"))
+	}
+	e.form("/auth/invitation", url.Values{"token": {tok}, "provider": {"google"}}, "").want(400, "invalid_request")
+
+	// GitHub verifies another address: refused, the invitation stays.
+	f := e.oauthStart(w.host, "github", "/console/")
+	p.codes["inv1"] = grant{challenge: f.challenge, redirect: f.redirect, sub: "7001", githubEmails: []map[string]any{
+		{"email": name("other") + "@elsewhere.test", "primary": true, "verified": true}}}
+	e.callback(w.host, "github", "inv1", f.state, f.cookie+"; "+carried).want(403, "forbidden")
+	if l := e.get(w.host, "/api/console/invitations", w.adminTok).want(200, "").list(); len(l) != 1 {
+		t.Fatalf("a refused provider acceptance spent the invitation: %v", l)
+	}
+	// Without the invitation cookie, the right address is not provisioned.
+	f = e.oauthStart(w.host, "github", "/console/")
+	p.codes["inv2"] = grant{challenge: f.challenge, redirect: f.redirect, sub: "7002", githubEmails: []map[string]any{
+		{"email": invitee, "primary": true, "verified": true}}}
+	e.callback(w.host, "github", "inv2", f.state, f.cookie).want(403, "not_provisioned")
+	// With it, the account is made.
+	f = e.oauthStart(w.host, "github", "/console/")
+	p.codes["inv3"] = grant{challenge: f.challenge, redirect: f.redirect, sub: "7003", githubEmails: []map[string]any{
+		{"email": invitee, "primary": true, "verified": true}}}
+	r := e.callback(w.host, "github", "inv3", f.state, f.cookie+"; "+carried).want(303, "")
+	claims, err := e.keys.Verify(sessionCookie(t, r).Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.scalar(`SELECT u.email || ' ' || cr.role || ' ' || (u.email_verified_at IS NOT NULL)::text || ' ' || i.provider_id
+		FROM queen_proxy.users u JOIN queen_proxy.cluster_roles cr ON cr.user_id = u.id AND cr.cluster_id = $2::uuid
+		JOIN queen_proxy.identities i ON i.user_id = u.id WHERE u.id = $1::uuid`, claims.UserID, w.clusterID); got != invitee+" consumer true "+p.subject("7003") {
+		t.Fatalf("the account the provider acceptance made: %q", got)
+	}
+	if l := e.get(w.host, "/api/console/invitations", w.adminTok).want(200, "").list(); len(l) != 0 {
+		t.Fatalf("the accepted invitation is still pending: %v", l)
+	}
+}

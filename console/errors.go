@@ -149,6 +149,9 @@ type setPasswordForm struct {
 	Token  string
 	Intro  string
 	Button string
+	// Providers offer accepting through a provider sign-in instead (URL
+	// holds the provider's name).
+	Providers []providerButton
 }
 
 var pageTemplate = template.Must(template.New("page").Parse(`<!doctype html>
@@ -164,7 +167,7 @@ h1{font-size:1.3rem;margin:0 0 1.2rem}
 label{display:block;font-size:.85rem;margin:.8rem 0 .3rem;color:#4a5263}
 input{width:100%;box-sizing:border-box;padding:.55rem .6rem;border:1px solid #c9ced8;border-radius:6px;font-size:1rem}
 button,a.button{display:block;width:100%;box-sizing:border-box;margin-top:1.2rem;padding:.6rem;border:0;border-radius:6px;background:#3346d3;color:#fff;font-size:1rem;text-align:center;text-decoration:none;cursor:pointer}
-a.provider{background:#fff;color:#1d2330;border:1px solid #c9ced8;margin-top:.6rem}
+a.provider,button.provider{background:#fff;color:#1d2330;border:1px solid #c9ced8;margin-top:.6rem}
 .notice{background:#e9f6ee;color:#1d5b34;border-radius:6px;padding:.6rem .7rem;font-size:.9rem}
 .error{background:#fdecec;color:#8a1c1c;border-radius:6px;padding:.6rem .7rem;font-size:.9rem}
 .or{text-align:center;color:#8a91a0;font-size:.8rem;margin-top:1.2rem}
@@ -191,7 +194,14 @@ small{color:#8a91a0}
 <label for="password">New password (12 to 128 characters)</label>
 <input id="password" name="password" type="password" autocomplete="new-password" minlength="12" maxlength="128" required autofocus data-testid="new-password">
 <button type="submit" data-testid="set-password-submit">{{.Button}}</button>
-</form>{{end}}
+</form>
+{{if .Providers}}<p class="or">or</p>{{end}}
+{{range .Providers}}<form method="post" action="{{$.SetPassword.Action}}">
+<input type="hidden" name="token" value="{{$.SetPassword.Token}}">
+<input type="hidden" name="provider" value="{{.URL}}">
+<button type="submit" class="provider" data-testid="accept-with-{{.URL}}">Accept with {{.Label}}</button>
+</form>
+{{end}}{{end}}
 {{else if .Confirm}}{{with .Confirm}}
 <form method="post" action="{{.Action}}">
 <input type="hidden" name="token" value="{{.Token}}">
