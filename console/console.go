@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -161,6 +162,7 @@ type Surface struct {
 	app          fs.FS
 	resetGuard   *LoginGuard
 	mailSlots    chan struct{}
+	lastPrune    atomic.Int64 // unix nanoseconds of the last prune of ended links
 }
 
 // DefaultSessionTTL is the life of a session minted at login when none is

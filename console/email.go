@@ -204,7 +204,28 @@ func (s *Surface) issueLink(ctx context.Context, purpose, userID, email, by stri
 			VALUES ($1, $2, $3, $4::uuid, $5::uuid, clock_timestamp() + $6::interval) RETURNING id::text`,
 			purpose, hash, email, userID, nilIfEmpty(by), ttl.String()).Scan(&id)
 	})
+	s.pruneLinks()
 	return tok, id, err
+}
+
+// keepEndedLinks is how long links that ended (used, revoked, expired)
+// stay in email_tokens, for the record; pruning runs at most once an hour
+// per process, after a link is issued.
+const keepEndedLinks = 30 * 24 * time.Hour
+
+func (s *Surface) pruneLinks() {
+	now := s.o.Now()
+	last := s.lastPrune.Load()
+	if now.UnixNano()-last < int64(time.Hour) || !s.lastPrune.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := s.o.Pool.Exec(ctx, `SELECT queen_proxy.prune_email_tokens($1)`, now.Add(-keepEndedLinks)); err != nil {
+			s.o.Log.Warn("ended e-mail links not pruned", zap.Error(err))
+		}
+	}()
 }
 
 // revokeLink withdraws a link whose message was not sent.
@@ -410,6 +431,7 @@ func (s *Surface) invite(w http.ResponseWriter, r *http.Request, c *caller, emai
 	if s.memberFailed(w, c, err) {
 		return
 	}
+	s.pruneLinks()
 	if err := s.sendMail(r.Context(), mailer.Message{To: email, Template: mailer.TemplateInvitation, Data: mailer.Data{
 		Link: s.link("/auth/invitation", tok), Email: email, Cluster: c.cluster.Slug, Role: role, Inviter: inviter,
 		ExpiresIn: ttlWords(s.o.InvitationTTL),

@@ -41,3 +41,26 @@ func TestConsumeEmailTokenOnce(t *testing.T) {
 		t.Fatalf("a link sent to an address the user no longer has was spent")
 	}
 }
+
+// prune_email_tokens forgets links that ended before the cut-off and keeps
+// every live one.
+func TestPruneEmailTokens(t *testing.T) {
+	pool := db(t)
+	tenant, _ := newTenant(t, pool)
+	user, email := newUser(t, pool, tenant)
+	insert := func(secret, expires, used string) {
+		exec(t, pool, `INSERT INTO queen_proxy.email_tokens (purpose, token_hash, email, user_id, expires_at, used_at)
+			VALUES ('password_reset', sha256(convert_to($1, 'UTF8')), $2, $3::uuid, now() + $4::interval, now() + $5::interval)`,
+			secret, email, user, expires, used)
+	}
+	insert(uniq("old-expired"), "-40 days", "-40 days")
+	insert(uniq("old-used"), "1 hour", "-40 days")
+	exec(t, pool, `INSERT INTO queen_proxy.email_tokens (purpose, token_hash, email, user_id, expires_at)
+		VALUES ('password_reset', sha256(convert_to($1, 'UTF8')), $2, $3::uuid, now() + interval '1 hour')`, uniq("live"), email, user)
+	if n := scalar[int64](t, pool, `SELECT queen_proxy.prune_email_tokens(now() - interval '30 days')`); n < 2 {
+		t.Fatalf("pruned %d links, want at least the 2 that ended 40 days ago", n)
+	}
+	if n := scalar[int](t, pool, `SELECT count(*)::int FROM queen_proxy.email_tokens WHERE user_id = $1::uuid`, user); n != 1 {
+		t.Fatalf("%d links left, want the live one", n)
+	}
+}
