@@ -507,3 +507,49 @@ func TestInvitationAcceptedWithGitHub(t *testing.T) {
 		t.Fatalf("the accepted invitation is still pending: %v", l)
 	}
 }
+
+// TestForgotTiming measures the reset request's answer for an address an
+// account has and for addresses none has (the lookup happens after the
+// answer), and prints both; the answers must be the same.
+func TestForgotTiming(t *testing.T) {
+	e := newMailEnv(t, func(o *Options) {
+		o.ResetGuard = NewLoginGuard(LoginGuardConfig{FreeFailuresIP: 1000, FreeFailuresAccount: 1000})
+	})
+	tenantID, _ := e.tenant()
+	_, email := e.user(tenantID, "the old password")
+	const n = 40
+	var known, unknown []time.Duration
+	var body []byte
+	for i := range 2 * n {
+		addr := email
+		if i%2 == 1 {
+			addr = name("nobody") + "@acme.test"
+		}
+		start := time.Now()
+		r := e.form("/auth/forgot", url.Values{"email": {addr}}, "").want(200, "")
+		took := time.Since(start)
+		if body == nil {
+			body = r.Body.Bytes()
+		} else if !bytes.Equal(body, r.Body.Bytes()) {
+			t.Fatalf("answer %d differs:\n%s\n%s", i, body, r.Body.String())
+		}
+		if addr == email {
+			known = append(known, took)
+		} else {
+			unknown = append(unknown, took)
+		}
+	}
+	median := func(d []time.Duration) time.Duration {
+		s := append([]time.Duration(nil), d...)
+		for i := range s {
+			for j := i + 1; j < len(s); j++ {
+				if s[j] < s[i] {
+					s[i], s[j] = s[j], s[i]
+				}
+			}
+		}
+		return s[len(s)/2]
+	}
+	t.Logf("reset request answered in (median of %d): %v for an address an account has, %v for addresses none has", n, median(known), median(unknown))
+	e.mp.Wait(t, email, 1, 30*time.Second)
+}
