@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/queengate/queengate/console"
+	"github.com/queengate/queengate/internal/mailer"
 	"github.com/queengate/queengate/tenancy"
 )
 
@@ -68,11 +69,16 @@ type IdentityConfig struct {
 	// start when they do not exist.
 	Bootstrap *BootstrapConfig `json:"bootstrap,omitempty"`
 
+	// Email sends member invitations, password resets and address
+	// verification through an SMTP relay. Default: none of those flows.
+	Email *EmailConfig `json:"email,omitempty"`
+
 	once      sync.Once
 	onceErr   error
 	guard     *console.LoginGuard
 	stateKey  []byte
 	bootstrap console.BootstrapResult
+	mail      *mailer.Mailer
 }
 
 // LoginRateConfig tunes the password-login brute-force guard: each client
@@ -190,6 +196,7 @@ type BootstrapConfig struct {
 //			tenant <slug>
 //			role   <admin|producer|consumer|viewer>
 //		}
+//		email { … }	(see EmailConfig.unmarshal)
 //		bootstrap {
 //			tenant   <slug>
 //			cluster  <slug>
@@ -255,6 +262,12 @@ func (c *IdentityConfig) unmarshal(d *caddyfile.Dispenser) error {
 			}
 			c.Autoprovision = new(AutoprovisionConfig)
 			err = c.Autoprovision.unmarshal(d)
+		case "email":
+			if c.Email != nil {
+				return d.Err("queen: identity: email given twice")
+			}
+			c.Email = new(EmailConfig)
+			err = c.Email.unmarshal(d)
 		case "bootstrap":
 			if c.Bootstrap != nil {
 				return d.Err("queen: identity: bootstrap given twice")
@@ -446,7 +459,10 @@ func (c *IdentityConfig) validate(a *App) error {
 			return fmt.Errorf("identity: %s needs client_id and client_secret", name)
 		}
 	}
-	if (c.Google != nil || c.GitHub != nil || c.Bootstrap != nil) && a.Sessions == nil {
+	if c.Email != nil && c.PublicURL == "" {
+		return fmt.Errorf("identity: email needs public_url: the links it sends are built from it, never from a request's Host")
+	}
+	if (c.Google != nil || c.GitHub != nil || c.Bootstrap != nil || c.Email != nil) && a.Sessions == nil {
 		return fmt.Errorf("identity: sign-in needs session keys (a session block in the queen option)")
 	}
 	return nil
@@ -486,6 +502,13 @@ func (c *IdentityConfig) provisionOnce(a *App) error {
 	key := fmt.Sprintf("%+v", cfg)
 	g, _ := loginGuards.LoadOrStore(key, console.NewLoginGuard(cfg))
 	c.guard = g.(*console.LoginGuard)
+	if c.Email != nil {
+		m, err := c.Email.mailer()
+		if err != nil {
+			return fmt.Errorf("identity: email: %w", err)
+		}
+		c.mail = m
+	}
 
 	switch secret := repl.ReplaceAll(c.StateSecret, ""); {
 	case secret != "":

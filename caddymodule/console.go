@@ -74,6 +74,13 @@ func (g *Gateway) buildSurface() (webSurface, error) {
 	if p := id.GitHub; p != nil {
 		opts.GitHub = providerOptions(p, repl.ReplaceAll)
 	}
+	if em := id.Email; em != nil && id.mail != nil {
+		opts.Mail = id.mail
+		opts.InvitationTTL = time.Duration(em.InvitationTTL)
+		opts.ResetTTL = time.Duration(em.ResetTTL)
+		opts.VerificationTTL = time.Duration(em.VerificationTTL)
+		opts.ResetGuard = resetGuard()
+	}
 	if ap := id.Autoprovision; ap != nil {
 		opts.Autoprovision = &console.AutoprovisionConfig{Tenant: strings.ToLower(ap.Tenant), Role: ap.Role}
 	}

@@ -29,15 +29,19 @@ const linkableAccount = `(u.created_from IN ('control_plane', 'operator', 'signu
 
 // resolveAccount finds the user an OAuth identity signs in as: the linked
 // identity, else the user with the verified e-mail (linking the identity
-// to it when linkableAccount allows), else a new user when autoprovision
-// is configured.
-func (s *Surface) resolveAccount(ctx context.Context, provider string, id providerIdentity) (string, *apierror.Error) {
+// to it when linkableAccount allows), else the account an invitation this
+// browser is accepting creates (invitation: its token, or ""), else a new
+// user when autoprovision is configured.
+func (s *Surface) resolveAccount(ctx context.Context, provider string, id providerIdentity, invitation string) (string, *apierror.Error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	for attempt := 0; attempt < 2; attempt++ {
 		userID, e := s.findOrLink(ctx, provider, id)
 		if e != nil || userID != "" {
 			return userID, e
+		}
+		if invitation != "" {
+			return s.acceptWithProvider(ctx, invitation, provider, id)
 		}
 		if s.o.Autoprovision == nil {
 			return "", errNotProvisioned

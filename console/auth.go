@@ -51,6 +51,16 @@ func (s *Surface) serveAuth(w http.ResponseWriter, r *http.Request) {
 		}
 		s.me(w, r)
 		return
+	case "/auth/password":
+		if r.Method != http.MethodPost {
+			writeError(w, errMethod)
+			return
+		}
+		s.changePassword(w, r)
+		return
+	case "/auth/forgot", "/auth/reset", "/auth/invitation", "/auth/verify":
+		s.serveLinks(w, r, p)
+		return
 	case "/auth/session-token":
 		if r.Method != http.MethodGet {
 			writeError(w, errMethod)
@@ -86,12 +96,24 @@ func (s *Surface) serveAuth(w http.ResponseWriter, r *http.Request) {
 
 // loginPage is the sign-in page.
 func (s *Surface) loginPage(w http.ResponseWriter, r *http.Request) {
-	next := SafeNext(r.URL.Query().Get("next"))
-	s.renderLogin(w, http.StatusOK, next, "", "")
+	q := r.URL.Query()
+	next := SafeNext(q.Get("next"))
+	d := s.loginData(next, "", "")
+	if q.Get("done") == "reset" {
+		d.Notice = "Your password was changed and every session of the account ended. Sign in with the new password."
+		if e, ok := normalEmail(q.Get("email")); ok {
+			d.Email = e
+		}
+	}
+	renderPage(w, http.StatusOK, d)
 }
 
 func (s *Surface) renderLogin(w http.ResponseWriter, status int, next, email, msg string) {
-	d := pageData{Title: "Sign in", Form: true, CanMint: s.canMint(), Next: next, Email: email, Error: msg}
+	renderPage(w, status, s.loginData(next, email, msg))
+}
+
+func (s *Surface) loginData(next, email, msg string) pageData {
+	d := pageData{Title: "Sign in", Form: true, CanMint: s.canMint(), Next: next, Email: email, Error: msg, ForgotLink: s.mailOn()}
 	q := "?next=" + url.QueryEscape(next)
 	if s.google != nil {
 		d.Providers = append(d.Providers, providerButton{Label: "Google", URL: "/auth/google" + q})
@@ -99,7 +121,7 @@ func (s *Surface) renderLogin(w http.ResponseWriter, status int, next, email, ms
 	if s.github != nil {
 		d.Providers = append(d.Providers, providerButton{Label: "GitHub", URL: "/auth/github" + q})
 	}
-	renderPage(w, status, d)
+	return d
 }
 
 // login verifies an e-mail and password and starts a session.

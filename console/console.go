@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -112,6 +113,19 @@ type Options struct {
 	// secret) means not offered.
 	Google *ProviderConfig
 	GitHub *ProviderConfig
+	// Mail sends invitations, password resets and address verification;
+	// nil offers none of them. It needs PublicURL, which links are built
+	// from.
+	Mail MailSender
+	// InvitationTTL, ResetTTL and VerificationTTL are the lives of the
+	// links (defaults DefaultInvitationTTL, DefaultResetTTL,
+	// DefaultVerificationTTL).
+	InvitationTTL   time.Duration
+	ResetTTL        time.Duration
+	VerificationTTL time.Duration
+	// ResetGuard limits reset requests per address and per account
+	// (default: a guard with DefaultResetRate).
+	ResetGuard *LoginGuard
 	// Autoprovision creates unknown OAuth users; nil refuses them.
 	Autoprovision *AutoprovisionConfig
 	// StateKey signs OAuth state (at least 32 bytes). Required for OAuth.
@@ -146,6 +160,9 @@ type Surface struct {
 	google       *oauthProvider
 	github       *oauthProvider
 	app          fs.FS
+	resetGuard   *LoginGuard
+	mailSlots    chan struct{}
+	lastPrune    atomic.Int64 // unix nanoseconds of the last prune of ended links
 }
 
 // DefaultSessionTTL is the life of a session minted at login when none is
@@ -181,7 +198,23 @@ func New(o Options) (*Surface, error) {
 	if o.IsHTTPS == nil {
 		o.IsHTTPS = func(r *http.Request) bool { return r.TLS != nil }
 	}
-	s := &Surface{o: o, corsOrigins: map[string]bool{}, app: o.App}
+	if o.InvitationTTL <= 0 {
+		o.InvitationTTL = DefaultInvitationTTL
+	}
+	if o.ResetTTL <= 0 {
+		o.ResetTTL = DefaultResetTTL
+	}
+	if o.VerificationTTL <= 0 {
+		o.VerificationTTL = DefaultVerificationTTL
+	}
+	if o.ResetGuard == nil {
+		o.ResetGuard = NewLoginGuard(DefaultResetRate)
+	}
+	if o.Mail != nil && o.PublicURL == "" {
+		return nil, errors.New("console: e-mail needs the public URL its links point to")
+	}
+	s := &Surface{o: o, corsOrigins: map[string]bool{}, app: o.App, resetGuard: o.ResetGuard,
+		mailSlots: make(chan struct{}, maxPendingMails)}
 	if o.PublicURL != "" {
 		origin, ok := normalizeOrigin(o.PublicURL)
 		if !ok {

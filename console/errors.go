@@ -131,6 +131,27 @@ type pageData struct {
 	Form      bool
 	CanMint   bool
 	Providers []providerButton
+	// ForgotLink offers "Forgot your password?" under the sign-in form.
+	ForgotLink bool
+	// Notice is a message that is not an error.
+	Notice string
+	// Forgot shows the form that asks for a reset link.
+	Forgot bool
+	// SetPassword shows a form that sets a password with a link's token;
+	// Confirm, a form that only posts the token.
+	SetPassword *setPasswordForm
+	Confirm     *setPasswordForm
+}
+
+// setPasswordForm is a form that posts an e-mailed link's token.
+type setPasswordForm struct {
+	Action string
+	Token  string
+	Intro  string
+	Button string
+	// Providers offer accepting through a provider sign-in instead (URL
+	// holds the provider's name).
+	Providers []providerButton
 }
 
 var pageTemplate = template.Must(template.New("page").Parse(`<!doctype html>
@@ -146,7 +167,8 @@ h1{font-size:1.3rem;margin:0 0 1.2rem}
 label{display:block;font-size:.85rem;margin:.8rem 0 .3rem;color:#4a5263}
 input{width:100%;box-sizing:border-box;padding:.55rem .6rem;border:1px solid #c9ced8;border-radius:6px;font-size:1rem}
 button,a.button{display:block;width:100%;box-sizing:border-box;margin-top:1.2rem;padding:.6rem;border:0;border-radius:6px;background:#3346d3;color:#fff;font-size:1rem;text-align:center;text-decoration:none;cursor:pointer}
-a.provider{background:#fff;color:#1d2330;border:1px solid #c9ced8;margin-top:.6rem}
+a.provider,button.provider{background:#fff;color:#1d2330;border:1px solid #c9ced8;margin-top:.6rem}
+.notice{background:#e9f6ee;color:#1d5b34;border-radius:6px;padding:.6rem .7rem;font-size:.9rem}
 .error{background:#fdecec;color:#8a1c1c;border-radius:6px;padding:.6rem .7rem;font-size:.9rem}
 .or{text-align:center;color:#8a91a0;font-size:.8rem;margin-top:1.2rem}
 small{color:#8a91a0}
@@ -156,7 +178,36 @@ small{color:#8a91a0}
 <main>
 <h1>{{.Title}}</h1>
 {{if .Error}}<p class="error" role="alert" data-testid="login-error">{{.Error}}</p>{{end}}
-{{if .Form}}{{if .CanMint}}
+{{if .Notice}}<p class="notice" role="status" data-testid="page-notice">{{.Notice}}</p>{{end}}
+{{if .Forgot}}
+<form method="post" action="/auth/forgot">
+<p><small>Enter the address of your account; a link to choose a new password is sent to it.</small></p>
+<label for="email">Email</label>
+<input id="email" name="email" type="email" autocomplete="username" required value="{{.Email}}" autofocus data-testid="forgot-email">
+<button type="submit" data-testid="forgot-submit">Send the link</button>
+</form>
+{{else if .SetPassword}}{{with .SetPassword}}
+<form method="post" action="{{.Action}}">
+{{if .Intro}}<p data-testid="link-intro">{{.Intro}}</p>{{end}}
+<input type="hidden" name="token" value="{{.Token}}">
+<input type="email" name="email" autocomplete="username" value="{{$.Email}}" hidden readonly>
+<label for="password">New password (12 to 128 characters)</label>
+<input id="password" name="password" type="password" autocomplete="new-password" minlength="12" maxlength="128" required autofocus data-testid="new-password">
+<button type="submit" data-testid="set-password-submit">{{.Button}}</button>
+</form>
+{{if .Providers}}<p class="or">or</p>{{end}}
+{{range .Providers}}<form method="post" action="{{$.SetPassword.Action}}">
+<input type="hidden" name="token" value="{{$.SetPassword.Token}}">
+<input type="hidden" name="provider" value="{{.URL}}">
+<button type="submit" class="provider" data-testid="accept-with-{{.URL}}">Accept with {{.Label}}</button>
+</form>
+{{end}}{{end}}
+{{else if .Confirm}}{{with .Confirm}}
+<form method="post" action="{{.Action}}">
+<input type="hidden" name="token" value="{{.Token}}">
+<button type="submit" data-testid="confirm-submit">{{.Button}}</button>
+</form>{{end}}
+{{else if .Form}}{{if .CanMint}}
 <form method="post" action="/auth/login">
 <input type="hidden" name="next" value="{{.Next}}">
 <label for="email">Email</label>
@@ -165,11 +216,12 @@ small{color:#8a91a0}
 <input id="password" name="password" type="password" autocomplete="current-password" required data-testid="login-password">
 <button type="submit" data-testid="login-submit">Sign in</button>
 </form>
+{{if .ForgotLink}}<p class="or"><a href="/auth/forgot" data-testid="forgot-link">Forgot your password?</a></p>{{end}}
 {{if .Providers}}<p class="or">or</p>{{end}}
 {{range .Providers}}<a class="button provider" href="{{.URL}}">Continue with {{.Label}}</a>
 {{end}}
 {{else}}<p>This host verifies sessions but does not issue them.</p>{{end}}
-{{else}}<a class="button" href="/auth/login?next={{.Next}}">Back to sign-in</a>{{end}}
+{{else}}<a class="button" href="/auth/login?next={{.Next}}" data-testid="back-to-sign-in">Back to sign-in</a>{{end}}
 {{if .Code}}<p><small>{{.Code}}{{if .RequestID}} · {{.RequestID}}{{end}}</small></p>{{end}}
 </main>
 </body>

@@ -80,3 +80,34 @@ func FuzzVerifyState(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseLinkToken: a link token from a client is accepted only in the
+// exact shape the gateway makes, and an accepted one is returned as sent.
+func FuzzParseLinkToken(f *testing.F) {
+	good, _, err := newLinkToken(purposeReset)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range []string{good, good + "=", good[:42], strings.ToUpper(good), "", strings.Repeat("A", 43),
+		strings.Repeat("_", 43), strings.Repeat("+", 43), strings.Repeat("A", 42) + "B", "a%20b", strings.Repeat("A", 10000)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		tok, ok := parseLinkToken(raw)
+		if !ok {
+			if tok != "" {
+				t.Fatalf("parseLinkToken(%q) refused but returned %q", raw, tok)
+			}
+			return
+		}
+		if tok != raw || len(tok) != linkTokenLen {
+			t.Fatalf("parseLinkToken(%q) = %q", raw, tok)
+		}
+		for i := 0; i < len(tok); i++ {
+			c := tok[i]
+			if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				t.Fatalf("parseLinkToken(%q) accepted byte %q, which a URL would need escaped", raw, c)
+			}
+		}
+	})
+}

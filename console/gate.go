@@ -190,7 +190,16 @@ func (s *Surface) serveConsole(w http.ResponseWriter, r *http.Request) {
 		default:
 			s.listMembers(w, r, c)
 		}
-	case p == "overview" || p == "connect" || p == "usage" || p == "requests" || p == "queues" || p == "keys" || p == "members" || strings.HasPrefix(p, "keys/"):
+	case p == "invitations" && get:
+		if c, ok := s.consoleCaller(w, r, true); ok {
+			s.listInvitations(w, r, c)
+		}
+	case strings.HasPrefix(p, "invitations/") && m == http.MethodDelete:
+		if c, ok := s.consoleCaller(w, r, true); ok {
+			s.revokeInvitation(w, r, c, strings.TrimPrefix(p, "invitations/"))
+		}
+	case p == "invitations" || strings.HasPrefix(p, "invitations/") ||
+		p == "overview" || p == "connect" || p == "usage" || p == "requests" || p == "queues" || p == "keys" || p == "members" || strings.HasPrefix(p, "keys/"):
 		writeError(w, errMethod)
 	default:
 		writeError(w, errNotFoundRoute)

@@ -22,6 +22,9 @@ type memberJSON struct {
 	GrantedAt   string  `json:"granted_at"`
 	LastLoginAt *string `json:"last_login_at"`
 	CanLogin    bool    `json:"can_login"`
+	// EmailVerified: the address was proven (an accepted invitation, a
+	// used reset or verification link).
+	EmailVerified bool `json:"email_verified"`
 }
 
 // listMembers is the cluster's roles, by e-mail; never a password hash.
@@ -29,7 +32,8 @@ func (s *Surface) listMembers(w http.ResponseWriter, r *http.Request, c *caller)
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	rows, err := s.o.Pool.Query(ctx, `SELECT u.id::text, u.email, u.name, cr.role, cr.created_at, u.last_login_at,
-			(u.password_hash IS NOT NULL OR EXISTS (SELECT 1 FROM queen_proxy.identities i WHERE i.user_id = u.id))
+			(u.password_hash IS NOT NULL OR EXISTS (SELECT 1 FROM queen_proxy.identities i WHERE i.user_id = u.id)),
+			u.email_verified_at IS NOT NULL
 		FROM queen_proxy.cluster_roles cr JOIN queen_proxy.users u ON u.id = cr.user_id
 		WHERE cr.cluster_id = $1::uuid ORDER BY u.email`, c.cluster.ID)
 	if err != nil {
@@ -40,7 +44,7 @@ func (s *Surface) listMembers(w http.ResponseWriter, r *http.Request, c *caller)
 		var m memberJSON
 		var granted time.Time
 		var login *time.Time
-		err := row.Scan(&m.UserID, &m.Email, &m.Name, &m.Role, &granted, &login, &m.CanLogin)
+		err := row.Scan(&m.UserID, &m.Email, &m.Name, &m.Role, &granted, &login, &m.CanLogin, &m.EmailVerified)
 		m.GrantedAt = granted.UTC().Format(time.RFC3339)
 		m.LastLoginAt = timeJSON(login)
 		return m, err
@@ -75,6 +79,10 @@ var (
 	errInvitationRequired = apiErr(http.StatusForbidden, apierror.InvitationRequired,
 		"no account has this e-mail address, and the console does not create one for an address it cannot verify; ask an operator to create the account, then add it here")
 )
+
+// errInviteInstead ends a member grant's transaction, with nothing
+// written, when the address is to be invited by e-mail instead.
+var errInviteInstead = errors.New("invite by e-mail")
 
 // memberError carries a refusal out of a transaction.
 type memberError struct{ e *apierror.Error }
@@ -141,6 +149,9 @@ func (s *Surface) grantMember(w http.ResponseWriter, r *http.Request, c *caller,
 			// tenant its owner lands in: not a cluster admin, who need
 			// not own the address.
 			if !c.operator {
+				if s.mailOn() {
+					return errInviteInstead
+				}
 				return memberError{errInvitationRequired}
 			}
 			if err := tx.QueryRow(ctx, `SELECT queen_proxy.create_user($1::uuid, $2, NULL, 'local')::text`,
@@ -187,11 +198,20 @@ func (s *Surface) grantMember(w http.ResponseWriter, r *http.Request, c *caller,
 		_, err = tx.Exec(ctx, `SELECT queen_proxy.grant_cluster_role($1::uuid, $2, $3)`, c.cluster.ID, email, req.Role)
 		return err
 	})
+	if errors.Is(err, errInviteInstead) {
+		s.invite(w, r, c, email, req.Role)
+		return
+	}
 	if s.memberFailed(w, c, err) {
 		return
 	}
 	s.changed(c.cluster.ID)
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "user_id": userID, "email": email, "role": req.Role, "created": created})
+	out := map[string]any{"ok": true, "user_id": userID, "email": email, "role": req.Role, "created": created}
+	if created {
+		// An operator typed the address: its owner is asked to confirm it.
+		out["verification_email"] = s.sendVerification(r.Context(), userID, email, c.claims.UserID)
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func nilIfEmpty(s string) any {

@@ -289,7 +289,8 @@ func (s *Surface) oauthCallback(w http.ResponseWriter, r *http.Request, p *oauth
 		writeFailure(w, r, e)
 		return
 	}
-	userID, e := s.resolveAccount(r.Context(), name, id)
+	invitation := s.takeInvitationCookie(w, r)
+	userID, e := s.resolveAccount(r.Context(), name, id, invitation)
 	if e != nil {
 		writeFailure(w, r, e)
 		return

@@ -313,8 +313,8 @@ func (s *Surface) operatorCreateUser(w http.ResponseWriter, r *http.Request, c *
 	case provider != "local" && req.Password != "":
 		writeError(w, invalid("a password is only for local users"))
 		return
-	case provider == "local" && req.Password != "" && (utf8.RuneCountInString(req.Password) < MinPasswordLen || utf8.RuneCountInString(req.Password) > MaxPasswordLen):
-		writeError(w, invalid("password must be 12 to 128 characters long"))
+	case provider == "local" && req.Password != "" && passwordRule(req.Password) != nil:
+		writeError(w, passwordRule(req.Password))
 		return
 	}
 	var hash *string

@@ -9,9 +9,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"golang.org/x/crypto/argon2"
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/queengate/queengate/internal/apierror"
 )
 
 // The argon2id parameters of new password hashes (19 MiB, 2 passes, one
@@ -38,6 +41,15 @@ const (
 	MinPasswordLen = 12
 	MaxPasswordLen = 128
 )
+
+// passwordRule is the rule a password set through the gateway must meet,
+// as the refusal to answer; nil when it does.
+func passwordRule(password string) *apierror.Error {
+	if n := utf8.RuneCountInString(password); n < MinPasswordLen || n > MaxPasswordLen {
+		return invalid("password must be 12 to 128 characters long")
+	}
+	return nil
+}
 
 // HashPassword returns the argon2id hash of a new password, encoded as
 // "$argon2id$v=19$m=<KiB>,t=<passes>,p=<lanes>$<salt>$<hash>" (unpadded

@@ -80,14 +80,14 @@ func (s *Surface) clearSessionCookies(w http.ResponseWriter, r *http.Request) {
 // startSession mints the token of a fresh login session (a new sid),
 // records the login, sets the cookie and redirects to next.
 func (s *Surface) startSession(w http.ResponseWriter, r *http.Request, userID, next string) {
-	token, _, err := s.o.Sessions.Mint(userID, "", "viewer", "", s.o.SessionTTL)
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	token, err := s.mintAfterEnd(ctx, userID)
 	if err != nil {
 		s.o.Log.Error("session not minted", zap.Error(err))
 		writeFailure(w, r, errInternal)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	defer cancel()
 	if _, err := s.o.Pool.Exec(ctx, `SELECT queen_proxy.record_user_login($1::uuid)`, userID); err != nil {
 		s.o.Log.Warn("login not recorded", zap.String("user", userID), zap.Error(err))
 	}

@@ -26,6 +26,7 @@ users last_login_at timestamptz NULL -
 users sessions_ended_at timestamptz NULL -
 users created_from text NN 'control_plane'::text
 users created_by uuid NULL -
+users email_verified_at timestamptz NULL -
 identities id uuid NN public.gen_random_uuid()
 identities user_id uuid NN -
 identities provider text NN -
@@ -166,6 +167,19 @@ outbox kind text NN -
 outbox payload jsonb NN -
 outbox created_at timestamptz NULL now()
 outbox consumed_at timestamptz NULL -
+email_tokens id uuid NN public.gen_random_uuid()
+email_tokens purpose text NN -
+email_tokens token_hash bytea NN -
+email_tokens email text NN -
+email_tokens user_id uuid NULL -
+email_tokens tenant_id uuid NULL -
+email_tokens cluster_id uuid NULL -
+email_tokens role text NULL -
+email_tokens created_by uuid NULL -
+email_tokens created_at timestamptz NN clock_timestamp()
+email_tokens expires_at timestamptz NN -
+email_tokens used_at timestamptz NULL -
+email_tokens revoked_at timestamptz NULL -
 schema_migrations name text NN -
 schema_migrations applied_at timestamptz NN now()
 `
@@ -252,6 +266,10 @@ func TestSchemaForeignKeys(t *testing.T) {
 		"cluster_drains.cluster_id clusters c":              true,
 		"cluster_drain_acks.drain_id cluster_drains c":      true,
 		"cluster_drain_acks.gateway_id gateway_instances c": true,
+		"email_tokens.user_id users c":                      true,
+		"email_tokens.tenant_id tenants c":                  true,
+		"email_tokens.cluster_id clusters c":                true,
+		"email_tokens.created_by users n":                   true,
 	}
 	rows, err := pool.Query(ctxT(t), `
 		SELECT src.relname || '.' || a.attname || ' ' || dst.relname || ' ' || con.confdeltype::text
@@ -369,6 +387,10 @@ func TestSchemaChecks(t *testing.T) {
 		{"user name blank", "UPDATE queen_proxy.users SET name = ' ' WHERE tenant_id = '" + tenant + "'"},
 		{"user name too long", "UPDATE queen_proxy.users SET name = repeat('n', 161) WHERE tenant_id = '" + tenant + "'"},
 		{"user origin", "UPDATE queen_proxy.users SET created_from = 'invited' WHERE tenant_id = '" + tenant + "'"},
+		{"email link purpose", "INSERT INTO queen_proxy.email_tokens (purpose, token_hash, email, user_id, expires_at) SELECT 'login', sha256('x'), email, id, now() FROM queen_proxy.users WHERE tenant_id = '" + tenant + "' LIMIT 1"},
+		{"email link hash length", "INSERT INTO queen_proxy.email_tokens (purpose, token_hash, email, user_id, expires_at) SELECT 'password_reset', '\\x00', email, id, now() FROM queen_proxy.users WHERE tenant_id = '" + tenant + "' LIMIT 1"},
+		{"email invitation without cluster", "INSERT INTO queen_proxy.email_tokens (purpose, token_hash, email, tenant_id, role, expires_at) VALUES ('invitation', sha256('y'), 'x@example.com', '" + tenant + "', 'viewer', now())"},
+		{"email reset without user", "INSERT INTO queen_proxy.email_tokens (purpose, token_hash, email, expires_at) VALUES ('password_reset', sha256('z'), 'x@example.com', now())"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, _ = newUser(t, pool, tenant)

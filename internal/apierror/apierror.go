@@ -74,6 +74,13 @@ const (
 	// account for its verified e-mail that a cluster admin created and
 	// nobody has signed in to, and does not link to it.
 	AccountUnclaimed Code = "account_unclaimed"
+	// EmailNotSent is queengate's own: the mail relay did not take a
+	// message the request needed sent (an invitation), so nothing the
+	// message would have announced was kept.
+	EmailNotSent Code = "email_not_sent"
+	// LinkInvalid is queengate's own: an e-mailed link's token is
+	// malformed, unknown, for another purpose, expired, used or revoked.
+	LinkInvalid Code = "link_invalid"
 )
 
 // Error is one gateway-generated refusal: the status, the code and a short

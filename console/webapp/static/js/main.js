@@ -12,8 +12,9 @@ import * as keys from './views/keys.js';
 import * as members from './views/members.js';
 import * as requests from './views/requests.js';
 import * as fleet from './views/fleet.js';
+import * as account from './views/account.js';
 
-const views = { overview, connect, usage, requests, queues, keys, members, fleet };
+const views = { overview, connect, usage, requests, queues, keys, members, fleet, account };
 const adminViews = new Set(['keys', 'members']);
 // The fleet view is for live operators; the server refuses its routes to
 // everyone else whatever the app shows.

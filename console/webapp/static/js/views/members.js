@@ -1,6 +1,8 @@
 // Members: who holds a role on this cluster, adding a member by email
-// with a role, changing a member's role and removing a member (with an
-// inline confirmation). Admins only; the server keeps the last admin.
+// with a role (an address without an account is invited by e-mail when
+// the gateway sends e-mail), changing a member's role, removing a member
+// (with an inline confirmation), and the pending invitations, which can
+// be revoked. Admins only; the server keeps the last admin.
 
 import { get, post, patch, del } from '../api.js';
 import { h, add, clear, timeEl, table } from '../dom.js';
@@ -19,6 +21,7 @@ function roleSelect(attrs, current) {
 
 export async function render(root, ctx) {
 	const list = h('div', {}, h('p', { class: 'loading' }, 'Loading members…'));
+	const pending = h('div', {}, h('p', { class: 'loading' }, 'Loading invitations…'));
 	const myEmail = () => (ctx.me && (ctx.me.email || (ctx.me.user && ctx.me.user.email)) || '').toLowerCase();
 
 	const email = h('input', { id: 'member-email', name: 'email', type: 'email', required: true, autocomplete: 'off', 'data-testid': 'member-email', 'aria-describedby': 'member-help' });
@@ -36,11 +39,13 @@ export async function render(root, ctx) {
 		submit.disabled = true;
 		try {
 			const res = await post('/api/console/members', { email: address, role: role.value });
-			ctx.notify(res && res.created
-				? `${address} invited as ${role.value}: they sign in with Google or GitHub using that address, or an operator sets a password.`
-				: `${address} is now ${role.value} on this cluster.`);
+			ctx.notify(res && res.invited
+				? `An invitation to join as ${role.value} was sent to ${address}.`
+				: res && res.created
+					? `${address} added as ${role.value}: they sign in with Google or GitHub using that address, or an operator sets a password.`
+					: `${address} is now ${role.value} on this cluster.`);
 			form.reset();
-			await loadList();
+			await Promise.all([loadList(), loadPending()]);
 		} catch (err) {
 			ctx.fail(err);
 		} finally {
@@ -130,14 +135,49 @@ export async function render(root, ctx) {
 		}));
 	}
 
+	async function loadPending() {
+		const data = await get('/api/console/invitations');
+		const items = Array.isArray(data) ? data : [];
+		clear(pending).append(table({
+			testid: 'invitations-table',
+			caption: 'Pending invitations',
+			columns: [{ label: 'Address' }, { label: 'Role' }, { label: 'Invited by' }, { label: 'Expires' }, { label: 'Actions' }],
+			rows: items.map((inv) => [
+				h('span', { class: 'mono' }, inv.email),
+				inv.role,
+				inv.invited_by || '',
+				timeEl(inv.expires_at),
+				h('button', {
+					type: 'button', class: 'button danger secondary small', 'data-testid': 'invitation-revoke',
+					'aria-label': `Revoke the invitation of ${inv.email}`,
+					onClick: async (e) => {
+						e.currentTarget.disabled = true;
+						try {
+							await del('/api/console/invitations/' + encodeURIComponent(inv.id));
+							ctx.notify(`The invitation of ${inv.email} was revoked.`);
+						} catch (err) {
+							ctx.fail(err);
+						}
+						await loadPending();
+					},
+				}, 'Revoke'),
+			]),
+			rowAttrs: (i) => ({ 'data-testid': 'invitation-row', 'data-email': items[i].email }),
+			empty: 'No pending invitations.',
+		}));
+	}
+
 	add(root, 
 		h('h1', {}, 'Members'),
 		h('section', { class: 'panel', 'aria-labelledby': 'members-add-h' },
 			h('h2', { id: 'members-add-h' }, 'Add a member'),
 			form,
-			h('p', { id: 'member-help', class: 'muted' }, 'Add someone who already has an account in this cluster’s organisation, or change a member’s role. An operator creates accounts for new addresses.')),
+			h('p', { id: 'member-help', class: 'muted' }, 'Add someone who has an account in this cluster’s organisation, or change a member’s role. An address without an account is sent an invitation by e-mail when this gateway sends e-mail; otherwise an operator creates the account.')),
 		h('section', { class: 'panel', 'aria-labelledby': 'members-list-h' },
 			h('h2', { id: 'members-list-h', class: 'visually-hidden' }, 'Members'),
-			list));
-	await loadList();
+			list),
+		h('section', { class: 'panel', 'aria-labelledby': 'members-pending-h' },
+			h('h2', { id: 'members-pending-h', class: 'visually-hidden' }, 'Pending invitations'),
+			pending));
+	await Promise.all([loadList(), loadPending()]);
 }
