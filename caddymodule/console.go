@@ -74,6 +74,9 @@ func (g *Gateway) buildSurface() (webSurface, error) {
 	if p := id.GitHub; p != nil {
 		opts.GitHub = providerOptions(p, repl.ReplaceAll)
 	}
+	for _, p := range id.OIDC {
+		opts.OIDC = append(opts.OIDC, p.console(repl.ReplaceAll))
+	}
 	if ap := id.Autoprovision; ap != nil {
 		opts.Autoprovision = &console.AutoprovisionConfig{Tenant: strings.ToLower(ap.Tenant), Role: ap.Role}
 	}

@@ -79,6 +79,14 @@ type oidcSettings struct {
 	disc            discoveryCache
 }
 
+// CheckOIDCProvider reports what is wrong with a provider's configuration
+// (nil when nothing is): the rules New applies, for configuration parsers
+// to say so early.
+func CheckOIDCProvider(c OIDCProviderConfig) error {
+	_, err := newOIDC(c)
+	return err
+}
+
 // newOIDC checks one provider's configuration.
 func newOIDC(c OIDCProviderConfig) (*oauthProvider, error) {
 	// "callback" would read as the callback of a provider named "".
