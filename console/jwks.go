@@ -158,10 +158,11 @@ func parseJWKS(body []byte) (map[string]signingKey, error) {
 			for _, b := range e {
 				exp = exp<<8 | int(b)
 			}
-			if exp < 3 || exp%2 == 0 {
+			modulus := new(big.Int).SetBytes(n)
+			if exp < 3 || exp%2 == 0 || modulus.BitLen() < 2048 {
 				continue
 			}
-			pub = &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: exp}
+			pub = &rsa.PublicKey{N: modulus, E: exp}
 		case "EC":
 			curve, alg := ecCurve(k.Crv)
 			if curve == nil || (k.Alg != "" && k.Alg != alg) {
