@@ -3,10 +3,11 @@ package console
 import (
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/queengate/queengate/internal/testidp"
 )
 
 // oidcFlow is one generic-OIDC sign-in a browser started at the gateway.
@@ -53,7 +54,7 @@ func noSession(t *testing.T, what string, r resp) {
 // use the console; a rotated signing key is fetched once; and each of the
 // token's checks refuses with a clear error and no session.
 func TestOIDCSignIn(t *testing.T) {
-	idp := newTestOP(t)
+	idp := testidp.New(t)
 	e0 := newEnv(t)
 	tenantID, tenantSlug := e0.tenant()
 	c1, host := e0.cluster(tenantID)
@@ -61,7 +62,7 @@ func TestOIDCSignIn(t *testing.T) {
 	slug2 := strings.TrimSuffix(host2, "."+baseDomain)
 	e := newEnv(t, func(o *Options) {
 		o.OIDC = []OIDCProviderConfig{{
-			Name: "corp", Label: "Corp SSO", Issuer: idp.srv.URL, ClientID: opClientID, ClientSecret: opClientSecret,
+			Name: "corp", Label: "Corp SSO", Issuer: idp.URL, ClientID: testidp.ClientID, ClientSecret: testidp.ClientSecret,
 			AllowedDomains: []string{"acme.test"}, RequireVerifiedEmail: true, GroupsClaim: "groups",
 			Roles: []OIDCRoleMapping{
 				{Group: "queue-readers", Cluster: "*", Role: "viewer"},
@@ -70,14 +71,14 @@ func TestOIDCSignIn(t *testing.T) {
 		}, {
 			// The same client under another id the provider knows it by:
 			// its tokens are for the client's own id, not this one.
-			Name: "alias", Issuer: idp.srv.URL, ClientID: "console-alias", ClientSecret: opClientSecret,
+			Name: "alias", Issuer: idp.URL, ClientID: "console-alias", ClientSecret: testidp.ClientSecret,
 			AllowedDomains: []string{"acme.test"}, RequireVerifiedEmail: true,
 		}}
 		o.Autoprovision = &AutoprovisionConfig{Tenant: tenantSlug, Role: "consumer"}
 	})
-	idp.st.aliases["console-alias"] = opClientID
-	idp.st.allowRedirect("http://" + host + "/auth/oidc/corp/callback")
-	idp.st.allowRedirect("http://" + host + "/auth/oidc/alias/callback")
+	idp.Alias("console-alias")
+	idp.AllowRedirect("http://" + host + "/auth/oidc/corp/callback")
+	idp.AllowRedirect("http://" + host + "/auth/oidc/alias/callback")
 
 	// The login page lists the provider.
 	if page := e.do(req{method: "GET", host: host, path: "/auth/login?next=/console/"}).Body.String(); !strings.Contains(page, "Corp SSO") ||
@@ -86,15 +87,15 @@ func TestOIDCSignIn(t *testing.T) {
 	}
 
 	email := name("alice") + "@acme.test"
-	alice := idpUser{sub: "alice", email: email, verified: true, groups: []string{"queue-readers", "queue-admins"}}
+	alice := testidp.User{Subject: name("alice"), Email: email, Verified: true, Groups: []string{"queue-readers", "queue-admins"}}
 	f := e.oidcStart(host, "corp", "/console/")
 	auth, _ := url.Parse(f.authorize)
 	q := auth.Query()
-	if !strings.HasPrefix(f.authorize, idp.srv.URL+"/authorize?") || q.Get("code_challenge_method") != "S256" ||
+	if !strings.HasPrefix(f.authorize, idp.URL+"/authorize?") || q.Get("code_challenge_method") != "S256" ||
 		q.Get("code_challenge") == "" || q.Get("nonce") == "" || q.Get("state") == "" || q.Get("scope") != "openid email profile" {
 		t.Fatalf("authorize URL %s", f.authorize)
 	}
-	back := idp.signIn(f.authorize, alice, nil)
+	back := idp.SignIn(f.authorize, alice, nil)
 	r := e.oidcFinish(back, f.cookie).want(303, "")
 	if r.Header().Get("Location") != "/console/" {
 		t.Fatalf("redirect %q", r.Header().Get("Location"))
@@ -104,7 +105,7 @@ func TestOIDCSignIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	uid := claims.UserID
-	sub := "alice-run" + strconv.FormatInt(idp.st.run, 10)
+	sub := alice.Subject
 	if got := e.scalar(`SELECT count(*)::text FROM queen_proxy.users u JOIN queen_proxy.identities i ON i.user_id = u.id
 		WHERE u.id = $1::uuid AND u.email = $2 AND u.tenant_id = $3::uuid AND i.provider = 'oidc:corp' AND i.provider_id = $4`,
 		uid, email, tenantID, sub); got != "1" {
@@ -124,7 +125,7 @@ func TestOIDCSignIn(t *testing.T) {
 	}
 	// The session works.
 	e.get(host, "/api/console/overview", sessionCookie(t, r).Value).want(200, "")
-	hits := idp.jwksHits.Load()
+	hits := idp.JWKSHits.Load()
 	if hits != 1 {
 		t.Fatalf("key set fetched %d times, want 1", hits)
 	}
@@ -132,24 +133,24 @@ func TestOIDCSignIn(t *testing.T) {
 	// Groups changed at the provider: the next sign-in sets the roles
 	// from them (c2 drops to the '*' line's viewer; without any group,
 	// the user has no role on either).
-	signInAt := func(provider string, u idpUser, tamper func(url.Values)) resp {
+	signInAt := func(provider string, u testidp.User, tamper func(url.Values)) resp {
 		t.Helper()
 		f := e.oidcStart(host, provider, "/console/")
-		return e.oidcFinish(idp.signIn(f.authorize, u, tamper), f.cookie)
+		return e.oidcFinish(idp.SignIn(f.authorize, u, tamper), f.cookie)
 	}
-	signIn := func(u idpUser, tamper func(url.Values)) resp {
+	signIn := func(u testidp.User, tamper func(url.Values)) resp {
 		t.Helper()
 		return signInAt("corp", u, tamper)
 	}
 	// c2 needs another admin, or its last admin is kept.
 	_, otherEmail := e.user(tenantID, "")
 	e.grant(c2, otherEmail, "admin")
-	alice.groups = []string{"queue-readers"}
+	alice.Groups = []string{"queue-readers"}
 	signIn(alice, nil).want(303, "")
 	if roleOn(c1) != "viewer" || roleOn(c2) != "viewer" {
 		t.Fatalf("after the groups change: %q on c1, %q on c2; want viewer, viewer", roleOn(c1), roleOn(c2))
 	}
-	alice.groups = nil
+	alice.Groups = nil
 	signIn(alice, nil).want(303, "")
 	if roleOn(c1) != "" || roleOn(c2) != "" {
 		t.Fatalf("without groups: %q on c1, %q on c2; want none", roleOn(c1), roleOn(c2))
@@ -157,21 +158,21 @@ func TestOIDCSignIn(t *testing.T) {
 	if e.countOps(c2, "cluster_role_revoked", "control_plane") < 1 {
 		t.Fatal("role revocation not audited")
 	}
-	alice.groups = []string{"queue-readers"}
+	alice.Groups = []string{"queue-readers"}
 
 	// The provider rotates its key, to another algorithm. The first
 	// sign-in after it fetches the set again (once); right after a fetch,
 	// an unknown key is refused without asking the provider again.
 	e.advance(jwksRefetchGap + time.Second)
-	idp.st.rotate(newECKey(t))
+	idp.Rotate(testidp.NewECKey(t))
 	signIn(alice, nil).want(303, "")
-	if got := idp.jwksHits.Load(); got != hits+1 {
+	if got := idp.JWKSHits.Load(); got != hits+1 {
 		t.Fatalf("key set fetched %d times after the rotation, want %d", got, hits+1)
 	}
-	idp.st.rotate(newRSAKey(t))
+	idp.Rotate(testidp.NewRSAKey(t))
 	r = signIn(alice, nil).want(401, "unauthorized")
 	noSession(t, "a key rotated within the refetch gap", r)
-	if got := idp.jwksHits.Load(); got != hits+1 {
+	if got := idp.JWKSHits.Load(); got != hits+1 {
 		t.Fatalf("an unknown key within the gap fetched the set (%d fetches, want %d)", got, hits+1)
 	}
 	e.advance(jwksRefetchGap + time.Second)
@@ -182,7 +183,7 @@ func TestOIDCSignIn(t *testing.T) {
 	cases := []struct {
 		name     string
 		provider string
-		user     idpUser
+		user     testidp.User
 		setup    func()
 		tamper   func(url.Values)
 		status   int
@@ -193,27 +194,23 @@ func TestOIDCSignIn(t *testing.T) {
 			status: 401, code: "unauthorized", message: "not for this gateway's client id"},
 		{name: "wrong nonce", user: alice, tamper: func(q url.Values) { q.Set("nonce", "attacker-nonce") },
 			status: 400, code: "invalid_state", message: "nonce"},
-		{name: "expired token", user: alice, setup: func() { idp.st.idLifetime = -5 * time.Minute },
+		{name: "expired token", user: alice, setup: func() { idp.SetIDTokenLifetime(-5 * time.Minute) },
 			status: 401, code: "unauthorized", message: "expired"},
-		{name: "disallowed domain", user: idpUser{sub: "mallory", email: name("m") + "@evil.test", verified: true},
+		{name: "disallowed domain", user: testidp.User{Subject: name("mallory"), Email: name("m") + "@evil.test", Verified: true},
 			status: 403, code: "domain_not_allowed", message: "domain"},
-		{name: "unverified e-mail", user: idpUser{sub: "bob", email: name("bob") + "@acme.test", verified: false},
+		{name: "unverified e-mail", user: testidp.User{Subject: name("bob"), Email: name("bob") + "@acme.test"},
 			status: 403, code: "email_unverified", message: "not verified"},
 	}
 	for _, c := range cases {
 		if c.setup != nil {
-			idp.st.mu.Lock()
 			c.setup()
-			idp.st.mu.Unlock()
 		}
 		provider := c.provider
 		if provider == "" {
 			provider = "corp"
 		}
 		r := signInAt(provider, c.user, c.tamper)
-		idp.st.mu.Lock()
-		idp.st.idLifetime = time.Hour
-		idp.st.mu.Unlock()
+		idp.SetIDTokenLifetime(time.Hour)
 		if r.Code != c.status {
 			t.Fatalf("%s: status %d, want %d: %s", c.name, r.Code, c.status, r.Body.String())
 		}
@@ -231,7 +228,7 @@ func TestOIDCSignIn(t *testing.T) {
 	// replay comes with a fresh flow of the same browser (its own state
 	// and cookie), as an attacker holding a stolen code would need.
 	f = e.oidcStart(host, "corp", "/")
-	back = idp.signIn(f.authorize, alice, nil)
+	back = idp.SignIn(f.authorize, alice, nil)
 	e.oidcFinish(back, f.cookie).want(303, "")
 	f2 := e.oidcStart(host, "corp", "/")
 	auth2, _ := url.Parse(f2.authorize)
@@ -258,21 +255,21 @@ func TestOIDCSignIn(t *testing.T) {
 // verified only for an address in its allowed domains; and a provider
 // whose discovery document names another issuer is not used.
 func TestOIDCUnverifiedWithinDomains(t *testing.T) {
-	idp := newTestOP(t)
+	idp := testidp.New(t)
 	e := newEnv(t, func(o *Options) {
 		o.OIDC = []OIDCProviderConfig{
-			{Name: "entra", Issuer: idp.srv.URL, ClientID: opClientID, ClientSecret: opClientSecret, AllowedDomains: []string{"acme.test"}},
-			{Name: "slash", Issuer: idp.srv.URL + "/", ClientID: opClientID, ClientSecret: opClientSecret, RequireVerifiedEmail: true},
+			{Name: "entra", Issuer: idp.URL, ClientID: testidp.ClientID, ClientSecret: testidp.ClientSecret, AllowedDomains: []string{"acme.test"}},
+			{Name: "slash", Issuer: idp.URL + "/", ClientID: testidp.ClientID, ClientSecret: testidp.ClientSecret, RequireVerifiedEmail: true},
 		}
 	})
 	w := e.world()
 	uid, email := e.user(w.tenantID, "")
 	e.exec(`SELECT queen_proxy.set_user_origin($1::uuid, 'operator', NULL)`, uid)
 	e.grant(w.clusterID, email, "viewer")
-	idp.st.allowRedirect("http://" + w.host + "/auth/oidc/entra/callback")
+	idp.AllowRedirect("http://" + w.host + "/auth/oidc/entra/callback")
 
 	f := e.oidcStart(w.host, "entra", "/")
-	r := e.oidcFinish(idp.signIn(f.authorize, idpUser{sub: "u1", email: email}, nil), f.cookie).want(303, "")
+	r := e.oidcFinish(idp.SignIn(f.authorize, testidp.User{Subject: name("u1"), Email: email}, nil), f.cookie).want(303, "")
 	if claims, err := e.keys.Verify(sessionCookie(t, r).Value); err != nil || claims.UserID != uid {
 		t.Fatalf("session %+v %v", claims, err)
 	}
@@ -281,7 +278,7 @@ func TestOIDCUnverifiedWithinDomains(t *testing.T) {
 		t.Fatal("link not audited")
 	}
 	f = e.oidcStart(w.host, "entra", "/")
-	r = e.oidcFinish(idp.signIn(f.authorize, idpUser{sub: "u2", email: name("x") + "@elsewhere.test"}, nil), f.cookie)
+	r = e.oidcFinish(idp.SignIn(f.authorize, testidp.User{Subject: name("u2"), Email: name("x") + "@elsewhere.test"}, nil), f.cookie)
 	r.want(403, "domain_not_allowed")
 	noSession(t, "an unverified address outside the domains", r)
 

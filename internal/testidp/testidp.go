@@ -1,4 +1,12 @@
-package console
+// Package testidp is a real OpenID provider for tests: zitadel/oidc's op
+// package (discovery, the authorization endpoint with PKCE, the token
+// endpoint with client_secret_post, the key set) on an in-memory storage.
+// The test decides only who signs in (the provider's login step signs in
+// the user it is given), the signing keys, the id_token lifetime, and
+// other ids the client is known by.
+//
+// This package is for _test.go files only.
+package testidp
 
 import (
 	"context"
@@ -23,39 +31,43 @@ import (
 	"github.com/zitadel/oidc/v3/pkg/op"
 )
 
-// testOP is a real OpenID provider (zitadel/oidc's op package) on an
-// in-memory storage: discovery, the authorization endpoint with PKCE,
-// the token endpoint (client_secret_post), and the key set, all served by
-// the library. The test decides only who signs in (its login step), the
-// signing keys, and what the storage reports about a request.
-type testOP struct {
-	t        *testing.T
+// Provider is one running provider with one registered confidential
+// client (ClientID, ClientSecret).
+type Provider struct {
+	// URL is the issuer (http://127.0.0.1:<port>, no trailing slash).
+	URL string
+	// JWKSHits counts the requests for the key set.
+	JWKSHits atomic.Int64
+	t        testing.TB
 	srv      *httptest.Server
 	st       *opStorage
-	jwksHits atomic.Int64
 }
 
+// The client the provider knows.
 const (
-	opClientID     = "queengate-console"
-	opClientSecret = "op-secret-1234"
+	ClientID     = "queengate-console"
+	ClientSecret = "op-secret-1234"
 )
 
-func newTestOP(t *testing.T) *testOP {
+// New starts a provider, stopped when the test ends. It signs with an
+// RSA key (RS256) and offers RS256 and ES256.
+func New(t testing.TB) *Provider {
 	t.Helper()
-	o := &testOP{t: t}
+	o := &Provider{t: t}
 	var handler http.Handler
 	o.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/keys" {
-			o.jwksHits.Add(1)
+			o.JWKSHits.Add(1)
 		}
 		handler.ServeHTTP(w, r)
 	}))
 	t.Cleanup(o.srv.Close)
+	o.URL = o.srv.URL
 	o.st = &opStorage{
 		issuer: o.srv.URL, requests: map[string]*opAuthRequest{}, codes: map[string]string{},
-		idLifetime: time.Hour, run: uniq.Add(1), aliases: map[string]string{},
+		idLifetime: time.Hour, aliases: map[string]string{},
 	}
-	o.st.rotate(newRSAKey(t))
+	o.Rotate(NewRSAKey(t))
 	var cryptoKey [32]byte
 	_, _ = rand.Read(cryptoKey[:])
 	provider, err := op.NewProvider(&op.Config{
@@ -74,7 +86,7 @@ func newTestOP(t *testing.T) *testOP {
 // login is the provider's sign-in step: the user the test queued
 // "authenticates" and the browser goes back to the library's callback,
 // which answers the client's redirect URI with a code.
-func (o *testOP) login(w http.ResponseWriter, r *http.Request) {
+func (o *Provider) login(w http.ResponseWriter, r *http.Request) {
 	id := r.URL.Query().Get("id")
 	o.st.mu.Lock()
 	req, ok := o.st.requests[id]
@@ -89,14 +101,51 @@ func (o *testOP) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, o.srv.URL+"/authorize/callback?id="+url.QueryEscape(id), http.StatusFound)
 }
 
-// signIn queues the user the next login is, then walks the browser from
-// the gateway's redirect through the provider until the provider sends it
-// back to the gateway: the callback URL the provider chose.
-func (o *testOP) signIn(authorize string, u idpUser, tamper func(url.Values)) *url.URL {
-	o.t.Helper()
+// Next makes u the user the provider's login step signs in from now on
+// (a browser walking the flow itself needs nothing else).
+func (o *Provider) Next(u User) {
 	o.st.mu.Lock()
+	defer o.st.mu.Unlock()
 	o.st.next = u
-	o.st.mu.Unlock()
+}
+
+// AllowRedirect registers a redirect URI of the client.
+func (o *Provider) AllowRedirect(uri string) {
+	o.st.mu.Lock()
+	defer o.st.mu.Unlock()
+	o.st.redirects = append(o.st.redirects, uri)
+}
+
+// Alias makes the provider know the client also as id: requests may name
+// it so, and tokens are still issued to ClientID.
+func (o *Provider) Alias(id string) {
+	o.st.mu.Lock()
+	defer o.st.mu.Unlock()
+	o.st.aliases[id] = ClientID
+}
+
+// SetIDTokenLifetime sets the life of the id_tokens issued from now on
+// (negative: born expired).
+func (o *Provider) SetIDTokenLifetime(d time.Duration) {
+	o.st.mu.Lock()
+	defer o.st.mu.Unlock()
+	o.st.idLifetime = d
+}
+
+// Rotate makes k the signing key and the only published one.
+func (o *Provider) Rotate(k *Key) {
+	o.st.mu.Lock()
+	defer o.st.mu.Unlock()
+	o.st.keys = []*Key{k}
+}
+
+// SignIn walks a browser's way from authorize (the authorization URL a
+// client sent it to, changed by tamper when not nil) through the
+// provider, u signing in, until the provider sends it elsewhere: it
+// returns that URL (the client's redirect URI with code and state).
+func (o *Provider) SignIn(authorize string, u User, tamper func(url.Values)) *url.URL {
+	o.t.Helper()
+	o.Next(u)
 	loc, err := url.Parse(authorize)
 	if err != nil {
 		o.t.Fatal(err)
@@ -127,61 +176,66 @@ func (o *testOP) signIn(authorize string, u idpUser, tamper func(url.Values)) *u
 	return nil
 }
 
-// idpUser is who signs in at the provider.
-type idpUser struct {
-	sub, email string
-	verified   bool
-	groups     []string
+// User is who signs in at the provider: the id_token's sub, email,
+// email_verified (left out when false) and groups (left out when nil).
+type User struct {
+	Subject, Email string
+	Verified       bool
+	Groups         []string
 }
 
-// opKey is one signing key of the provider.
-type opKey struct {
+// Key is one signing key of the provider.
+type Key struct {
 	id   string
 	alg  jose.SignatureAlgorithm
 	priv crypto.Signer
 }
 
-func (k *opKey) SignatureAlgorithm() jose.SignatureAlgorithm { return k.alg }
-func (k *opKey) Algorithm() jose.SignatureAlgorithm          { return k.alg }
-func (k *opKey) ID() string                                  { return k.id }
-func (k *opKey) Use() string                                 { return "sig" }
+// keyParts are what both views of a key share.
+type keyParts struct{ k *Key }
 
-// opPublicKey is an opKey as the key set publishes it.
-type opPublicKey struct{ *opKey }
+func (p keyParts) SignatureAlgorithm() jose.SignatureAlgorithm { return p.k.alg }
+func (p keyParts) Algorithm() jose.SignatureAlgorithm          { return p.k.alg }
+func (p keyParts) ID() string                                  { return p.k.id }
+func (p keyParts) Use() string                                 { return "sig" }
 
-func (k opPublicKey) Key() any { return k.priv.Public() }
+// opPublicKey is a Key as the key set publishes it.
+type opPublicKey struct{ keyParts }
 
-// opSigningKey is an opKey as the signer uses it.
-type opSigningKey struct{ *opKey }
+func (p opPublicKey) Key() any { return p.k.priv.Public() }
 
-func (k opSigningKey) Key() any { return k.priv }
+// opSigningKey is a Key as the signer uses it.
+type opSigningKey struct{ keyParts }
+
+func (p opSigningKey) Key() any { return p.k.priv }
 
 var keySeq atomic.Int64
 
-func newRSAKey(t *testing.T) *opKey {
+// NewRSAKey is a fresh RS256 key.
+func NewRSAKey(t testing.TB) *Key {
 	k, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &opKey{id: fmt.Sprintf("rsa-%d", keySeq.Add(1)), alg: jose.RS256, priv: k}
+	return &Key{id: fmt.Sprintf("rsa-%d", keySeq.Add(1)), alg: jose.RS256, priv: k}
 }
 
-func newECKey(t *testing.T) *opKey {
+// NewECKey is a fresh ES256 key.
+func NewECKey(t testing.TB) *Key {
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &opKey{id: fmt.Sprintf("ec-%d", keySeq.Add(1)), alg: jose.ES256, priv: k}
+	return &Key{id: fmt.Sprintf("ec-%d", keySeq.Add(1)), alg: jose.ES256, priv: k}
 }
 
 // opAuthRequest is one authorization request the provider holds.
 type opAuthRequest struct {
 	id       string
 	req      *oidc.AuthRequest
-	user     idpUser
+	user     User
 	done     bool
 	authTime time.Time
-	run      int64
 }
 
 func (a *opAuthRequest) GetID() string          { return a.id }
@@ -202,13 +256,13 @@ func (a *opAuthRequest) GetResponseType() oidc.ResponseType { return a.req.Respo
 func (a *opAuthRequest) GetResponseMode() oidc.ResponseMode { return a.req.ResponseMode }
 func (a *opAuthRequest) GetScopes() []string                { return a.req.Scopes }
 func (a *opAuthRequest) GetState() string                   { return a.req.State }
-func (a *opAuthRequest) GetSubject() string                 { return fmt.Sprintf("%s-run%d", a.user.sub, a.run) }
+func (a *opAuthRequest) GetSubject() string                 { return a.user.Subject }
 func (a *opAuthRequest) Done() bool                         { return a.done }
 
 // opClient is the gateway, registered as a confidential web client.
 type opClient struct{ st *opStorage }
 
-func (c opClient) GetID() string                       { return opClientID }
+func (c opClient) GetID() string                       { return ClientID }
 func (c opClient) RedirectURIs() []string              { return c.st.redirectURIs() }
 func (c opClient) PostLogoutRedirectURIs() []string    { return nil }
 func (c opClient) ApplicationType() op.ApplicationType { return op.ApplicationTypeWeb }
@@ -236,29 +290,15 @@ type opStorage struct {
 	mu        sync.Mutex
 	issuer    string
 	redirects []string
-	keys      []*opKey // keys[0] signs; all are published
+	keys      []*Key // keys[0] signs; all are published
 	requests  map[string]*opAuthRequest
 	codes     map[string]string // code -> request id
-	next      idpUser
+	next      User
 	// aliases are other ids the client is known by; the provider issues
 	// its tokens to the client's own id whichever one the request used.
 	aliases    map[string]string
 	idLifetime time.Duration
-	run        int64 // makes subjects unique per test run: see GetSubject
 	seq        int
-}
-
-// rotate makes k the signing key and the only published one.
-func (s *opStorage) rotate(k *opKey) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.keys = []*opKey{k}
-}
-
-func (s *opStorage) allowRedirect(u string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.redirects = append(s.redirects, u)
 }
 
 func (s *opStorage) redirectURIs() []string {
@@ -282,7 +322,7 @@ func (s *opStorage) CreateAuthRequest(_ context.Context, req *oidc.AuthRequest, 
 	if id, ok := s.aliases[req.ClientID]; ok {
 		req.ClientID = id
 	}
-	a := &opAuthRequest{id: fmt.Sprintf("ar-%d", s.seq), req: req, run: s.run}
+	a := &opAuthRequest{id: fmt.Sprintf("ar-%d", s.seq), req: req}
 	s.requests[a.id] = a
 	return a, nil
 }
@@ -351,7 +391,7 @@ func (s *opStorage) GetRefreshTokenInfo(context.Context, string, string) (string
 func (s *opStorage) SigningKey(context.Context) (op.SigningKey, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return opSigningKey{s.keys[0]}, nil
+	return opSigningKey{keyParts{s.keys[0]}}, nil
 }
 
 func (s *opStorage) SignatureAlgorithms(context.Context) ([]jose.SignatureAlgorithm, error) {
@@ -363,7 +403,7 @@ func (s *opStorage) KeySet(context.Context) ([]op.Key, error) {
 	defer s.mu.Unlock()
 	keys := make([]op.Key, 0, len(s.keys))
 	for _, k := range s.keys {
-		keys = append(keys, opPublicKey{k})
+		keys = append(keys, opPublicKey{keyParts{k}})
 	}
 	return keys, nil
 }
@@ -378,14 +418,14 @@ func (s *opStorage) canonical(id string) string {
 }
 
 func (s *opStorage) GetClientByClientID(_ context.Context, id string) (op.Client, error) {
-	if s.canonical(id) != opClientID {
+	if s.canonical(id) != ClientID {
 		return nil, errOPNotFound
 	}
 	return opClient{s}, nil
 }
 
 func (s *opStorage) AuthorizeClientIDSecret(_ context.Context, id, secret string) error {
-	if s.canonical(id) != opClientID || secret != opClientSecret {
+	if s.canonical(id) != ClientID || secret != ClientSecret {
 		return errors.New("invalid client")
 	}
 	return nil
@@ -403,10 +443,10 @@ func (s *opStorage) SetUserinfoFromRequest(_ context.Context, info *oidc.UserInf
 		return errors.New("unexpected request")
 	}
 	info.Subject = a.GetSubject()
-	info.Email = a.user.email
-	info.EmailVerified = oidc.Bool(a.user.verified)
-	if a.user.groups != nil {
-		info.AppendClaims("groups", a.user.groups)
+	info.Email = a.user.Email
+	info.EmailVerified = oidc.Bool(a.user.Verified)
+	if a.user.Groups != nil {
+		info.AppendClaims("groups", a.user.Groups)
 	}
 	return nil
 }
