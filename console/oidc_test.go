@@ -1,9 +1,13 @@
 package console
 
 import (
+	"bytes"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -286,4 +290,64 @@ func TestOIDCUnverifiedWithinDomains(t *testing.T) {
 	// provider's document names: the sign-in does not start.
 	r = e.do(req{method: "GET", host: w.host, path: "/auth/oidc/slash"}).want(502, "bad_gateway")
 	noSession(t, "a provider whose discovery names another issuer", r)
+}
+
+// TestOIDCDiscoveryFetchRate: a provider whose discovery document cannot
+// be read is asked again at most every discoveryRetryGap, and a document
+// once read is used for discoveryTTL, then read again, and kept while the
+// provider cannot be read.
+func TestOIDCDiscoveryFetchRate(t *testing.T) {
+	idp := testidp.New(t)
+	var hits atomic.Int64
+	var down atomic.Bool
+	down.Store(true)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/.well-known/openid-configuration" {
+			hits.Add(1)
+			if down.Load() {
+				http.Error(w, "down", http.StatusServiceUnavailable)
+				return
+			}
+			// The provider's own document, naming this front as issuer.
+			resp, err := http.Get(idp.URL + r.URL.Path)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			_, _ = w.Write(bytes.ReplaceAll(body, []byte(`"issuer":"`+idp.URL+`"`), []byte(`"issuer":"http://`+r.Host+`"`)))
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(front.Close)
+	e := newEnv(t, func(o *Options) {
+		o.OIDC = []OIDCProviderConfig{{Name: "corp", Issuer: front.URL, ClientID: testidp.ClientID, ClientSecret: testidp.ClientSecret,
+			RequireVerifiedEmail: true}}
+	})
+	w := e.world()
+	start := func() resp { return e.do(req{method: "GET", host: w.host, path: "/auth/oidc/corp"}) }
+	start().want(502, "bad_gateway")
+	start().want(502, "bad_gateway")
+	if got := hits.Load(); got != 1 {
+		t.Fatalf("discovery asked %d times within the retry gap, want 1", got)
+	}
+	down.Store(false)
+	start().want(502, "bad_gateway")
+	e.advance(discoveryRetryGap + time.Second)
+	start().want(302, "")
+	start().want(302, "")
+	if got := hits.Load(); got != 2 {
+		t.Fatalf("discovery asked %d times, want 2 (one failure, one success, then the cached document)", got)
+	}
+	// Past its TTL the document is read again; while that fails, the old
+	// one is used.
+	down.Store(true)
+	e.advance(discoveryTTL + time.Second)
+	start().want(302, "")
+	if got := hits.Load(); got != 3 {
+		t.Fatalf("discovery asked %d times after the TTL, want 3", got)
+	}
+	t.Logf("discovery: cached %v, asked again after a failure at most every %v", discoveryTTL, discoveryRetryGap)
 }
