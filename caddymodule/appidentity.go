@@ -143,8 +143,8 @@ type OIDCProviderConfig struct {
 	// expanded). Both required.
 	ClientID     string `json:"client_id,omitempty"`
 	ClientSecret string `json:"client_secret,omitempty"`
-	// Scopes asked for. Default: openid email profile (openid is always
-	// asked for).
+	// Scopes asked for besides openid and email, which always are.
+	// Default: profile.
 	Scopes []string `json:"scopes,omitempty"`
 	// AllowedDomains: accept only addresses in these domains.
 	AllowedDomains []string `json:"allowed_domains,omitempty"`

@@ -34,8 +34,8 @@ type OIDCProviderConfig struct {
 	Issuer       string
 	ClientID     string
 	ClientSecret string
-	// Scopes asked for (default openid, email, profile; openid is always
-	// asked for).
+	// Scopes asked for besides openid and email, which always are
+	// (default: profile).
 	Scopes []string
 	// AllowedDomains, when not empty, are the only e-mail domains
 	// accepted.
@@ -109,9 +109,11 @@ func newOIDC(c OIDCProviderConfig) (*oauthProvider, error) {
 	if !c.RequireVerifiedEmail && len(domains) == 0 {
 		return nil, fmt.Errorf("%s: needs allowed_domains or require_verified_email (an address the provider does not say it verified is accepted only within allowed domains)", where)
 	}
-	scopes := []string{"openid"}
+	// The sign-in needs the e-mail, so openid and email are always asked
+	// for; given scopes replace only the default profile.
+	scopes := []string{"openid", "email"}
 	if len(c.Scopes) == 0 {
-		scopes = append(scopes, "email", "profile")
+		scopes = append(scopes, "profile")
 	}
 	for _, sc := range c.Scopes {
 		if sc == "" || strings.ContainsAny(sc, " \t\r\n\"\\") {

@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -350,4 +351,77 @@ func TestOIDCDiscoveryFetchRate(t *testing.T) {
 		t.Fatalf("discovery asked %d times after the TTL, want 3", got)
 	}
 	t.Logf("discovery: cached %v, asked again after a failure at most every %v", discoveryTTL, discoveryRetryGap)
+}
+
+// TestOIDCEmailRule: the e-mail rule of each kind of provider, on the
+// claims a verified token can carry.
+func TestOIDCEmailRule(t *testing.T) {
+	google, err := newGoogle(&ProviderConfig{ClientID: "i", ClientSecret: "s", AllowedDomains: []string{"acme.test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	strict, err := newOIDC(OIDCProviderConfig{Name: "strict", Issuer: "https://i.example", ClientID: "i", ClientSecret: "s", RequireVerifiedEmail: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	domains, err := newOIDC(OIDCProviderConfig{Name: "domains", Issuer: "https://i.example", ClientID: "i", ClientSecret: "s", AllowedDomains: []string{"Acme.Test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := func(email string, verified any, hd string) *idClaims {
+		c := &idClaims{Email: email, EmailVerified: verified, HostedDomain: hd}
+		c.Subject = "sub"
+		return c
+	}
+	for _, c := range []struct {
+		name   string
+		p      *oauthProvider
+		claims *idClaims
+		code   string // "" accepted
+	}{
+		{"google verified", google, claims("A@Acme.test", true, ""), ""},
+		{"google by hd", google, claims("a@other.test", true, "acme.test"), ""},
+		{"google unverified", google, claims("a@acme.test", false, ""), "email_unverified"},
+		{"google silent", google, claims("a@acme.test", nil, ""), "email_unverified"},
+		{"google other domain", google, claims("a@other.test", true, ""), "domain_not_allowed"},
+		{"strict verified", strict, claims("a@any.test", true, ""), ""},
+		{"strict verified as a string", strict, claims("a@any.test", "true", ""), ""},
+		{"strict silent", strict, claims("a@any.test", nil, ""), "email_unverified"},
+		{"strict false as a string", strict, claims("a@any.test", "false", ""), "email_unverified"},
+		{"domains silent inside", domains, claims("a@acme.test", nil, ""), ""},
+		{"domains says false inside", domains, claims("a@acme.test", false, ""), "email_unverified"},
+		{"domains silent outside", domains, claims("a@other.test", nil, ""), "domain_not_allowed"},
+		{"domains ignores hd", domains, claims("a@other.test", true, "acme.test"), "domain_not_allowed"},
+		{"no e-mail", strict, claims("", true, ""), "invalid_request"},
+		{"not an address", strict, claims("a@", true, ""), "invalid_request"},
+		{"two at signs", domains, claims("a@b@acme.test", true, ""), "invalid_request"},
+	} {
+		email, e := c.p.checkEmail(c.claims)
+		switch {
+		case c.code == "" && e != nil:
+			t.Errorf("%s: refused: %v", c.name, e.Message)
+		case c.code == "" && email != strings.ToLower(c.claims.Email):
+			t.Errorf("%s: e-mail %q", c.name, email)
+		case c.code != "" && (e == nil || string(e.Code) != c.code):
+			t.Errorf("%s: %v, want %s", c.name, e, c.code)
+		}
+	}
+}
+
+// TestOIDCGroupsClaim: a groups claim is read as a list or a single
+// string, by its exact name first, then as a dotted path.
+func TestOIDCGroupsClaim(t *testing.T) {
+	c := &idClaims{}
+	if err := json.Unmarshal([]byte(`{"groups":["a","b"],"role":"admin","realm_access":{"roles":["x"]},
+		"https://acme.example/groups":["ns"],"n":7,"mixed":["a",1]}`), &c.raw); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"groups": "a,b", "role": "admin", "realm_access.roles": "x", "https://acme.example/groups": "ns",
+		"n": "", "mixed": "", "missing": "", "realm_access.missing": "", "groups.x": "",
+	} {
+		if got := strings.Join(c.stringsClaim(name), ","); got != want {
+			t.Errorf("%s: %q, want %q", name, got, want)
+		}
+	}
 }
