@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/oauth2"
 )
 
 // FuzzSafeNext: whatever a client puts in ?next=, the redirect stays on
@@ -178,7 +180,8 @@ func TestParseProviderDocuments(t *testing.T) {
 		}
 	}
 	d, err := parseDiscovery(corpus(t, "FuzzParseDiscovery", "good"), "https://idp.example.com")
-	if err != nil || d.TokenEndpoint != "https://idp.example.com/oauth/token" || strings.Join(d.algs, ",") != "RS256,ES256" {
+	if err != nil || d.TokenEndpoint != "https://idp.example.com/oauth/token" || strings.Join(d.algs, ",") != "RS256,ES256" ||
+		d.authStyle != oauth2.AuthStyleInHeader {
 		t.Fatalf("good: %+v %v", d, err)
 	}
 	for _, name := range []string{"other-issuer", "http-endpoint", "hmac-only", "no-s256", "not-json"} {
@@ -190,5 +193,20 @@ func TestParseProviderDocuments(t *testing.T) {
 	local := `{"issuer":"http://127.0.0.1:9","authorization_endpoint":"http://127.0.0.1:9/a","token_endpoint":"http://127.0.0.1:9/t","jwks_uri":"http://127.0.0.1:9/k"}`
 	if d, err := parseDiscovery([]byte(local), "http://127.0.0.1:9"); err != nil || strings.Join(d.algs, ",") != "RS256" {
 		t.Fatalf("an http issuer: %+v %v", d, err)
+	}
+	// The client secret goes as the token endpoint takes it.
+	for methods, want := range map[string]oauth2.AuthStyle{
+		`["client_secret_post","client_secret_basic"]`: oauth2.AuthStyleInHeader,
+		`["client_secret_post","private_key_jwt"]`:     oauth2.AuthStyleInParams,
+		`["private_key_jwt"]`:                          -1,
+	} {
+		doc := strings.TrimSuffix(local, "}") + `,"token_endpoint_auth_methods_supported":` + methods + `}`
+		d, err := parseDiscovery([]byte(doc), "http://127.0.0.1:9")
+		switch {
+		case want == -1 && err == nil:
+			t.Errorf("%s: accepted", methods)
+		case want != -1 && (err != nil || d.authStyle != want):
+			t.Errorf("%s: %v %v, want style %v", methods, d, err, want)
+		}
 	}
 }

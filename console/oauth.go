@@ -133,13 +133,13 @@ func (p *oauthProvider) config(redirect string, ep endpoints) *oauth2.Config {
 	switch {
 	case p.kind == "github":
 		scopes = []string{"user:email"}
-		ep = endpoints{authURL: p.cfg.AuthURL, tokenURL: p.cfg.TokenURL}
+		ep = endpoints{authURL: p.cfg.AuthURL, tokenURL: p.cfg.TokenURL, authStyle: oauth2.AuthStyleInParams}
 	case p.oidc != nil:
 		scopes = p.oidc.scopes
 	}
 	return &oauth2.Config{
 		ClientID: p.cfg.ClientID, ClientSecret: p.cfg.ClientSecret, RedirectURL: redirect, Scopes: scopes,
-		Endpoint: oauth2.Endpoint{AuthURL: ep.authURL, TokenURL: ep.tokenURL, AuthStyle: oauth2.AuthStyleInParams},
+		Endpoint: oauth2.Endpoint{AuthURL: ep.authURL, TokenURL: ep.tokenURL, AuthStyle: ep.authStyle},
 	}
 }
 

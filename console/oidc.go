@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
+	"golang.org/x/oauth2"
 
 	"github.com/queengate/queengate/internal/apierror"
 	"github.com/queengate/queengate/tenancy"
@@ -186,16 +187,21 @@ type discoveryDoc struct {
 	JWKSURI               string   `json:"jwks_uri"`
 	IDTokenAlgs           []string `json:"id_token_signing_alg_values_supported"`
 	CodeChallengeMethods  []string `json:"code_challenge_methods_supported"`
+	TokenAuthMethods      []string `json:"token_endpoint_auth_methods_supported"`
 	// algs is IDTokenAlgs within idTokenAlgs.
 	algs []string
+	// authStyle is how the client secret goes to the token endpoint.
+	authStyle oauth2.AuthStyle
 }
 
 // parseDiscovery reads a discovery document and checks it against the
 // configured issuer: the issuer exactly, endpoints that are absolute
 // http(s) URLs (https when the issuer is), at least one signature
 // algorithm the gateway accepts (RS256 when the document names none, as
-// the specification makes it the default), and S256 among the PKCE
-// methods when the document lists them.
+// the specification makes it the default), S256 among the PKCE methods
+// when the document lists them, and a way to send the client secret:
+// client_secret_basic (the specification's default when the document
+// names none), else client_secret_post.
 func parseDiscovery(body []byte, issuer string) (*discoveryDoc, error) {
 	var d discoveryDoc
 	if err := json.Unmarshal(body, &d); err != nil {
@@ -227,6 +233,14 @@ func parseDiscovery(body []byte, issuer string) (*discoveryDoc, error) {
 	if d.CodeChallengeMethods != nil && !slices.Contains(d.CodeChallengeMethods, "S256") {
 		return nil, errors.New("discovery document: the provider does not offer PKCE with S256")
 	}
+	switch {
+	case d.TokenAuthMethods == nil || slices.Contains(d.TokenAuthMethods, "client_secret_basic"):
+		d.authStyle = oauth2.AuthStyleInHeader
+	case slices.Contains(d.TokenAuthMethods, "client_secret_post"):
+		d.authStyle = oauth2.AuthStyleInParams
+	default:
+		return nil, fmt.Errorf("discovery document: the token endpoint takes neither client_secret_basic nor client_secret_post (it names %v)", d.TokenAuthMethods)
+	}
 	return &d, nil
 }
 
@@ -244,6 +258,7 @@ type discoveryCache struct {
 // endpoints of a provider for one sign-in.
 type endpoints struct {
 	authURL, tokenURL string
+	authStyle         oauth2.AuthStyle
 	jwks              *jwksCache
 	rules             idTokenRules
 }
@@ -253,7 +268,7 @@ type endpoints struct {
 // fetched again; while that fails the old one is used.
 func (p *oauthProvider) resolve(ctx context.Context, client *http.Client, now time.Time) (endpoints, error) {
 	if p.oidc == nil {
-		return endpoints{authURL: p.cfg.AuthURL, tokenURL: p.cfg.TokenURL, jwks: p.jwks, rules: idTokenRules{
+		return endpoints{authURL: p.cfg.AuthURL, tokenURL: p.cfg.TokenURL, authStyle: oauth2.AuthStyleInParams, jwks: p.jwks, rules: idTokenRules{
 			issuers: []string{"https://accounts.google.com", "accounts.google.com"}, audience: p.cfg.ClientID, algs: []string{"RS256"},
 		}}, nil
 	}
@@ -275,7 +290,7 @@ func (p *oauthProvider) resolve(ctx context.Context, client *http.Client, now ti
 	if c.doc == nil {
 		return endpoints{}, c.lastErr
 	}
-	return endpoints{authURL: c.doc.AuthorizationEndpoint, tokenURL: c.doc.TokenEndpoint, jwks: c.jwks, rules: idTokenRules{
+	return endpoints{authURL: c.doc.AuthorizationEndpoint, tokenURL: c.doc.TokenEndpoint, authStyle: c.doc.authStyle, jwks: c.jwks, rules: idTokenRules{
 		issuers: []string{p.oidc.issuer}, audience: p.cfg.ClientID, algs: c.doc.algs,
 	}}, nil
 }

@@ -1,6 +1,6 @@
 // Package testidp is a real OpenID provider for tests: zitadel/oidc's op
 // package (discovery, the authorization endpoint with PKCE, the token
-// endpoint with client_secret_post, the key set) on an in-memory storage.
+// endpoint with client_secret_basic, the key set) on an in-memory storage.
 // The test decides only who signs in (the provider's login step signs in
 // the user it is given), the signing keys, the id_token lifetime, and
 // other ids the client is known by.
@@ -71,7 +71,7 @@ func New(t testing.TB) *Provider {
 	var cryptoKey [32]byte
 	_, _ = rand.Read(cryptoKey[:])
 	provider, err := op.NewProvider(&op.Config{
-		CryptoKey: cryptoKey, CodeMethodS256: true, AuthMethodPost: true,
+		CryptoKey: cryptoKey, CodeMethodS256: true,
 	}, o.st, op.StaticIssuer(o.srv.URL), op.WithAllowInsecure())
 	if err != nil {
 		t.Fatal(err)
@@ -266,7 +266,7 @@ func (c opClient) GetID() string                       { return ClientID }
 func (c opClient) RedirectURIs() []string              { return c.st.redirectURIs() }
 func (c opClient) PostLogoutRedirectURIs() []string    { return nil }
 func (c opClient) ApplicationType() op.ApplicationType { return op.ApplicationTypeWeb }
-func (c opClient) AuthMethod() oidc.AuthMethod         { return oidc.AuthMethodPost }
+func (c opClient) AuthMethod() oidc.AuthMethod         { return oidc.AuthMethodBasic }
 func (c opClient) ResponseTypes() []oidc.ResponseType {
 	return []oidc.ResponseType{oidc.ResponseTypeCode}
 }
