@@ -60,6 +60,11 @@ type IdentityConfig struct {
 	// GitHub enables "Continue with GitHub".
 	GitHub *OAuthProviderConfig `json:"github,omitempty"`
 
+	// OIDC are OpenID Connect providers (Okta, Entra ID, Keycloak, Auth0,
+	// ...), each found from its issuer by discovery and offered as a
+	// sign-in button in this order after Google and GitHub.
+	OIDC []*OIDCProviderConfig `json:"oidc,omitempty"`
+
 	// Autoprovision creates a user for an OAuth sign-in whose verified
 	// e-mail is unknown. Default: such sign-ins are refused
 	// (403 not_provisioned).
@@ -127,6 +132,49 @@ type OAuthProviderConfig struct {
 	JWKSURL string `json:"jwks_url,omitempty"`
 }
 
+// OIDCProviderConfig is one OpenID Connect provider.
+type OIDCProviderConfig struct {
+	// Name identifies the provider: its routes are /auth/oidc/<name>
+	// (the callback /auth/oidc/<name>/callback) and its identities are
+	// recorded as oidc:<name>. Lower-case letters, digits and inner
+	// hyphens, at most 32. Required.
+	Name string `json:"name,omitempty"`
+	// Label is the sign-in button's text. Default: the name.
+	Label string `json:"label,omitempty"`
+	// Issuer is the provider's issuer URL, exactly as its discovery
+	// document (<issuer>/.well-known/openid-configuration) names it.
+	// Required.
+	Issuer string `json:"issuer,omitempty"`
+	// ClientID and ClientSecret are the OAuth client's (placeholders are
+	// expanded). Both required.
+	ClientID     string `json:"client_id,omitempty"`
+	ClientSecret string `json:"client_secret,omitempty"`
+	// Scopes asked for besides openid and email, which always are.
+	// Default: profile.
+	Scopes []string `json:"scopes,omitempty"`
+	// AllowedDomains: accept only addresses in these domains.
+	AllowedDomains []string `json:"allowed_domains,omitempty"`
+	// RequireVerifiedEmail: accept only tokens saying email_verified
+	// true. Without it, a token that does not carry email_verified is
+	// accepted for an address in AllowedDomains, which must then be set.
+	RequireVerifiedEmail bool `json:"require_verified_email,omitempty"`
+	// GroupsClaim is the claim holding the user's groups (a string or
+	// an array of strings; a dotted name reads a nested object).
+	// Required with Roles.
+	GroupsClaim string `json:"groups_claim,omitempty"`
+	// Roles map groups to cluster roles, set at every sign-in through
+	// this provider on the clusters they name.
+	Roles []OIDCRoleConfig `json:"roles,omitempty"`
+}
+
+// OIDCRoleConfig grants Role on Cluster (a cluster slug of the user's
+// tenant, or "*" for all of its clusters) to the members of Group.
+type OIDCRoleConfig struct {
+	Group   string `json:"group,omitempty"`
+	Cluster string `json:"cluster,omitempty"`
+	Role    string `json:"role,omitempty"`
+}
+
 // AutoprovisionConfig names where new OAuth users go.
 type AutoprovisionConfig struct {
 	// Tenant is the slug of the tenant new users join. Required.
@@ -192,6 +240,17 @@ type BootstrapConfig struct {
 //			userinfo_url  <url>
 //			emails_url    <url>
 //		}
+//		oidc <name> {
+//			label                  <text>
+//			issuer                 <url>
+//			client_id              <id>
+//			client_secret          <secret>
+//			scopes                 <scope...>
+//			allowed_domains        <domain...>
+//			require_verified_email
+//			groups_claim           <claim>
+//			role                   <group> <cluster-slug|*> <admin|producer|consumer|viewer>
+//		}
 //		autoprovision {
 //			tenant <slug>
 //			role   <admin|producer|consumer|viewer>
@@ -256,6 +315,17 @@ func (c *IdentityConfig) unmarshal(d *caddyfile.Dispenser) error {
 				c.GitHub = p
 			}
 			err = p.unmarshal(d, opt)
+		case "oidc":
+			p := new(OIDCProviderConfig)
+			err = p.unmarshal(d)
+			if err == nil {
+				for _, q := range c.OIDC {
+					if q.Name == p.Name {
+						return d.Errf("queen: identity: oidc %s given twice", p.Name)
+					}
+				}
+				c.OIDC = append(c.OIDC, p)
+			}
 		case "autoprovision":
 			if c.Autoprovision != nil {
 				return d.Err("queen: identity: autoprovision given twice")
@@ -364,6 +434,79 @@ func (p *OAuthProviderConfig) unmarshal(d *caddyfile.Dispenser, provider string)
 	return nil
 }
 
+func (p *OIDCProviderConfig) unmarshal(d *caddyfile.Dispenser) error {
+	if !d.NextArg() {
+		return d.Err("queen: identity: oidc needs a name: oidc <name> { ... }")
+	}
+	p.Name = d.Val()
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	where := "oidc " + p.Name
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		var err error
+		switch opt := d.Val(); opt {
+		case "label":
+			err = parseString(d, &p.Label)
+		case "issuer":
+			err = parseURL(d, where, &p.Issuer)
+		case "client_id":
+			err = parseString(d, &p.ClientID)
+		case "client_secret":
+			err = parseString(d, &p.ClientSecret)
+		case "scopes":
+			scopes := d.RemainingArgs()
+			if len(scopes) == 0 {
+				return d.ArgErr()
+			}
+			p.Scopes = append(p.Scopes, scopes...)
+		case "allowed_domains":
+			domains := d.RemainingArgs()
+			if len(domains) == 0 {
+				return d.ArgErr()
+			}
+			p.AllowedDomains = append(p.AllowedDomains, domains...)
+		case "require_verified_email":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			p.RequireVerifiedEmail = true
+		case "groups_claim":
+			err = parseString(d, &p.GroupsClaim)
+		case "role":
+			args := d.RemainingArgs()
+			if len(args) != 3 {
+				return d.Errf("queen: identity: %s: role needs <group> <cluster-slug|*> <role>", where)
+			}
+			p.Roles = append(p.Roles, OIDCRoleConfig{Group: args[0], Cluster: args[1], Role: args[2]})
+		default:
+			return d.Errf("queen: identity: %s: unknown option %q", where, opt)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := console.CheckOIDCProvider(p.console(func(s, _ string) string { return s })); err != nil {
+		return d.Errf("queen: identity: %v", err)
+	}
+	return nil
+}
+
+// console is the provider as the console takes it, with placeholders
+// expanded by expand.
+func (p *OIDCProviderConfig) console(expand func(string, string) string) console.OIDCProviderConfig {
+	c := console.OIDCProviderConfig{
+		Name: p.Name, Label: p.Label, Issuer: p.Issuer,
+		ClientID: expand(p.ClientID, ""), ClientSecret: expand(p.ClientSecret, ""),
+		Scopes: p.Scopes, AllowedDomains: p.AllowedDomains, RequireVerifiedEmail: p.RequireVerifiedEmail,
+		GroupsClaim: p.GroupsClaim,
+	}
+	for _, r := range p.Roles {
+		c.Roles = append(c.Roles, console.OIDCRoleMapping{Group: r.Group, Cluster: r.Cluster, Role: r.Role})
+	}
+	return c
+}
+
 func parseURL(d *caddyfile.Dispenser, provider string, into *string) error {
 	opt := d.Val()
 	if err := parseString(d, into); err != nil {
@@ -462,7 +605,20 @@ func (c *IdentityConfig) validate(a *App) error {
 	if c.Email != nil && c.PublicURL == "" {
 		return fmt.Errorf("identity: email needs public_url: the links it sends are built from it, never from a request's Host")
 	}
-	if (c.Google != nil || c.GitHub != nil || c.Bootstrap != nil || c.Email != nil) && a.Sessions == nil {
+	seen := map[string]bool{}
+	for _, p := range c.OIDC {
+		if p == nil {
+			return fmt.Errorf("identity: an oidc entry is empty")
+		}
+		if seen[p.Name] {
+			return fmt.Errorf("identity: oidc %s given twice", p.Name)
+		}
+		seen[p.Name] = true
+		if err := console.CheckOIDCProvider(p.console(func(s, _ string) string { return s })); err != nil {
+			return fmt.Errorf("identity: %w", err)
+		}
+	}
+	if (c.Google != nil || c.GitHub != nil || len(c.OIDC) > 0 || c.Bootstrap != nil || c.Email != nil) && a.Sessions == nil {
 		return fmt.Errorf("identity: sign-in needs session keys (a session block in the queen option)")
 	}
 	return nil

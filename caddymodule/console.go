@@ -81,6 +81,9 @@ func (g *Gateway) buildSurface() (webSurface, error) {
 		opts.VerificationTTL = time.Duration(em.VerificationTTL)
 		opts.ResetGuard = resetGuard()
 	}
+	for _, p := range id.OIDC {
+		opts.OIDC = append(opts.OIDC, p.console(repl.ReplaceAll))
+	}
 	if ap := id.Autoprovision; ap != nil {
 		opts.Autoprovision = &console.AutoprovisionConfig{Tenant: strings.ToLower(ap.Tenant), Role: ap.Role}
 	}

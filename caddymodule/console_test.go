@@ -177,3 +177,111 @@ func TestRequestIsHTTPS(t *testing.T) {
 		t.Fatal("TLS request is not https")
 	}
 }
+
+func TestIdentityOIDCCaddyfile(t *testing.T) {
+	d := caddyfile.NewTestDispenser(`queen {
+		database_url x
+		identity {
+			oidc okta {
+				label "Acme SSO"
+				issuer https://acme.okta.example/oauth2/default
+				client_id {env.OKTA_ID}
+				client_secret {env.OKTA_SECRET}
+				scopes groups offline
+				allowed_domains acme.com
+				require_verified_email
+				groups_claim groups
+				role queue-admins acme-prod admin
+				role everyone * viewer
+			}
+			oidc keycloak {
+				issuer https://sso.acme.example/realms/acme
+				client_id console
+				client_secret s
+				allowed_domains acme.com acme.org
+			}
+		}
+	}`)
+	var a App
+	if err := a.UnmarshalCaddyfile(d); err != nil {
+		t.Fatal(err)
+	}
+	ps := a.Identity.OIDC
+	if len(ps) != 2 {
+		t.Fatalf("oidc %+v", ps)
+	}
+	o := ps[0]
+	if o.Name != "okta" || o.Label != "Acme SSO" || o.Issuer != "https://acme.okta.example/oauth2/default" ||
+		o.ClientID != "{env.OKTA_ID}" || o.ClientSecret != "{env.OKTA_SECRET}" || strings.Join(o.Scopes, " ") != "groups offline" ||
+		strings.Join(o.AllowedDomains, " ") != "acme.com" || !o.RequireVerifiedEmail || o.GroupsClaim != "groups" ||
+		len(o.Roles) != 2 || o.Roles[0] != (OIDCRoleConfig{Group: "queue-admins", Cluster: "acme-prod", Role: "admin"}) ||
+		o.Roles[1] != (OIDCRoleConfig{Group: "everyone", Cluster: "*", Role: "viewer"}) {
+		t.Fatalf("okta %+v", o)
+	}
+	if k := ps[1]; k.Name != "keycloak" || k.RequireVerifiedEmail || len(k.AllowedDomains) != 2 {
+		t.Fatalf("keycloak %+v", k)
+	}
+	raw, err := json.Marshal(&a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back App
+	if err := json.Unmarshal(raw, &back); err != nil {
+		t.Fatal(err)
+	}
+	if got := back.Identity.OIDC; len(got) != 2 || got[0].Roles[1].Cluster != "*" || !got[0].RequireVerifiedEmail {
+		t.Fatalf("JSON round trip: %s", raw)
+	}
+	// The console takes it, placeholders expanded.
+	c := o.console(func(s, _ string) string { return strings.ReplaceAll(s, "{env.OKTA_ID}", "real-id") })
+	if c.ClientID != "real-id" || len(c.Roles) != 2 || c.Roles[0].Role != "admin" {
+		t.Fatalf("console config %+v", c)
+	}
+}
+
+func TestIdentityOIDCCaddyfileErrors(t *testing.T) {
+	const ok = "issuer https://i.example; client_id x; client_secret y; require_verified_email"
+	for input, want := range map[string]string{
+		`identity { oidc { issuer https://i.example } }`:                                               "oidc needs a name",
+		`identity { oidc a b { ` + ok + ` } }`:                                                         "wrong argument count",
+		`identity { oidc Okta { ` + ok + ` } }`:                                                        "not lower-case letters",
+		`identity { oidc okta { ` + ok + `; colour blue } }`:                                           `oidc okta: unknown option "colour"`,
+		`identity { oidc okta { issuer ftp://i.example; client_id x; client_secret y } }`:              "not an http(s) URL",
+		`identity { oidc okta { issuer https://i.example; client_secret y; require_verified_email } }`: "client_id and client_secret are required",
+		`identity { oidc okta { issuer https://i.example; client_id x; client_secret y } }`:            "needs allowed_domains or require_verified_email",
+		`identity { oidc okta { ` + ok + `; role admins * admin } }`:                                   "role lines need groups_claim",
+		`identity { oidc okta { ` + ok + `; groups_claim groups } }`:                                   "groups_claim needs at least one role line",
+		`identity { oidc okta { ` + ok + `; groups_claim g; role admins * owner } }`:                   `"owner" is not admin`,
+		`identity { oidc okta { ` + ok + `; groups_claim g; role admins Prod_1 admin } }`:              "not a cluster slug",
+		`identity { oidc okta { ` + ok + `; groups_claim g; role admins admin } }`:                     "role needs <group> <cluster-slug|*> <role>",
+		`identity { oidc okta { ` + ok + `; require_verified_email yes } }`:                            "wrong argument count",
+		`identity { oidc okta { ` + ok + ` }; oidc okta { ` + ok + ` } }`:                              "oidc okta given twice",
+	} {
+		text := strings.NewReplacer("; ", "\n", "{ ", "{\n", " }", "\n}").Replace(input)
+		d := caddyfile.NewTestDispenser("queen {\n database_url x\n " + text + "\n}")
+		var a App
+		err := a.UnmarshalCaddyfile(d)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want one containing %q", input, err, want)
+		}
+	}
+	// The JSON form is held to the same rules.
+	a := &App{Sessions: &SessionConfig{HS256Secret: "x"}}
+	good := &OIDCProviderConfig{Name: "okta", Issuer: "https://i.example", ClientID: "x", ClientSecret: "y", RequireVerifiedEmail: true}
+	if err := (&IdentityConfig{OIDC: []*OIDCProviderConfig{good}}).validate(a); err != nil {
+		t.Fatalf("a good provider: %v", err)
+	}
+	for name, c := range map[string]*IdentityConfig{
+		"twice":       {OIDC: []*OIDCProviderConfig{good, good}},
+		"no rule":     {OIDC: []*OIDCProviderConfig{{Name: "okta", Issuer: "https://i.example", ClientID: "x", ClientSecret: "y"}}},
+		"bad issuer":  {OIDC: []*OIDCProviderConfig{{Name: "okta", Issuer: "https://i.example/?q=1", ClientID: "x", ClientSecret: "y", RequireVerifiedEmail: true}}},
+		"empty entry": {OIDC: []*OIDCProviderConfig{nil}},
+	} {
+		if err := c.validate(a); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if err := (&IdentityConfig{OIDC: []*OIDCProviderConfig{good}}).validate(&App{}); err == nil || !strings.Contains(err.Error(), "session keys") {
+		t.Fatalf("OIDC without sessions: %v", err)
+	}
+}

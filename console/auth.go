@@ -69,29 +69,41 @@ func (s *Surface) serveAuth(w http.ResponseWriter, r *http.Request) {
 		s.sessionToken(w, r)
 		return
 	}
-	for _, prov := range []*oauthProvider{s.google, s.github} {
-		name := "google"
-		if prov == s.github {
-			name = "github"
-		}
-		switch p {
-		case "/auth/" + name:
-			if r.Method != http.MethodGet {
-				writeError(w, errMethod)
-				return
-			}
-			s.oauthStart(w, r, prov, name)
-			return
-		case "/auth/" + name + "/callback":
-			if r.Method != http.MethodGet {
-				writeError(w, errMethod)
-				return
-			}
-			s.oauthCallback(w, r, prov, name)
-			return
+	s.serveProvider(w, r, strings.TrimPrefix(p, "/auth/"))
+}
+
+// serveProvider answers /auth/<provider> (the start of a sign-in) and
+// /auth/<provider>/callback, where <provider> is google, github or
+// oidc/<name>.
+func (s *Surface) serveProvider(w http.ResponseWriter, r *http.Request, rest string) {
+	path, callback := strings.CutSuffix(rest, "/callback")
+	var prov *oauthProvider
+	for _, q := range s.providers {
+		if q.path == path {
+			prov = q
 		}
 	}
-	writeError(w, errNotFoundRoute)
+	if prov == nil {
+		name, generic := strings.CutPrefix(path, "oidc/")
+		switch {
+		case path == "google" || path == "github":
+			writeFailure(w, r, notConfigured(path+" sign-in is not configured"))
+		case generic && name != "" && !strings.Contains(name, "/"):
+			writeFailure(w, r, notConfigured("no OpenID Connect provider "+strconv.Quote(name)+" is configured"))
+		default:
+			writeError(w, errNotFoundRoute)
+		}
+		return
+	}
+	if r.Method != http.MethodGet {
+		writeError(w, errMethod)
+		return
+	}
+	if callback {
+		s.oauthCallback(w, r, prov)
+	} else {
+		s.oauthStart(w, r, prov)
+	}
 }
 
 // loginPage is the sign-in page.
@@ -115,11 +127,8 @@ func (s *Surface) renderLogin(w http.ResponseWriter, status int, next, email, ms
 func (s *Surface) loginData(next, email, msg string) pageData {
 	d := pageData{Title: "Sign in", Form: true, CanMint: s.canMint(), Next: next, Email: email, Error: msg, ForgotLink: s.mailOn()}
 	q := "?next=" + url.QueryEscape(next)
-	if s.google != nil {
-		d.Providers = append(d.Providers, providerButton{Label: "Google", URL: "/auth/google" + q})
-	}
-	if s.github != nil {
-		d.Providers = append(d.Providers, providerButton{Label: "GitHub", URL: "/auth/github" + q})
+	for _, p := range s.providers {
+		d.Providers = append(d.Providers, providerButton{Label: p.label, URL: "/auth/" + p.path + q})
 	}
 	return d
 }

@@ -126,6 +126,9 @@ type Options struct {
 	// ResetGuard limits reset requests per address and per account
 	// (default: a guard with DefaultResetRate).
 	ResetGuard *LoginGuard
+	// OIDC are generic OpenID Connect providers, offered in this order
+	// after Google and GitHub.
+	OIDC []OIDCProviderConfig
 	// Autoprovision creates unknown OAuth users; nil refuses them.
 	Autoprovision *AutoprovisionConfig
 	// StateKey signs OAuth state (at least 32 bytes). Required for OAuth.
@@ -157,8 +160,7 @@ type Surface struct {
 	corsAny      bool
 	corsOrigins  map[string]bool
 	crossSite    *crossorigin.Policy // the CSRF rule, shared with the data plane
-	google       *oauthProvider
-	github       *oauthProvider
+	providers    []*oauthProvider    // in the sign-in page's order
 	app          fs.FS
 	resetGuard   *LoginGuard
 	mailSlots    chan struct{}
@@ -239,14 +241,32 @@ func New(o Options) (*Surface, error) {
 		allowed = append(allowed, origin)
 	}
 	s.crossSite = crossorigin.NewPolicy(s.publicOrigin, allowed, o.IsHTTPS)
-	var err error
-	if s.google, err = newGoogle(o.Google); err != nil {
+	google, err := newGoogle(o.Google)
+	if err != nil {
 		return nil, err
 	}
-	if s.github, err = newGitHub(o.GitHub); err != nil {
+	github, err := newGitHub(o.GitHub)
+	if err != nil {
 		return nil, err
 	}
-	if (s.google != nil || s.github != nil) && len(o.StateKey) < 32 {
+	for _, p := range []*oauthProvider{google, github} {
+		if p != nil {
+			s.providers = append(s.providers, p)
+		}
+	}
+	for _, c := range o.OIDC {
+		p, err := newOIDC(c)
+		if err != nil {
+			return nil, err
+		}
+		for _, q := range s.providers {
+			if q.path == p.path {
+				return nil, fmt.Errorf("console: oidc provider %q configured twice", c.Name)
+			}
+		}
+		s.providers = append(s.providers, p)
+	}
+	if len(s.providers) > 0 && len(o.StateKey) < 32 {
 		return nil, errors.New("console: OAuth needs a state key of at least 32 bytes")
 	}
 	if o.Autoprovision != nil {

@@ -543,11 +543,8 @@ func (s *Surface) invitationPage(w http.ResponseWriter, r *http.Request) {
 	}
 	form := &setPasswordForm{Action: "/auth/invitation", Token: raw, Button: "Accept and sign in",
 		Intro: "You are invited to the cluster " + p.cluster + " as " + p.role + ", as " + p.email + ". Choose the password of your new account."}
-	if s.google != nil {
-		form.Providers = append(form.Providers, providerButton{Label: "Google", URL: "google"})
-	}
-	if s.github != nil {
-		form.Providers = append(form.Providers, providerButton{Label: "GitHub", URL: "github"})
+	for _, q := range s.providers {
+		form.Providers = append(form.Providers, providerButton{Label: q.label, URL: q.path})
 	}
 	renderPage(w, http.StatusOK, pageData{Title: "Join " + p.cluster, Email: p.email, SetPassword: form})
 }
@@ -563,7 +560,13 @@ var errInvitationOtherAddress = apiErr(http.StatusForbidden, apierror.Forbidden,
 // invitation: the token rides in a short-lived HttpOnly cookie to the
 // callback, which accepts it only for the address the provider verified.
 func (s *Surface) acceptViaProvider(w http.ResponseWriter, r *http.Request, provider, raw string) {
-	if (provider != "google" || s.google == nil) && (provider != "github" || s.github == nil) {
+	var prov *oauthProvider
+	for _, q := range s.providers {
+		if q.path == provider {
+			prov = q
+		}
+	}
+	if prov == nil {
 		writeFailure(w, r, invalid("no such sign-in provider here"))
 		return
 	}
@@ -573,7 +576,7 @@ func (s *Surface) acceptViaProvider(w http.ResponseWriter, r *http.Request, prov
 	}
 	http.SetCookie(w, &http.Cookie{Name: invitationCookie, Value: raw, Path: "/auth/", MaxAge: 600,
 		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: s.o.IsHTTPS(r)})
-	http.Redirect(w, r, "/auth/"+provider+"?next=%2Fconsole%2F", http.StatusSeeOther)
+	http.Redirect(w, r, "/auth/"+prov.path+"?next=%2Fconsole%2F", http.StatusSeeOther)
 }
 
 // takeInvitationCookie returns the invitation token a provider sign-in

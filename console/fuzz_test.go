@@ -1,9 +1,18 @@
 package console
 
 import (
+	"crypto/ecdsa"
+	"crypto/rsa"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/oauth2"
 )
 
 // FuzzSafeNext: whatever a client puts in ?next=, the redirect stays on
@@ -110,4 +119,125 @@ func FuzzParseLinkToken(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzParseJWKS: whatever a provider's key set holds, what the parser
+// keeps is a signature key of a kind and size the gateway trusts.
+func FuzzParseJWKS(f *testing.F) {
+	f.Add([]byte(`{"keys":[]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		keys, err := parseJWKS(body)
+		if err != nil {
+			return
+		}
+		if len(keys) == 0 {
+			t.Fatal("no error and no key")
+		}
+		for kid, k := range keys {
+			if kid == "" {
+				t.Fatal("a key without a kid")
+			}
+			if k.alg != "" && !slices.Contains(idTokenAlgs, k.alg) {
+				t.Fatalf("key %q pinned to %q", kid, k.alg)
+			}
+			switch pub := k.key.(type) {
+			case *rsa.PublicKey:
+				if pub.N.BitLen() < 2048 || pub.E < 3 || pub.E%2 == 0 {
+					t.Fatalf("key %q: weak RSA key (%d bits, e=%d)", kid, pub.N.BitLen(), pub.E)
+				}
+			case *ecdsa.PublicKey:
+				if _, err := pub.Bytes(); err != nil {
+					t.Fatalf("key %q: invalid EC key: %v", kid, err)
+				}
+			default:
+				t.Fatalf("key %q of type %T", kid, k.key)
+			}
+		}
+	})
+}
+
+// FuzzParseDiscovery: a discovery document is used only when it names the
+// configured issuer, https endpoints for an https issuer, and an
+// asymmetric id_token algorithm.
+func FuzzParseDiscovery(f *testing.F) {
+	f.Add([]byte(`{}`))
+	const issuer = "https://idp.example.com"
+	f.Fuzz(func(t *testing.T, body []byte) {
+		d, err := parseDiscovery(body, issuer)
+		if err != nil {
+			return
+		}
+		if d.Issuer != issuer || len(d.algs) == 0 {
+			t.Fatalf("accepted %+v", d)
+		}
+		for _, a := range d.algs {
+			if !slices.Contains(idTokenAlgs, a) {
+				t.Fatalf("algorithm %q accepted", a)
+			}
+		}
+		for _, u := range []string{d.AuthorizationEndpoint, d.TokenEndpoint, d.JWKSURI} {
+			if p, err := url.Parse(u); err != nil || p.Scheme != "https" || p.Host == "" {
+				t.Fatalf("endpoint %q accepted for an https issuer", u)
+			}
+		}
+	})
+}
+
+// corpus reads one seed of a fuzz target's corpus in testdata.
+func corpus(t *testing.T, target, name string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata", "fuzz", target, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, lit, _ := strings.Cut(strings.TrimSpace(string(raw)), "\n")
+	s, err := strconv.Unquote(strings.TrimSuffix(strings.TrimPrefix(lit, "[]byte("), ")"))
+	if err != nil {
+		t.Fatalf("%s/%s: %v", target, name, err)
+	}
+	return []byte(s)
+}
+
+// TestParseProviderDocuments: the seeds' verdicts, so that the corpus
+// keeps covering what it was written for.
+func TestParseProviderDocuments(t *testing.T) {
+	keys, err := parseJWKS(corpus(t, "FuzzParseJWKS", "rsa-and-ec"))
+	if err != nil || len(keys) != 2 || keys["r1"].alg != "RS256" || keys["e1"].alg != "ES256" {
+		t.Fatalf("rsa-and-ec: %v %v", keys, err)
+	}
+	for _, name := range []string{"ec-off-curve", "oct-only", "rsa-leading-zeros", "rsa-pinned-to-es256", "not-json"} {
+		if keys, err := parseJWKS(corpus(t, "FuzzParseJWKS", name)); err == nil {
+			t.Errorf("%s: accepted %v", name, keys)
+		}
+	}
+	d, err := parseDiscovery(corpus(t, "FuzzParseDiscovery", "good"), "https://idp.example.com")
+	if err != nil || d.TokenEndpoint != "https://idp.example.com/oauth/token" || strings.Join(d.algs, ",") != "RS256,ES256" ||
+		d.authStyle != oauth2.AuthStyleInHeader {
+		t.Fatalf("good: %+v %v", d, err)
+	}
+	for _, name := range []string{"other-issuer", "http-endpoint", "hmac-only", "no-s256", "not-json"} {
+		if d, err := parseDiscovery(corpus(t, "FuzzParseDiscovery", name), "https://idp.example.com"); err == nil {
+			t.Errorf("%s: accepted %+v", name, d)
+		}
+	}
+	// An http issuer (a test or a local provider) may have http endpoints.
+	local := `{"issuer":"http://127.0.0.1:9","authorization_endpoint":"http://127.0.0.1:9/a","token_endpoint":"http://127.0.0.1:9/t","jwks_uri":"http://127.0.0.1:9/k"}`
+	if d, err := parseDiscovery([]byte(local), "http://127.0.0.1:9"); err != nil || strings.Join(d.algs, ",") != "RS256" {
+		t.Fatalf("an http issuer: %+v %v", d, err)
+	}
+	// The client secret goes as the token endpoint takes it.
+	for methods, want := range map[string]oauth2.AuthStyle{
+		`["client_secret_post","client_secret_basic"]`: oauth2.AuthStyleInHeader,
+		`["client_secret_post","private_key_jwt"]`:     oauth2.AuthStyleInParams,
+		`["private_key_jwt"]`:                          -1,
+	} {
+		doc := strings.TrimSuffix(local, "}") + `,"token_endpoint_auth_methods_supported":` + methods + `}`
+		d, err := parseDiscovery([]byte(doc), "http://127.0.0.1:9")
+		switch {
+		case want == -1 && err == nil:
+			t.Errorf("%s: accepted", methods)
+		case want != -1 && (err != nil || d.authStyle != want):
+			t.Errorf("%s: %v %v, want style %v", methods, d, err, want)
+		}
+	}
 }

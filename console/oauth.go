@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"go.uber.org/zap"
 	"golang.org/x/oauth2"
 
@@ -67,28 +68,31 @@ const stateTTL = 5 * time.Minute
 // holds the state's nonce and the PKCE verifier.
 const flowCookie = "queen_oauth"
 
+// oauthProvider is one way to sign in through a provider: Google, GitHub
+// or a generic OpenID Connect provider.
 type oauthProvider struct {
-	name    string // "google" or "github"
+	kind    string // "google", "github" or "oidc"
+	name    string // identities.provider: "google", "github" or "oidc:<name>"
+	path    string // its routes, under /auth/: "google", "github" or "oidc/<name>"
+	label   string // the sign-in button's text
 	cfg     ProviderConfig
 	domains map[string]bool
-	jwks    *jwksCache // Google only
+	jwks    *jwksCache    // Google only (a generic provider's comes from discovery)
+	oidc    *oidcSettings // generic only
 }
 
 func newGoogle(c *ProviderConfig) (*oauthProvider, error) {
 	if c == nil || c.ClientID == "" || c.ClientSecret == "" {
 		return nil, nil
 	}
-	p := &oauthProvider{name: "google", cfg: *c, domains: map[string]bool{}}
+	domains, err := domainSet(c.AllowedDomains, "console: google")
+	if err != nil {
+		return nil, err
+	}
+	p := &oauthProvider{kind: "google", name: "google", path: "google", label: "Google", cfg: *c, domains: domains}
 	def(&p.cfg.AuthURL, GoogleAuthURL)
 	def(&p.cfg.TokenURL, GoogleTokenURL)
 	def(&p.cfg.JWKSURL, GoogleJWKSURL)
-	for _, d := range c.AllowedDomains {
-		d = strings.ToLower(strings.TrimSpace(d))
-		if d == "" || strings.ContainsAny(d, "@/ ") {
-			return nil, fmt.Errorf("console: google allowed domain %q is not a domain", d)
-		}
-		p.domains[d] = true
-	}
 	p.jwks = &jwksCache{url: p.cfg.JWKSURL}
 	return p, checkURLs(p)
 }
@@ -97,7 +101,7 @@ func newGitHub(c *ProviderConfig) (*oauthProvider, error) {
 	if c == nil || c.ClientID == "" || c.ClientSecret == "" {
 		return nil, nil
 	}
-	p := &oauthProvider{name: "github", cfg: *c}
+	p := &oauthProvider{kind: "github", name: "github", path: "github", label: "GitHub", cfg: *c}
 	def(&p.cfg.AuthURL, GitHubAuthURL)
 	def(&p.cfg.TokenURL, GitHubTokenURL)
 	def(&p.cfg.UserInfoURL, GitHubUserURL)
@@ -124,15 +128,33 @@ func checkURLs(p *oauthProvider) error {
 	return nil
 }
 
-func (p *oauthProvider) config(redirect string) *oauth2.Config {
+func (p *oauthProvider) config(redirect string, ep endpoints) *oauth2.Config {
 	scopes := []string{"openid", "email", "profile"}
-	if p.name == "github" {
+	switch {
+	case p.kind == "github":
 		scopes = []string{"user:email"}
+		ep = endpoints{authURL: p.cfg.AuthURL, tokenURL: p.cfg.TokenURL, authStyle: oauth2.AuthStyleInParams}
+	case p.oidc != nil:
+		scopes = p.oidc.scopes
 	}
 	return &oauth2.Config{
 		ClientID: p.cfg.ClientID, ClientSecret: p.cfg.ClientSecret, RedirectURL: redirect, Scopes: scopes,
-		Endpoint: oauth2.Endpoint{AuthURL: p.cfg.AuthURL, TokenURL: p.cfg.TokenURL, AuthStyle: oauth2.AuthStyleInParams},
+		Endpoint: oauth2.Endpoint{AuthURL: ep.authURL, TokenURL: ep.tokenURL, AuthStyle: ep.authStyle},
 	}
+}
+
+// providerEndpoints resolves p's endpoints for one request; a failure is
+// the 502 the sign-in answers.
+func (s *Surface) providerEndpoints(ctx context.Context, p *oauthProvider) (endpoints, *apierror.Error) {
+	if p.kind == "github" {
+		return endpoints{}, nil
+	}
+	ep, err := p.resolve(ctx, s.o.ProviderClient, s.o.Now())
+	if err != nil {
+		s.o.Log.Warn("provider discovery failed", zap.String("provider", p.name), zap.Error(err))
+		return ep, apiErr(http.StatusBadGateway, apierror.BadGateway, "the provider's discovery document could not be read")
+	}
+	return ep, nil
 }
 
 // redirectURL is the provider's callback on this gateway: under the
@@ -188,13 +210,16 @@ func (s *Surface) verifyState(raw string) (oauthState, bool) {
 
 // oauthStart sends the browser to the provider with a signed state and a
 // PKCE challenge; the flow cookie keeps the verifier.
-func (s *Surface) oauthStart(w http.ResponseWriter, r *http.Request, p *oauthProvider, name string) {
-	if p == nil {
-		writeFailure(w, r, notConfigured(name+" sign-in is not configured"))
-		return
-	}
+func (s *Surface) oauthStart(w http.ResponseWriter, r *http.Request, p *oauthProvider) {
 	if !s.canMint() {
 		writeFailure(w, r, errNotConfigured)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	ep, e := s.providerEndpoints(ctx, p)
+	if e != nil {
+		writeFailure(w, r, e)
 		return
 	}
 	var nb [24]byte
@@ -207,11 +232,13 @@ func (s *Surface) oauthStart(w http.ResponseWriter, r *http.Request, p *oauthPro
 	state := s.signState(oauthState{Nonce: nonce, Next: SafeNext(r.URL.Query().Get("next")),
 		Expires: s.o.Now().Add(stateTTL).Unix()})
 	opts := []oauth2.AuthCodeOption{oauth2.S256ChallengeOption(verifier)}
-	if p.name == "google" {
+	if p.kind != "github" {
+		opts = append(opts, oauth2.SetAuthURLParam("nonce", nonce))
+	}
+	if p.kind == "google" {
 		opts = append(opts, oauth2.AccessTypeOnline,
 			oauth2.SetAuthURLParam("include_granted_scopes", "true"),
-			oauth2.SetAuthURLParam("prompt", "select_account"),
-			oauth2.SetAuthURLParam("nonce", nonce))
+			oauth2.SetAuthURLParam("prompt", "select_account"))
 		if len(p.domains) == 1 {
 			for d := range p.domains {
 				opts = append(opts, oauth2.SetAuthURLParam("hd", d))
@@ -219,11 +246,11 @@ func (s *Surface) oauthStart(w http.ResponseWriter, r *http.Request, p *oauthPro
 		}
 	}
 	http.SetCookie(w, &http.Cookie{
-		Name: flowCookie, Value: name + "." + nonce + "." + verifier, Path: "/auth/",
+		Name: flowCookie, Value: p.name + "." + nonce + "." + verifier, Path: "/auth/",
 		MaxAge: int(stateTTL / time.Second), HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: s.o.IsHTTPS(r),
 	})
 	w.Header().Set("Cache-Control", "no-store")
-	http.Redirect(w, r, p.config(s.redirectURL(r, name)).AuthCodeURL(state, opts...), http.StatusFound)
+	http.Redirect(w, r, p.config(s.redirectURL(r, p.path), ep).AuthCodeURL(state, opts...), http.StatusFound)
 }
 
 func notConfigured(msg string) *apierror.Error {
@@ -237,11 +264,7 @@ func stateRefusal(msg string) *apierror.Error {
 // oauthCallback finishes the round trip: state and flow cookie, the code
 // exchange (with the PKCE verifier), the provider's identity, then the
 // account and the session.
-func (s *Surface) oauthCallback(w http.ResponseWriter, r *http.Request, p *oauthProvider, name string) {
-	if p == nil {
-		writeFailure(w, r, notConfigured(name+" sign-in is not configured"))
-		return
-	}
+func (s *Surface) oauthCallback(w http.ResponseWriter, r *http.Request, p *oauthProvider) {
 	if !s.canMint() {
 		writeFailure(w, r, errNotConfigured)
 		return
@@ -259,7 +282,7 @@ func (s *Surface) oauthCallback(w http.ResponseWriter, r *http.Request, p *oauth
 		writeFailure(w, r, stateRefusal("missing, invalid or expired state"))
 		return
 	}
-	verifier, ok := s.flowVerifier(r, name, st.Nonce)
+	verifier, ok := s.flowVerifier(r, p.name, st.Nonce)
 	if !ok {
 		writeFailure(w, r, stateRefusal("this sign-in was not started in this browser, or was already used"))
 		return
@@ -271,29 +294,51 @@ func (s *Surface) oauthCallback(w http.ResponseWriter, r *http.Request, p *oauth
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
+	ep, e := s.providerEndpoints(ctx, p)
+	if e != nil {
+		writeFailure(w, r, e)
+		return
+	}
 	ctx = context.WithValue(ctx, oauth2.HTTPClient, s.o.ProviderClient)
-	tok, err := p.config(s.redirectURL(r, name)).Exchange(ctx, code, oauth2.VerifierOption(verifier))
+	tok, err := p.config(s.redirectURL(r, p.path), ep).Exchange(ctx, code, oauth2.VerifierOption(verifier))
 	if err != nil {
-		s.o.Log.Warn("oauth code exchange failed", zap.String("provider", name), zap.Error(err))
+		s.o.Log.Warn("oauth code exchange failed", zap.String("provider", p.name), zap.Error(err))
+		var re *oauth2.RetrieveError
+		if errors.As(err, &re) && re.ErrorCode == "invalid_grant" {
+			// The provider refused the code itself, not our client: used
+			// already, expired, or not issued to this sign-in's verifier.
+			writeFailure(w, r, invalid("the provider refused the authorization code: it was already used, has expired, or belongs to another sign-in"))
+			return
+		}
 		writeFailure(w, r, apiErr(http.StatusBadGateway, apierror.BadGateway, "the provider's token endpoint failed"))
 		return
 	}
 	var id providerIdentity
-	var e *apierror.Error
-	if p.name == "google" {
-		id, e = s.googleIdentity(ctx, p, tok, st.Nonce)
-	} else {
+	if p.kind == "github" {
 		id, e = s.githubIdentity(ctx, p, tok)
+	} else {
+		id, e = s.idTokenIdentity(ctx, p, ep, tok, st.Nonce)
 	}
 	if e != nil {
 		writeFailure(w, r, e)
 		return
 	}
 	invitation := s.takeInvitationCookie(w, r)
-	userID, e := s.resolveAccount(r.Context(), name, id, invitation)
+	userID, e := s.resolveAccount(r.Context(), p.name, id, invitation)
 	if e != nil {
 		writeFailure(w, r, e)
 		return
+	}
+	if p.oidc != nil && p.oidc.groupsClaim != "" {
+		mctx, mcancel := context.WithTimeout(r.Context(), 10*time.Second)
+		err := s.applyRoleMapping(mctx, p, userID, id.Groups)
+		mcancel()
+		if err != nil {
+			s.o.Log.Error("sign-in refused: roles from the provider's groups not applied", zap.String("provider", p.name),
+				zap.String("user_id", userID), zap.Error(err))
+			writeFailure(w, r, errDatabase)
+			return
+		}
 	}
 	s.startSession(w, r, userID, st.Next)
 }
@@ -315,37 +360,42 @@ func (s *Surface) flowVerifier(r *http.Request, provider, nonce string) (string,
 // providerIdentity is who the provider says signed in.
 type providerIdentity struct {
 	ProviderID string
-	Email      string // verified, lower-cased
+	Email      string   // verified, lower-cased
+	Groups     []string // the generic provider's groups claim, when configured
 }
 
-// googleIdentity verifies the id_token of a Google token response.
-func (s *Surface) googleIdentity(ctx context.Context, p *oauthProvider, tok *oauth2.Token, nonce string) (providerIdentity, *apierror.Error) {
+// idTokenIdentity verifies the id_token of a token response (Google, or a
+// generic OpenID Connect provider): signature, issuer, audience, expiry,
+// the nonce this sign-in sent, then the provider's e-mail rule.
+func (s *Surface) idTokenIdentity(ctx context.Context, p *oauthProvider, ep endpoints, tok *oauth2.Token, nonce string) (providerIdentity, *apierror.Error) {
 	raw, _ := tok.Extra("id_token").(string)
 	if raw == "" {
 		return providerIdentity{}, apiErr(http.StatusBadGateway, apierror.BadGateway, "the provider sent no id_token")
 	}
-	claims, err := p.jwks.verifyIDToken(ctx, s.o.ProviderClient, raw, p.cfg.ClientID, s.o.Now())
+	claims, err := ep.jwks.verifyIDToken(ctx, s.o.ProviderClient, raw, ep.rules, s.o.Now())
 	if err != nil {
-		s.o.Log.Warn("google id_token refused", zap.Error(err))
-		return providerIdentity{}, apiErr(http.StatusUnauthorized, apierror.Unauthorized, "the provider's identity token did not verify")
+		s.o.Log.Warn("id_token refused", zap.String("provider", p.name), zap.Error(err))
+		msg := "the provider's identity token did not verify"
+		switch {
+		case errors.Is(err, jwt.ErrTokenExpired):
+			msg = "the provider's identity token has expired"
+		case errors.Is(err, jwt.ErrTokenInvalidAudience):
+			msg = "the provider's identity token is not for this gateway's client id"
+		}
+		return providerIdentity{}, apiErr(http.StatusUnauthorized, apierror.Unauthorized, msg)
 	}
 	if !hmac.Equal([]byte(claims.Nonce), []byte(nonce)) {
 		return providerIdentity{}, stateRefusal("nonce mismatch")
 	}
-	if claims.Subject == "" || claims.Email == "" {
-		return providerIdentity{}, invalid("the provider sent no subject or e-mail")
+	email, e := p.checkEmail(claims)
+	if e != nil {
+		return providerIdentity{}, e
 	}
-	if !claims.verified() {
-		return providerIdentity{}, apiErr(http.StatusForbidden, apierror.EmailUnverified, "the e-mail address is not verified")
+	id := providerIdentity{ProviderID: claims.Subject, Email: email}
+	if p.oidc != nil && p.oidc.groupsClaim != "" {
+		id.Groups = claims.stringsClaim(p.oidc.groupsClaim)
 	}
-	email := strings.ToLower(strings.TrimSpace(claims.Email))
-	if len(p.domains) > 0 {
-		_, domain, _ := strings.Cut(email, "@")
-		if !p.domains[strings.ToLower(claims.HostedDomain)] && !p.domains[domain] {
-			return providerIdentity{}, apiErr(http.StatusForbidden, apierror.DomainNotAllowed, "this account's domain is not allowed")
-		}
-	}
-	return providerIdentity{ProviderID: claims.Subject, Email: email}, nil
+	return id, nil
 }
 
 // githubIdentity reads the user and its primary verified e-mail.

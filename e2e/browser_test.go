@@ -17,6 +17,7 @@ import (
 
 	"github.com/queengate/queengate/internal/fakebroker"
 	"github.com/queengate/queengate/internal/pgtest"
+	"github.com/queengate/queengate/internal/testidp"
 	"github.com/queengate/queengate/tenancy"
 )
 
@@ -65,7 +66,10 @@ func browserPrerequisites(t *testing.T) (node, chromium, dir string) {
 // routes refused to the admin, who is no operator. Then a live operator
 // signs in: the fleet view shows the cell and the cluster, and the
 // operator suspends the cluster (a push is refused), resumes it, moves it
-// to plan dev and issues a key that pushes. Data goes to Node in QG_*
+// to plan dev and issues a key that pushes. Last, the admin signs in again
+// through an OpenID provider running in the test (the sign-in page's
+// button, the provider's pages, the callback), which links the provider's
+// identity to the account. Data goes to Node in QG_*
 // environment variables and comes back in "RESULT name=value" lines,
 // which the test checks against the database and the broker.
 func TestBrowserConsole(t *testing.T) {
@@ -104,6 +108,13 @@ func TestBrowserConsole(t *testing.T) {
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret)
 	port := freePort(t)
+	// An OpenID provider whose login step signs the admin in: the script
+	// signs in through it last, by the sign-in page's button.
+	idp := testidp.New(t)
+	idp.Next(testidp.User{Subject: "ada-at-corp", Email: email, Verified: true})
+	origin := fmt.Sprintf("http://%s.eu1.example.test:%d", cl.slug, port)
+	idp.AllowRedirect(origin + "/auth/oidc/corp/callback")
+	const oidcLabel = "Corp SSO"
 	app := fmt.Sprintf(`meter_flush_interval 1s
 		spool_dir %s
 		operator_enabled
@@ -112,13 +123,20 @@ func TestBrowserConsole(t *testing.T) {
 		}
 		identity {
 			operator_api
-		}`, t.TempDir(), hex.EncodeToString(secret))
+			oidc corp {
+				label %q
+				issuer %s
+				client_id %s
+				client_secret %s
+				allowed_domains browser.test
+				require_verified_email
+			}
+		}`, t.TempDir(), hex.EncodeToString(secret), oidcLabel, idp.URL, testidp.ClientID, testidp.ClientSecret)
 	startGateway(t, gatewayCaddyfile(port, pgtest.URL(t), app, ""))
 
 	// The pushes the console's usage chart must show: three requests,
 	// every item stored (billed as push).
 	c := client(port)
-	origin := fmt.Sprintf("http://%s.eu1.example.test:%d", cl.slug, port)
 	pushedMsgs := 0
 	for i, n := range []int{3, 5, 9} {
 		items := make([]string, n)
@@ -163,6 +181,8 @@ func TestBrowserConsole(t *testing.T) {
 		"QG_CELL_USED="+cellUsed,
 		"QG_CELL_CAPACITY=10",
 		"QG_CHROMIUM="+chromium,
+		"QG_OIDC_ISSUER="+idp.URL,
+		"QG_OIDC_LABEL="+oidcLabel,
 		"NO_COLOR=1",
 	)
 	// On a time-out, let Playwright close its browser before Node goes.
@@ -186,7 +206,7 @@ func TestBrowserConsole(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"key_id", "pushed_with_key", "refused_after_ms", "accepted_after_revoke", "old_cookie_status",
-		"requests_forbidden", "fleet_key_id", "suspended_push_status"} {
+		"requests_forbidden", "fleet_key_id", "suspended_push_status", "oidc_user_id"} {
 		if results[k] == "" {
 			t.Fatalf("console.spec.mjs printed no RESULT %s; its output:\n%s", k, output)
 		}
@@ -202,6 +222,21 @@ func TestBrowserConsole(t *testing.T) {
 	if got := cp.scalar(`SELECT string_agg(action, ',' ORDER BY action) FROM queen_proxy.operations
 		WHERE actor = 'user' AND target = $1 AND action LIKE 'console_%'`, keyID); got != "console_api_key_issued,console_api_key_revoked" {
 		t.Fatalf("audit rows of the console's key by the user: %q", got)
+	}
+
+	// The provider's sign-in was the admin's, and linked the provider's
+	// identity to the account (audited).
+	adaID := cp.scalar(`SELECT id::text FROM queen_proxy.users WHERE email = $1`, email)
+	if results["oidc_user_id"] != adaID {
+		t.Fatalf("signed in through the provider as %q, want the admin %s", results["oidc_user_id"], adaID)
+	}
+	if got := cp.scalar(`SELECT count(*)::text FROM queen_proxy.identities WHERE provider = 'oidc:corp' AND provider_id = 'ada-at-corp'
+		AND user_id = $1::uuid`, adaID); got != "1" {
+		t.Fatalf("identities rows linking the provider's ada-at-corp to the admin: %s", got)
+	}
+	if got := cp.scalar(`SELECT count(*)::text FROM queen_proxy.operations WHERE action = 'identity_linked' AND actor_id = $1::uuid
+		AND meta->>'provider' = 'oidc:corp'`, adaID); got != "1" {
+		t.Fatalf("identity_linked audit rows for the provider: %s", got)
 	}
 
 	// The operator's actions, each through its SQL function and audited

@@ -28,6 +28,9 @@
 //                    the admin adds (an address without an account is refused)
 //   QG_CELL, QG_CELL_USED, QG_CELL_CAPACITY  the cluster's cell as the fleet
 //                    view must show it
+//   QG_OIDC_ISSUER, QG_OIDC_LABEL  optional: an OpenID Connect provider the
+//                    gateway offers under that label, whose login step signs in
+//                    QG_EMAIL; the script signs in through it last
 
 import http from 'node:http';
 import fs from 'node:fs';
@@ -66,6 +69,10 @@ const member = env('QG_MEMBER');
 const cellSlug = env('QG_CELL');
 const cellUsed = env('QG_CELL_USED');
 const cellCapacity = env('QG_CELL_CAPACITY');
+const oidcIssuer = env('QG_OIDC_ISSUER', '');
+const oidcLabel = env('QG_OIDC_LABEL', '');
+// The one other origin the browser may reach: the provider it signs in at.
+const oidcOrigin = oidcIssuer ? new URL(oidcIssuer).origin : null;
 
 const started = Date.now();
 const timings = {};
@@ -214,7 +221,7 @@ async function main() {
 		});
 		page.on('request', (req) => {
 			const u = new URL(req.url());
-			if (!['data:', 'blob:'].includes(u.protocol) && u.origin !== origin) problems.push(`request to another origin: ${req.url()}`);
+			if (!['data:', 'blob:'].includes(u.protocol) && u.origin !== origin && u.origin !== oidcOrigin) problems.push(`request to another origin: ${req.url()}`);
 		});
 		await run(context);
 		check(problems.length === 0, `the page misbehaved:\n  ${problems.join('\n  ')}`);
@@ -532,6 +539,34 @@ async function run(context) {
 		const row = `${byTestId('fleet-requests-panel')} ${byTestId('requests-key-row')}[data-key-id="${readKeyId}"]`;
 		await page.waitForSelector(row);
 		check(Number(await page.getAttribute(row, 'data-forbidden')) === forbidden, 'the operator\'s requests view does not count the read-only key\'s refusals');
+	});
+
+	if (!oidcIssuer) return;
+	await step('oidc-sign-in', async () => {
+		await context.clearCookies();
+		await page.goto(`${origin}/console/`);
+		check(new URL(page.url()).pathname === '/auth/login', `signed out, /console/ led to ${page.url()}`);
+		const button = page.locator('a.provider', { hasText: oidcLabel });
+		check(await button.count() === 1, `the sign-in page does not offer "${oidcLabel}"`);
+		const href = await button.getAttribute('href');
+		check(href.startsWith('/auth/oidc/'), `the "${oidcLabel}" button goes to ${href}`);
+		const seen = [];
+		const onRequest = (req) => { if (req.isNavigationRequest()) seen.push(new URL(req.url()).origin); };
+		page.on('request', onRequest);
+		await Promise.all([
+			page.waitForURL((u) => u.origin === origin && u.pathname.startsWith('/console'), { timeout: 15_000 }),
+			button.click(),
+		]);
+		page.off('request', onRequest);
+		check(seen.includes(oidcOrigin), `the browser never went to the provider (navigations: ${seen.join(', ')})`);
+		await page.waitForSelector(`body[data-ready="true"], ${byTestId('boot-error')}`);
+		check(!(await page.$(byTestId('boot-error'))), 'the console could not open after the provider\'s sign-in');
+		await page.waitForSelector(byTestId('overview-role'));
+		check((await page.textContent(byTestId('overview-role'))).trim() === 'admin', 'signed in through the provider, the overview should show the role admin');
+		const me = await inPage('GET', '/auth/me');
+		const doc = JSON.parse(me.text);
+		check(me.status === 200 && doc.email === email, `/auth/me after the provider's sign-in: ${me.status} ${me.text}`);
+		log(`RESULT oidc_user_id=${doc.user_id}`);
 	});
 }
 
