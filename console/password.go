@@ -12,6 +12,8 @@ import (
 
 	"golang.org/x/crypto/argon2"
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/queengate/queengate/controlplane"
 )
 
 // The argon2id parameters of new password hashes (19 MiB, 2 passes, one
@@ -35,8 +37,8 @@ const (
 // MinPasswordLen and MaxPasswordLen bound passwords set through the
 // gateway (in characters).
 const (
-	MinPasswordLen = 12
-	MaxPasswordLen = 128
+	MinPasswordLen = controlplane.MinPasswordLen
+	MaxPasswordLen = controlplane.MaxPasswordLen
 )
 
 // HashPassword returns the argon2id hash of a new password, encoded as
