@@ -15,7 +15,10 @@ func init() {
 	caddy.RegisterModule(new(Gateway))
 	caddy.RegisterModule(new(Upstreams))
 	caddy.RegisterModule(new(CertPermission))
+	caddy.RegisterModule(new(Provision))
 	httpcaddyfile.RegisterGlobalOption("queen", parseAppOption)
 	httpcaddyfile.RegisterDirective("queen_gateway", parseGatewayDirective)
 	httpcaddyfile.RegisterDirectiveOrder("queen_gateway", httpcaddyfile.Before, "reverse_proxy")
+	httpcaddyfile.RegisterHandlerDirective("queen_provision", parseProvisionDirective)
+	httpcaddyfile.RegisterDirectiveOrder("queen_provision", httpcaddyfile.Before, "queen_gateway")
 }

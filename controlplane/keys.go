@@ -140,6 +140,9 @@ type NewKey struct {
 	Env       string // the <env> of qk_<env>_…; "live" when empty
 	Scopes    []string
 	ExpiresAt *time.Time // nil: never
+	// Hash, when set, is the SHA-256 hex of a key the caller made and
+	// keeps: it is stored as it is, and no plaintext is generated.
+	Hash string
 }
 
 // CreateKey generates a key and stores its hash through issue_api_key, and
@@ -165,8 +168,12 @@ func CreateKey(ctx context.Context, db DB, n NewKey) (IssuedKey, error) {
 	if err != nil {
 		return IssuedKey{}, err
 	}
-	plaintext, hash, err := GenerateKey(env)
-	if err != nil {
+	var plaintext, hash string
+	if n.Hash != "" {
+		if hash, err = CheckKeyHash(n.Hash); err != nil {
+			return IssuedKey{}, err
+		}
+	} else if plaintext, hash, err = GenerateKey(env); err != nil {
 		return IssuedKey{}, err
 	}
 	var id string
