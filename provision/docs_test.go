@@ -14,14 +14,13 @@ import (
 // docExample is one request of docs/provisioning.md and the answer the
 // page shows for it.
 type docExample struct {
-	line    int
-	method  string
-	path    string
-	header  []string
-	body    string
-	status  int
-	answer  string
-	checked bool
+	line   int
+	method string
+	path   string
+	header []string
+	body   string
+	status int
+	answer string
 }
 
 // readDocExamples reads the ```http blocks of the page: a request block
