@@ -193,6 +193,10 @@ func (a *API) run(w http.ResponseWriter, r *http.Request, rt *route, caller cont
 	if rt.idempotency == idemNone {
 		idem = ""
 	}
+	if rt.ownTx {
+		a.runOwn(w, r, rt, caller, params, body)
+		return
+	}
 	for attempt := 0; ; attempt++ {
 		c := &call{a: a, r: r, w: w, token: caller, params: params, body: body}
 		res, replayed, err := a.inTx(r.Context(), c, rt, idem)
@@ -219,6 +223,37 @@ func (a *API) run(w http.ResponseWriter, r *http.Request, rt *route, caller cont
 		writeRaw(w, res.status, res.raw)
 		return
 	}
+}
+
+// OwnTxTimeout bounds an operation that waits for the gateways to drain a
+// cluster (a move, a tenant's final deletion).
+const OwnTxTimeout = 2 * time.Minute
+
+// runOwn answers a call whose control-plane function runs its own steps,
+// committing a drain before it waits for every gateway to acknowledge it,
+// which one transaction cannot do. It is audited after it ends.
+func (a *API) runOwn(w http.ResponseWriter, r *http.Request, rt *route, caller controlplane.TokenCaller, params map[string]string, body []byte) {
+	ctx, cancel := context.WithTimeout(r.Context(), OwnTxTimeout)
+	defer cancel()
+	c := &call{a: a, r: r, w: w, ctx: controlplane.WithDrainWait(ctx, OwnTxTimeout-10*time.Second), token: caller, params: params, body: body}
+	ans, err := rt.handle(c)
+	var raw []byte
+	if err == nil {
+		raw, err = marshal(ans.body)
+	}
+	if err != nil {
+		e := a.toAPIError(err)
+		a.audit(r, caller, rt, c, e.Status)
+		a.writeError(w, e)
+		return
+	}
+	a.audit(r, caller, rt, c, ans.status)
+	for _, id := range c.changed {
+		if a.o.OnClusterChanged != nil {
+			a.o.OnClusterChanged(id)
+		}
+	}
+	writeRaw(w, ans.status, raw)
 }
 
 type storedAnswer struct {

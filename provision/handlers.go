@@ -670,3 +670,67 @@ func tenantClusters(c *call, tenantID string) []string {
 		tenantID).Scan(&ids)
 	return ids
 }
+
+// finishTenantDeletion is step 3 of a tenant's deletion, once its
+// clusters' data is purged from their cells (step 2, the caller's): the
+// tenant and everything it owns leave the control plane, after every
+// gateway confirmed it forwards nothing more of its clusters. A tenant not
+// deleting (step 1) is refused with 409. A repeat after it succeeded is
+// 404: the tenant is gone.
+func finishTenantDeletion(c *call) (answer, error) {
+	if err := c.decode(&struct{}{}); err != nil {
+		return answer{}, err
+	}
+	pool := c.a.o.Pool
+	t, err := controlplane.GetTenant(c.ctx, pool, c.param("tenant"))
+	if err != nil {
+		return answer{}, err
+	}
+	c.target = t.Slug
+	ids, err := clusterIDs(c, t.ID)
+	if err != nil {
+		return answer{}, err
+	}
+	d, err := controlplane.DeleteTenant(c.ctx, pool, t.ID, false, nil)
+	if err != nil {
+		return answer{}, err
+	}
+	c.changed = append(c.changed, ids...)
+	return ok(d), nil
+}
+
+func clusterIDs(c *call, tenantID string) ([]string, error) {
+	var ids []string
+	err := c.a.o.Pool.QueryRow(c.ctx, `SELECT coalesce(array_agg(id::text), '{}') FROM queen_proxy.clusters WHERE tenant_id = $1::uuid`,
+		tenantID).Scan(&ids)
+	return ids, err
+}
+
+// moveCluster sends the cluster's traffic to another active cell from its
+// next request; a cluster already there is answered unchanged. A cell's
+// keeper (on a cell not known to scope by tenant) leaves only once its
+// queues are gone from the broker, which the CLI's move --delete-queues
+// does: the API refuses such a move with 409.
+func moveCluster(c *call) (answer, error) {
+	var req struct {
+		Cell string `json:"cell"`
+	}
+	if err := c.decode(&req); err != nil {
+		return answer{}, err
+	}
+	if strings.TrimSpace(req.Cell) == "" {
+		return answer{}, &fieldError{"cell", errors.New("the cell to move to is required")}
+	}
+	pool := c.a.o.Pool
+	cl, err := controlplane.GetCluster(c.ctx, pool, c.param("cluster"))
+	if err != nil {
+		return answer{}, err
+	}
+	c.target = cl.Slug
+	m, err := controlplane.MoveCluster(c.ctx, pool, cl.ID, req.Cell, nil)
+	if err != nil {
+		return answer{}, err
+	}
+	c.changed = append(c.changed, cl.ID)
+	return ok(m), nil
+}

@@ -55,6 +55,12 @@ func newEnv(t *testing.T) *env {
 		BaseURL: "http://127.0.0.1:6632", Class: "shared", Tenancy: "scoped", Grants: "none"}); err != nil {
 		t.Fatal(err)
 	}
+	// A cell of the other class: placement passes over it (the plans of
+	// the tests are shared), a move may name it.
+	if _, err := controlplane.AddCell(ctxT(t), pool, controlplane.NewCell{Slug: "eu1-b", Region: "eu1",
+		BaseURL: "http://127.0.0.1:6633", Class: "dedicated", Tenancy: "scoped", Grants: "none"}); err != nil {
+		t.Fatal(err)
+	}
 	api, err := New(Options{Pool: pool})
 	if err != nil {
 		t.Fatal(err)

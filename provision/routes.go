@@ -40,6 +40,10 @@ type route struct {
 	// its body names the object, says whether the body does.
 	naturalKey func(body []byte) bool
 	handle     func(*call) (answer, error)
+	// ownTx operations run a control-plane function that commits its
+	// own steps (a drain the gateways must see before it goes on); the
+	// handler uses the pool, not a transaction.
+	ownTx bool
 	// public routes (the API's own description) need no token.
 	public bool
 	raw    http.HandlerFunc
@@ -69,12 +73,16 @@ func (a *API) routeTable() []route {
 		{method: http.MethodGet, pattern: "/tenants/{tenant}", op: "getTenant", scope: scopeRead, handle: getTenant},
 		{method: http.MethodPut, pattern: "/tenants/{tenant}/status", op: "setTenantStatus", scope: scopeProvision, handle: setTenantStatus},
 		{method: http.MethodDelete, pattern: "/tenants/{tenant}", op: "deleteTenant", scope: scopeProvision, handle: deleteTenant},
+		{method: http.MethodPost, pattern: "/tenants/{tenant}/purged", op: "finishTenantDeletion", scope: scopeProvision,
+			ownTx: true, handle: finishTenantDeletion},
 
 		{method: http.MethodPut, pattern: "/clusters/{cluster}", op: "ensureCluster", scope: scopeProvision, handle: ensureCluster},
 		{method: http.MethodGet, pattern: "/clusters/{cluster}", op: "getCluster", scope: scopeRead, handle: getCluster},
 		{method: http.MethodPut, pattern: "/clusters/{cluster}/status", op: "setClusterStatus", scope: scopeProvision, handle: setClusterStatus},
 		{method: http.MethodPut, pattern: "/clusters/{cluster}/overrides", op: "setClusterOverrides", scope: scopeProvision, handle: setClusterOverrides},
 		{method: http.MethodGet, pattern: "/clusters/{cluster}/limits", op: "getClusterLimits", scope: scopeRead, handle: getClusterLimits},
+		{method: http.MethodPost, pattern: "/clusters/{cluster}/move", op: "moveCluster", scope: scopeProvision,
+			ownTx: true, handle: moveCluster},
 
 		{method: http.MethodGet, pattern: "/clusters/{cluster}/keys", op: "listKeys", scope: scopeRead, handle: listKeys},
 		{method: http.MethodPost, pattern: "/clusters/{cluster}/keys", op: "issueKey", scope: scopeProvision,
@@ -181,8 +189,9 @@ func (a *API) auditTx(c *call, rt *route, status int) error {
 	return recordCall(c.ctx, c.tx, c.token.ID, nullable(c.tenantID), nullable(c.clusterID), rt, c.r, c.target, status)
 }
 
-// audit records a refused call, after its transaction rolled back (so it
-// names no object the call might have created).
+// audit records a refused call after its transaction rolled back, or a
+// call that ran its own steps, naming no tenant or cluster row (a refused
+// call may have created one that is gone, a deletion removed it).
 func (a *API) audit(r *http.Request, token controlplane.TokenCaller, rt *route, _ *call, status int) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), a.o.CallTimeout)
 	defer cancel()
