@@ -357,3 +357,82 @@ func TestUsageEqualsTheCLIReport(t *testing.T) {
 	}
 	e.want(e.call(tok, "GET", "/clusters/acme-a/activity", nil), 200, `"last_traffic_at":"2026-03-04T05:06:00Z"`)
 }
+
+// Retries that race (an at-least-once bus delivering one signup twice at
+// once) still make one tenant, one cluster and one key, and every racer
+// gets a success.
+func TestRacingEnsuresMakeOneObject(t *testing.T) {
+	e := newEnv(t)
+	tok := e.token
+	const n = 6
+	type res struct{ tenant, cluster, key reply }
+	out := make(chan res, n)
+	for range n {
+		go func() {
+			var r res
+			r.tenant = e.call(tok, "PUT", "/tenants/race", map[string]any{"name": "Race"})
+			r.cluster = e.call(tok, "PUT", "/clusters/race-prod", map[string]any{"tenant": "race", "plan": "pro"})
+			r.key = e.call(tok, "POST", "/clusters/race-prod/keys", map[string]any{"name": "k", "scopes": []string{"read"}},
+				"Idempotency-Key", "race-key")
+			out <- r
+		}()
+	}
+	keys := map[string]bool{}
+	for range n {
+		r := <-out
+		for _, x := range []reply{r.tenant, r.cluster, r.key} {
+			if x.status != 200 && x.status != 201 {
+				t.Fatalf("a racing ensure answered %d %s", x.status, x.raw)
+			}
+		}
+		keys[r.key.str("key")] = true
+	}
+	if len(keys) != 1 {
+		t.Fatalf("racing retries answered %d different key secrets", len(keys))
+	}
+	for _, q := range []string{
+		`SELECT count(*) FROM queen_proxy.tenants WHERE slug = 'race'`,
+		`SELECT count(*) FROM queen_proxy.clusters WHERE slug = 'race-prod'`,
+		`SELECT count(*) FROM queen_proxy.api_keys`,
+	} {
+		if got := e.scalar(q); got != 1 {
+			t.Fatalf("%s = %d, want 1", q, got)
+		}
+	}
+}
+
+// The validator the tests rely on does catch an answer that drifts from
+// openapi.yaml (a 3.1 type array, a required member, an extra member where
+// none is allowed): otherwise the checks in call could never fail.
+func TestOpenAPIValidatorCatchesDrift(t *testing.T) {
+	doc, err := openapi3.NewLoader().LoadFromData(OpenAPI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	key := doc.Components.Schemas["Key"].Value
+	good := map[string]any{"id": "0b5b0a52-5a3e-4a43-9a77-3a5e1c1c7a01", "cluster_id": "0b5b0a52-5a3e-4a43-9a77-3a5e1c1c7a02",
+		"cluster_slug": "a", "name": "n", "scopes": []any{"read"}, "status": "live", "created_at": "2026-01-01T00:00:00Z",
+		"last_used_at": nil, "expires_at": nil, "revoked_at": nil}
+	opts := []openapi3.SchemaValidationOption{openapi3.EnableJSONSchema2020()}
+	if err := key.VisitJSON(good, opts...); err != nil {
+		t.Fatalf("a well-formed key is refused: %v", err)
+	}
+	for name, mutate := range map[string]func(m map[string]any){
+		"a number where a string or null": func(m map[string]any) { m["expires_at"] = 5 },
+		"a required member missing":       func(m map[string]any) { delete(m, "status") },
+		"an undocumented member":          func(m map[string]any) { m["key_hash"] = "x" },
+		"a scope outside the enum":        func(m map[string]any) { m["scopes"] = []any{"write"} },
+	} {
+		bad := map[string]any{}
+		for k, v := range good {
+			bad[k] = v
+		}
+		mutate(bad)
+		if err := key.VisitJSON(bad, opts...); err == nil {
+			t.Errorf("%s passes validation", name)
+		}
+	}
+}
