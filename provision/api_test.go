@@ -222,6 +222,9 @@ func TestClusterLifecycleAndAudit(t *testing.T) {
 		AND cluster_id IS NOT NULL AND tenant_id <> queen_proxy.platform_tenant_id()`, tokenID); n != 1 {
 		t.Fatalf("%d audited cluster ensures name their tenant and cluster, want 1", n)
 	}
+	if n := e.scalar(`SELECT count(*) FROM queen_proxy.machine_tokens WHERE id = $1::uuid AND last_used_at > now() - interval '1 minute'`, tokenID); n != 1 {
+		t.Fatal("the token's last use is not stamped")
+	}
 }
 
 // A token reaches only what its scopes allow; none, or a wrong one, is 401.
