@@ -161,8 +161,10 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !caller.Has(rt.scope) {
-		a.writeError(w, &apierror.Error{Status: http.StatusForbidden, Code: apierror.Forbidden,
-			Message: "this token lacks the " + rt.scope + " scope"})
+		e := &apierror.Error{Status: http.StatusForbidden, Code: apierror.Forbidden,
+			Message: "this token lacks the " + rt.scope + " scope"}
+		a.audit(r, caller, rt, nil, e.Status)
+		a.writeError(w, e)
 		return
 	}
 	body, e := readBody(w, r, rt.method)
@@ -302,6 +304,10 @@ func (a *API) inTx(parent context.Context, c *call, rt *route, idem string) (sto
 	return res, replayed, err
 }
 
+// ReplayRetention is how long the answer to a request with an
+// Idempotency-Key is kept for its retries.
+const ReplayRetention = 7 * 24 * time.Hour
+
 // claimReplay takes the Idempotency-Key for this call, or finds the answer
 // stored under it. A concurrent call with the same key waits on the row
 // until the first commits (or rolls back, freeing the key).
@@ -312,7 +318,10 @@ func claimReplay(ctx context.Context, tx pgx.Tx, key, tokenID, reqHash string) (
 		return storedAnswer{}, false, err
 	}
 	if tag.RowsAffected() == 1 {
-		return storedAnswer{}, false, nil
+		// Answers are kept for ReplayRetention; the table holds no more.
+		_, err := tx.Exec(ctx, `DELETE FROM queen_proxy.provision_replays WHERE created_at < now() - make_interval(secs => $1)`,
+			ReplayRetention.Seconds())
+		return storedAnswer{}, false, err
 	}
 	var s storedAnswer
 	var hash, body string

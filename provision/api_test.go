@@ -188,6 +188,15 @@ func TestClusterLifecycleAndAudit(t *testing.T) {
 	if n := e.scalar(`SELECT count(*) FROM queen_proxy.api_keys`); n != 2 {
 		t.Fatalf("%d keys after a retried rotation, want 2", n)
 	}
+	id = rot.body["new"].(map[string]any)["id"].(string)
+	// An answer older than the retention is dropped by the next claim.
+	if _, err := e.pool.Exec(ctxT(t), `UPDATE queen_proxy.provision_replays SET created_at = now() - interval '8 days' WHERE idempotency_key = 'ci-1'`); err != nil {
+		t.Fatal(err)
+	}
+	e.want(e.call(tok, "POST", "/keys/"+id+"/rotate", map[string]any{"overlap": "0"}, "Idempotency-Key", "rot-2"), 200)
+	if n := e.scalar(`SELECT count(*) FROM queen_proxy.provision_replays WHERE idempotency_key = 'ci-1'`); n != 0 {
+		t.Fatal("an expired answer is kept")
+	}
 	e.want(e.call(tok, "DELETE", "/keys/"+id, nil), 200, `"status":"revoked"`)
 	e.want(e.call(tok, "DELETE", "/keys/"+id, nil), 200, `"status":"revoked"`)
 	e.want(e.call(tok, "GET", "/keys/00000000-0000-4000-8000-000000000000", nil), 404)
@@ -215,8 +224,8 @@ func TestClusterLifecycleAndAudit(t *testing.T) {
 		FROM queen_proxy.operations WHERE actor_id = $1::uuid AND action LIKE 'provision_%'`, tokenID).Scan(&calls, &refused); err != nil {
 		t.Fatal(err)
 	}
-	if calls != 30 || refused != 3 {
-		t.Fatalf("%d calls audited with the token's id (%d refused), want 30 (3)", calls, refused)
+	if calls != 31 || refused != 3 {
+		t.Fatalf("%d calls audited with the token's id (%d refused), want 31 (3)", calls, refused)
 	}
 	if n := e.scalar(`SELECT count(*) FROM queen_proxy.operations WHERE actor_id = $1::uuid AND action = 'provision_ensureCluster'
 		AND cluster_id IS NOT NULL AND tenant_id <> queen_proxy.platform_tenant_id()`, tokenID); n != 1 {
@@ -237,6 +246,10 @@ func TestTokenScopesAndRateLimit(t *testing.T) {
 	e.want(e.call(reader, "PUT", "/tenants/acme", nil), 403, "provision scope")
 	e.want(e.call(reader, "GET", "/usage", nil), 403, "usage scope")
 	e.want(e.call("", "GET", "/openapi.yaml", nil), 200)
+	if n := e.scalar(`SELECT count(*) FROM queen_proxy.operations o JOIN queen_proxy.machine_tokens m ON m.id = o.actor_id
+		WHERE m.name = 'reader' AND (o.meta->>'status')::int = 403`); n != 2 {
+		t.Fatalf("%d refusals for a missing scope audited, want 2", n)
+	}
 
 	slow := e.newToken("slow", []string{"read"}, 1, 3)
 	got := map[int]int{}
