@@ -142,6 +142,7 @@ func TestMalformedRequestsNameTheField(t *testing.T) {
 	e.want(e.call(tok, "PUT", "/users/not-an-email", map[string]any{"tenant": "acme"}), 400, "email: invalid e-mail")
 	e.want(e.call(tok, "PUT", "/clusters/acme-prod/roles/a@b.example", map[string]any{"role": "owner"}), 400, `role: invalid role`)
 	e.want(e.call(tok, "GET", "/usage?page_size=0", nil), 400, "page_size: must be 1 to 1000")
+	e.want(e.call(tok, "DELETE", "/keys/abc", nil), 400, `key: invalid key id \"abc\"`)
 	e.want(e.call(tok, "GET", "/usage?month=2026-13", nil), 400, "from/to/month")
 	if n := e.scalar(`SELECT count(*) FROM queen_proxy.api_keys`); n != 0 {
 		t.Fatalf("%d keys after refused requests", n)

@@ -362,7 +362,7 @@ func optStamp(t *time.Time) string {
 }
 
 func getKey(c *call) (answer, error) {
-	k, err := controlplane.GetKey(c.ctx, c.tx, c.param("key"))
+	k, err := pathKey(c)
 	if err != nil {
 		return answer{}, err
 	}
@@ -372,7 +372,7 @@ func getKey(c *call) (answer, error) {
 
 // revokeKey revokes a key; one already revoked is answered as it is.
 func revokeKey(c *call) (answer, error) {
-	k, err := controlplane.GetKey(c.ctx, c.tx, c.param("key"))
+	k, err := pathKey(c)
 	if err != nil {
 		return answer{}, err
 	}
@@ -414,7 +414,7 @@ func rotateKey(c *call) (answer, error) {
 			return answer{}, &fieldError{"env", err}
 		}
 	}
-	old, err := controlplane.GetKey(c.ctx, c.tx, c.param("key"))
+	old, err := pathKey(c)
 	if err != nil {
 		return answer{}, err
 	}
@@ -733,4 +733,14 @@ func moveCluster(c *call) (answer, error) {
 	}
 	c.changed = append(c.changed, cl.ID)
 	return ok(m), nil
+}
+
+// pathKey reads the key the path names; a malformed id is a 400 naming
+// the key.
+func pathKey(c *call) (controlplane.APIKey, error) {
+	k, err := controlplane.GetKey(c.ctx, c.tx, c.param("key"))
+	if controlplane.KindOf(err) == controlplane.Invalid {
+		return k, &fieldError{"key", err}
+	}
+	return k, err
 }
