@@ -48,6 +48,7 @@ func (p *Provision) Provision(ctx caddy.Context) error {
 		Pool:             p.app.backend.pool,
 		Log:              ctx.Logger().Named("provision"),
 		OnClusterChanged: func(id string) { p.app.Cache().InvalidateCluster(id) },
+		ClientIP:         clientAddr,
 	})
 	if err != nil {
 		return fmt.Errorf("queen_provision: %w", err)

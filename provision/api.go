@@ -19,6 +19,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/queengate/queengate/controlplane"
 	"github.com/queengate/queengate/internal/apierror"
+	"github.com/queengate/queengate/internal/harden"
 )
 
 // Prefix is where the API's routes live, so it can share a host (the
@@ -57,6 +59,9 @@ type Options struct {
 	CallTimeout time.Duration
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// ClientIP is the caller's address, by which failed authentications
+	// are counted; the connection's peer when nil.
+	ClientIP func(*http.Request) netip.Addr
 }
 
 // API is the provisioning API handler.
@@ -65,6 +70,9 @@ type API struct {
 	routes []route
 	tokens tokenCache
 	limits sync.Map // token id -> *rate.Limiter
+	// failures backs off an address that presents unknown tokens, before
+	// each costs a database lookup.
+	failures *harden.FailureGuard
 }
 
 // New returns the API.
@@ -84,7 +92,13 @@ func New(o Options) (*API, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	a := &API{o: o}
+	if o.ClientIP == nil {
+		o.ClientIP = func(r *http.Request) netip.Addr {
+			ap, _ := netip.ParseAddrPort(r.RemoteAddr)
+			return ap.Addr()
+		}
+	}
+	a := &API{o: o, failures: harden.NewFailureGuard(harden.FailureGuardConfig{Now: o.Now})}
 	a.tokens.entries = map[string]tokenEntry{}
 	a.routes = a.routeTable()
 	return a, nil
@@ -349,9 +363,11 @@ func requestHash(r *http.Request, body []byte) string {
 func (a *API) authenticate(r *http.Request) (controlplane.TokenCaller, *apierror.Error) {
 	unauth := &apierror.Error{Status: http.StatusUnauthorized, Code: apierror.Unauthorized,
 		Message: "a live machine token is required: Authorization: Bearer qmt_…"}
+	addr := a.o.ClientIP(r)
 	auth := r.Header.Get("Authorization")
 	scheme, secret, found := strings.Cut(auth, " ")
 	if !found || !strings.EqualFold(scheme, "Bearer") || !strings.HasPrefix(secret, controlplane.MachineTokenPrefix) {
+		a.failures.Fail(addr)
 		return controlplane.TokenCaller{}, unauth
 	}
 	key := controlplane.HashKey(secret)
@@ -363,10 +379,15 @@ func (a *API) authenticate(r *http.Request) (controlplane.TokenCaller, *apierror
 	if hit && now.Sub(e.at) < a.o.TokenTTL {
 		return e.caller, nil
 	}
+	if allowed, retry := a.failures.Allow(addr); !allowed {
+		return controlplane.TokenCaller{}, &apierror.Error{Status: http.StatusTooManyRequests, Code: apierror.RateLimited,
+			Message: "too many failed authentications from this address", RetryAfter: retry}
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), a.o.CallTimeout)
 	defer cancel()
 	caller, err := controlplane.AuthenticateMachineToken(ctx, a.o.Pool, secret)
 	if controlplane.KindOf(err) == controlplane.NotFound {
+		a.failures.Fail(addr)
 		return controlplane.TokenCaller{}, unauth
 	}
 	if err != nil {

@@ -453,3 +453,19 @@ func TestOpenAPIValidatorCatchesDrift(t *testing.T) {
 		}
 	}
 }
+
+// An address that keeps presenting unknown tokens is backed off before
+// each costs a database lookup; a token it already used keeps working.
+func TestUnknownTokensAreBackedOff(t *testing.T) {
+	e := newEnv(t)
+	e.want(e.call(e.token, "GET", "/plans", nil), 200)
+	got := map[int]int{}
+	for i := range 30 {
+		bogus := fmt.Sprintf("qmt_%043d", i)
+		got[e.call(bogus, "GET", "/plans", nil).status]++
+	}
+	if got[401] < 15 || got[401] > 25 || got[429] < 5 {
+		t.Fatalf("30 unknown tokens from one address got %v", got)
+	}
+	e.want(e.call(e.token, "GET", "/plans", nil), 200)
+}
