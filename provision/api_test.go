@@ -363,6 +363,17 @@ func TestUsageEqualsTheCLIReport(t *testing.T) {
 				t.Fatalf("row %d: op classes add up to %d requests, %d messages; the row says %d, %d", i, reqs, msgs, want.Requests, want.Messages)
 			}
 		}
+		tenants := r.body["tenants"].([]any)
+		var billable, requests int64
+		for _, w := range rep.Clusters {
+			billable += w.BillableMessages
+			requests += w.Requests
+		}
+		if len(tenants) != 1 || tenants[0].(map[string]any)["tenant"] != "acme" ||
+			int64(tenants[0].(map[string]any)["billable_messages"].(float64)) != billable ||
+			int64(tenants[0].(map[string]any)["requests"].(float64)) != requests || tenants[0].(map[string]any)["clusters"] != 3.0 {
+			t.Fatalf("tenant totals %v, the CLI's rows add up to %d billable, %d requests over 3 clusters", tenants, billable, requests)
+		}
 		next, _ := r.body["next_page_token"].(string)
 		if next == "" {
 			break

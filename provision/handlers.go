@@ -636,7 +636,40 @@ func getUsage(c *call) (answer, error) {
 		next = &s
 	}
 	c.target = "usage"
-	return ok(map[string]any{"from": stamp(rep.From), "to": stamp(rep.To), "clusters": out, "next_page_token": next}), nil
+	return ok(map[string]any{"from": stamp(rep.From), "to": stamp(rep.To), "clusters": out, "next_page_token": next,
+		"tenants": tenantTotals(rows)}), nil
+}
+
+// tenantUsage is one tenant's usage: the sum of its clusters' rows.
+type tenantUsage struct {
+	Tenant           string `json:"tenant"`
+	Clusters         int    `json:"clusters"`
+	Requests         int64  `json:"requests"`
+	BillableMessages int64  `json:"billable_messages"`
+	Messages         int64  `json:"messages"`
+	Delivered        int64  `json:"delivered"`
+	BytesIn          int64  `json:"bytes_in"`
+	BytesOut         int64  `json:"bytes_out"`
+}
+
+// tenantTotals sums every selected cluster's row (not only the page's)
+// per tenant, in the report's order.
+func tenantTotals(rows []controlplane.UsageRow) []tenantUsage {
+	out := []tenantUsage{}
+	for _, r := range rows {
+		if len(out) == 0 || out[len(out)-1].Tenant != r.Tenant {
+			out = append(out, tenantUsage{Tenant: r.Tenant})
+		}
+		t := &out[len(out)-1]
+		t.Clusters++
+		t.Requests += r.Requests
+		t.BillableMessages += r.BillableMessages
+		t.Messages += r.Messages
+		t.Delivered += r.Delivered
+		t.BytesIn += r.BytesIn
+		t.BytesOut += r.BytesOut
+	}
+	return out
 }
 
 func slugs(rows []controlplane.UsageRow) []string {
