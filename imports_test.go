@@ -24,6 +24,7 @@ func TestImportRegistersEverything(t *testing.T) {
 		"http.handlers.queen_gateway",
 		"http.reverse_proxy.upstreams.queen",
 		"tls.permission.queen",
+		"http.handlers.queen_provision",
 	} {
 		if _, err := caddy.GetModule(id); err != nil {
 			t.Errorf("module %s is not registered: %v", id, err)

@@ -49,6 +49,7 @@ type backend struct {
 	// cannot answer, across every site and the TLS permission module.
 	hostLookups *harden.HostLookups
 	listener    *tenancy.InvalidationListener
+	standing    standingHooks
 	stop        context.CancelFunc
 	stopped     chan struct{}
 
@@ -162,12 +163,16 @@ func newBackend(ctx context.Context, key string, s backendSettings, log *zap.Log
 		OnConnected: func() {
 			cache.InvalidateAll()
 			identity.InvalidateAll()
+			b.standingChanged()
 			// The database is back: replay spooled usage now rather than
 			// after the meter's cool-down.
 			go b.meter.DatabaseAnswers(runCtx)
 		},
-		OnSessionRevoked: identity.InvalidateUsers,
-		Log:              log.Named("invalidation"),
+		OnSessionRevoked: func() {
+			identity.InvalidateUsers()
+			b.standingChanged()
+		},
+		Log: log.Named("invalidation"),
 	}
 	ready := b.listener.Ready()
 	var workers sync.WaitGroup

@@ -21,7 +21,12 @@ func init() {
 	caddy.RegisterModule(new(Gateway))
 	caddy.RegisterModule(new(Upstreams))
 	caddy.RegisterModule(new(CertPermission))
+	caddy.RegisterModule(new(Provision))
 	httpcaddyfile.RegisterGlobalOption("queen", parseAppOption)
+	// queen_provision runs before queen_gateway in a site that has both:
+	// each is placed right before reverse_proxy, so it goes first.
+	httpcaddyfile.RegisterHandlerDirective("queen_provision", parseProvisionDirective)
+	httpcaddyfile.RegisterDirectiveOrder("queen_provision", httpcaddyfile.Before, "reverse_proxy")
 	httpcaddyfile.RegisterDirective("queen_gateway", parseGatewayDirective)
 	httpcaddyfile.RegisterDirectiveOrder("queen_gateway", httpcaddyfile.Before, "reverse_proxy")
 }

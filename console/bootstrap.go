@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/queengate/queengate/controlplane"
 	"github.com/queengate/queengate/tenancy"
 )
 
@@ -57,16 +58,18 @@ const bootstrapLock = 0x71756565 // "quee"
 // exist, through bootstrap_tenant and issue_api_key, in one transaction.
 func Bootstrap(ctx context.Context, pool *pgxpool.Pool, cfg BootstrapConfig) (BootstrapResult, error) {
 	var res BootstrapResult
-	tenant := strings.ToLower(strings.TrimSpace(cfg.Tenant))
-	if tenant == "" {
+	if strings.TrimSpace(cfg.Tenant) == "" {
 		return res, errors.New("bootstrap: tenant is required")
 	}
-	cluster := strings.ToLower(strings.TrimSpace(cfg.Cluster))
-	if cluster == "" {
-		cluster = tenant
+	tenant, err := controlplane.CheckSlug("tenant", cfg.Tenant)
+	if err != nil {
+		return res, fmt.Errorf("bootstrap: %w", err)
 	}
-	if !tenancy.ValidSlug(tenant) || !tenancy.ValidSlug(cluster) {
-		return res, fmt.Errorf("bootstrap: tenant %q and cluster %q must be DNS labels", tenant, cluster)
+	cluster := tenant
+	if strings.TrimSpace(cfg.Cluster) != "" {
+		if cluster, err = controlplane.CheckSlug("cluster", cfg.Cluster); err != nil {
+			return res, fmt.Errorf("bootstrap: %w", err)
+		}
 	}
 	email := cfg.Email
 	if strings.TrimSpace(email) == "" {
@@ -91,7 +94,7 @@ func Bootstrap(ctx context.Context, pool *pgxpool.Pool, cfg BootstrapConfig) (Bo
 		}
 		password = &cfg.Password
 	}
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(bootstrapLock)); err != nil {
 			return err
 		}

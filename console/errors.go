@@ -65,6 +65,22 @@ func invalid(msg string) *apierror.Error {
 	return apiErr(http.StatusBadRequest, apierror.InvalidRequest, msg)
 }
 
+// argInvalid is the 400 for an argument that the shared operator checks
+// (package controlplane) refused; the message names the field.
+func argInvalid(field string, err error) *apierror.Error {
+	return invalid(field + ": " + err.Error())
+}
+
+// validRole reads *role as the shared operator checks do and stores the
+// role as the schema spells it.
+func validRole(role *string) bool {
+	r, ok := checkedRole(*role)
+	if ok {
+		*role = r
+	}
+	return ok
+}
+
 func notFound(msg string) *apierror.Error { return apiErr(http.StatusNotFound, apierror.NotFound, msg) }
 
 func conflict(msg string) *apierror.Error { return apiErr(http.StatusConflict, apierror.Conflict, msg) }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
+	"github.com/queengate/queengate/controlplane"
 	"github.com/queengate/queengate/internal/uuidtext"
 	"github.com/queengate/queengate/tenancy"
 )
@@ -114,9 +115,9 @@ func (s *Surface) fleetSetPlan(w http.ResponseWriter, r *http.Request, claims te
 		writeError(w, e)
 		return
 	}
-	plan := strings.TrimSpace(req.Plan)
-	if plan == "" {
-		writeError(w, invalid("plan must name a plan"))
+	plan, perr := controlplane.CheckPlanCode(req.Plan)
+	if perr != nil {
+		writeError(w, argInvalid("plan", perr))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)

@@ -8,11 +8,11 @@ import (
 	"net/http"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
+	"github.com/queengate/queengate/controlplane"
 	"github.com/queengate/queengate/internal/apierror"
 	"github.com/queengate/queengate/internal/uuidtext"
 	"github.com/queengate/queengate/tenancy"
@@ -87,8 +87,6 @@ func readJSON(r *http.Request, v any) *apierror.Error {
 	return nil
 }
 
-var validScopes = map[string]bool{"produce": true, "consume": true, "admin": true, "read": true}
-
 // createKey issues a key through issue_api_key and shows its plaintext
 // once.
 func (s *Surface) createKey(w http.ResponseWriter, r *http.Request, c *caller) {
@@ -130,9 +128,8 @@ func (s *Surface) createKey(w http.ResponseWriter, r *http.Request, c *caller) {
 	})
 }
 
-// readKeyRequest reads {"name", "scopes"} of a key to issue: the name
-// trimmed, 1..200 characters; the scopes a non-empty set of known ones,
-// duplicates dropped.
+// readKeyRequest reads {"name", "scopes"} of a key to issue, checked as
+// the CLI and the provisioning API check them.
 func readKeyRequest(r *http.Request) (string, []string, *apierror.Error) {
 	var req struct {
 		Name   string   `json:"name"`
@@ -141,23 +138,13 @@ func readKeyRequest(r *http.Request) (string, []string, *apierror.Error) {
 	if e := readJSON(r, &req); e != nil {
 		return "", nil, e
 	}
-	name := strings.TrimSpace(req.Name)
-	if name == "" || utf8.RuneCountInString(name) > 200 {
-		return "", nil, invalid("name must be 1 to 200 characters")
+	name, err := controlplane.CheckKeyName(req.Name)
+	if err != nil {
+		return "", nil, argInvalid("name", err)
 	}
-	if len(req.Scopes) == 0 {
-		return "", nil, invalid("scopes must name at least one of produce, consume, admin, read")
-	}
-	seen := map[string]bool{}
-	scopes := make([]string, 0, len(req.Scopes))
-	for _, sc := range req.Scopes {
-		if !validScopes[sc] {
-			return "", nil, invalid("unknown scope " + strings.ToValidUTF8(sc, "?") + ": use produce, consume, admin, read")
-		}
-		if !seen[sc] {
-			seen[sc] = true
-			scopes = append(scopes, sc)
-		}
+	scopes, err := controlplane.CheckScopes(req.Scopes)
+	if err != nil {
+		return "", nil, argInvalid("scopes", err)
 	}
 	return name, scopes, nil
 }

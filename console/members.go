@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
+	"github.com/queengate/queengate/controlplane"
 	"github.com/queengate/queengate/internal/apierror"
-	"github.com/queengate/queengate/tenancy"
 )
 
 type memberJSON struct {
@@ -59,14 +58,18 @@ func (s *Surface) listMembers(w http.ResponseWriter, r *http.Request, c *caller)
 	writeJSON(w, http.StatusOK, members)
 }
 
-// normalEmail lower-cases and trims an e-mail and checks its shape.
+// normalEmail lower-cases and trims an e-mail and checks its shape, as
+// the CLI and the provisioning API do.
 func normalEmail(raw string) (string, bool) {
-	e := strings.ToLower(strings.TrimSpace(raw))
-	at := strings.IndexByte(e, '@')
-	if at < 1 || at == len(e)-1 || len(e) > 254 || strings.ContainsAny(e, " \t\r\n<>\"") {
-		return "", false
-	}
-	return e, true
+	e, err := controlplane.CheckEmail(raw)
+	return e, err == nil
+}
+
+// checkedRole reads a role as the CLI and the provisioning API do; ok is
+// false for anything but a known role.
+func checkedRole(raw string) (string, bool) {
+	r, err := controlplane.CheckRole(raw)
+	return r, err == nil
 }
 
 var (
@@ -125,10 +128,12 @@ func (s *Surface) grantMember(w http.ResponseWriter, r *http.Request, c *caller,
 		writeError(w, invalid("email must be an e-mail address"))
 		return
 	}
-	if tenancy.ParseRole(req.Role) == tenancy.RoleNone {
+	role, ok := checkedRole(req.Role)
+	if !ok {
 		writeError(w, invalid("role must be admin, producer, consumer or viewer"))
 		return
 	}
+	req.Role = role
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	var userID string

@@ -7,11 +7,11 @@ import (
 	"net/http"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/queengate/queengate/controlplane"
 	"github.com/queengate/queengate/internal/uuidtext"
 	"github.com/queengate/queengate/tenancy"
 )
@@ -288,7 +288,7 @@ func (s *Surface) operatorCreateUser(w http.ResponseWriter, r *http.Request, c *
 		return
 	}
 	email, ok := normalEmail(req.Email)
-	name := strings.TrimSpace(req.Name)
+	name, nameErr := controlplane.CheckUserName(req.Name)
 	provider := req.Provider
 	if provider == "" {
 		provider = "local"
@@ -301,13 +301,13 @@ func (s *Surface) operatorCreateUser(w http.ResponseWriter, r *http.Request, c *
 	case !uuidtext.ValidLower(req.TenantID) || !uuidtext.ValidLower(req.ClusterID):
 		writeError(w, invalid("tenant_id and cluster_id must be ids"))
 		return
-	case utf8.RuneCountInString(name) > 160:
-		writeError(w, invalid("name must be at most 160 characters"))
+	case nameErr != nil:
+		writeError(w, argInvalid("name", nameErr))
 		return
 	case provider != "local" && provider != "google" && provider != "github":
 		writeError(w, invalid("provider must be local, google or github"))
 		return
-	case tenancy.ParseRole(req.Role) == tenancy.RoleNone:
+	case !validRole(&req.Role):
 		writeError(w, invalid("role must be admin, producer, consumer or viewer"))
 		return
 	case provider != "local" && req.Password != "":
@@ -381,18 +381,22 @@ func (s *Surface) operatorRenameUser(w http.ResponseWriter, r *http.Request, c *
 		writeError(w, e)
 		return
 	}
-	name := strings.TrimSpace(req.Name)
 	if !uuidtext.ValidLower(userID) {
 		writeError(w, invalid("malformed user id"))
 		return
 	}
-	if name == "" || utf8.RuneCountInString(name) > 160 {
-		writeError(w, invalid("name must be 1 to 160 characters"))
+	name, err := controlplane.CheckUserName(req.Name)
+	if err == nil && name == "" {
+		writeError(w, invalid("name: a display name is required"))
+		return
+	}
+	if err != nil {
+		writeError(w, argInvalid("name", err))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	err := pgx.BeginFunc(ctx, s.o.Pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.o.Pool, func(tx pgx.Tx) error {
 		var tenant string
 		var old *string
 		err := tx.QueryRow(ctx, `SELECT u.tenant_id::text, u.name FROM queen_proxy.users u
@@ -438,7 +442,7 @@ func (s *Surface) operatorRole(w http.ResponseWriter, r *http.Request, actor, us
 			writeError(w, e)
 			return
 		}
-		if tenancy.ParseRole(req.Role) == tenancy.RoleNone {
+		if !validRole(&req.Role) {
 			writeError(w, invalid("role must be admin, producer, consumer or viewer"))
 			return
 		}

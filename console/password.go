@@ -9,11 +9,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"unicode/utf8"
 
 	"golang.org/x/crypto/argon2"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/queengate/queengate/controlplane"
 	"github.com/queengate/queengate/internal/apierror"
 )
 
@@ -38,15 +38,15 @@ const (
 // MinPasswordLen and MaxPasswordLen bound passwords set through the
 // gateway (in characters).
 const (
-	MinPasswordLen = 12
-	MaxPasswordLen = 128
+	MinPasswordLen = controlplane.MinPasswordLen
+	MaxPasswordLen = controlplane.MaxPasswordLen
 )
 
 // passwordRule is the rule a password set through the gateway must meet,
 // as the refusal to answer; nil when it does.
 func passwordRule(password string) *apierror.Error {
-	if n := utf8.RuneCountInString(password); n < MinPasswordLen || n > MaxPasswordLen {
-		return invalid("password must be 12 to 128 characters long")
+	if err := controlplane.CheckPassword(password); err != nil {
+		return argInvalid("password", err)
 	}
 	return nil
 }

@@ -91,31 +91,7 @@ func HashKey(key string) string {
 // "produce,consume,read". It needs at least one scope and refuses unknown
 // ones; duplicates are dropped and the result is in the order of Scopes.
 func ParseScopes(s string) ([]string, error) {
-	seen := map[string]bool{}
-	for _, part := range strings.Split(s, ",") {
-		p := normalize(part)
-		if p == "" {
-			continue
-		}
-		known := false
-		for _, sc := range Scopes {
-			known = known || sc == p
-		}
-		if !known {
-			return nil, errorf(Invalid, "invalid scope %q: use produce, consume, read or admin", strings.TrimSpace(part))
-		}
-		seen[p] = true
-	}
-	var out []string
-	for _, sc := range Scopes {
-		if seen[sc] {
-			out = append(out, sc)
-		}
-	}
-	if len(out) == 0 {
-		return nil, errorf(Invalid, "at least one scope is required (produce, consume, read, admin)")
-	}
-	return out, nil
+	return CheckScopes(strings.Split(s, ","))
 }
 
 // ParseExpiry reads an expiry as an RFC 3339 time (2027-01-31T00:00:00Z), a
@@ -164,15 +140,18 @@ type NewKey struct {
 	Env       string // the <env> of qk_<env>_…; "live" when empty
 	Scopes    []string
 	ExpiresAt *time.Time // nil: never
+	// Hash, when set, is the SHA-256 hex of a key the caller made and
+	// keeps: it is stored as it is, and no plaintext is generated.
+	Hash string
 }
 
 // CreateKey generates a key and stores its hash through issue_api_key, and
 // its expiry through set_api_key_expiry, in one transaction. The plaintext
 // is in the result and nowhere else.
 func CreateKey(ctx context.Context, db DB, n NewKey) (IssuedKey, error) {
-	name := strings.TrimSpace(n.Name)
-	if name == "" {
-		return IssuedKey{}, errorf(Invalid, "key name is required")
+	name, err := CheckKeyName(n.Name)
+	if err != nil {
+		return IssuedKey{}, err
 	}
 	env := n.Env
 	if env == "" {
@@ -181,7 +160,7 @@ func CreateKey(ctx context.Context, db DB, n NewKey) (IssuedKey, error) {
 	if len(n.Scopes) == 0 {
 		return IssuedKey{}, errorf(Invalid, "at least one scope is required (produce, consume, read, admin)")
 	}
-	scopes, err := ParseScopes(strings.Join(n.Scopes, ","))
+	scopes, err := CheckScopes(n.Scopes)
 	if err != nil {
 		return IssuedKey{}, err
 	}
@@ -189,8 +168,12 @@ func CreateKey(ctx context.Context, db DB, n NewKey) (IssuedKey, error) {
 	if err != nil {
 		return IssuedKey{}, err
 	}
-	plaintext, hash, err := GenerateKey(env)
-	if err != nil {
+	var plaintext, hash string
+	if n.Hash != "" {
+		if hash, err = CheckKeyHash(n.Hash); err != nil {
+			return IssuedKey{}, err
+		}
+	} else if plaintext, hash, err = GenerateKey(env); err != nil {
 		return IssuedKey{}, err
 	}
 	var id string

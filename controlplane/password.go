@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"unicode/utf8"
 
 	"golang.org/x/crypto/bcrypt"
 )
@@ -28,8 +27,8 @@ func GeneratePassword() (string, error) {
 // It must be 12 to 128 characters and at most 72 bytes (bcrypt reads no
 // further, and the console refuses longer ones against a bcrypt hash).
 func SetPassword(ctx context.Context, db DB, email, password string) (User, error) {
-	if l := utf8.RuneCountInString(password); l < 12 || l > 128 {
-		return User{}, errorf(Invalid, "password must be 12 to 128 characters long")
+	if err := CheckPassword(password); err != nil {
+		return User{}, err
 	}
 	if len(password) > 72 {
 		return User{}, errorf(Invalid, "password is longer than 72 bytes, more than bcrypt reads")

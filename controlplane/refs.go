@@ -8,10 +8,9 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-)
 
-// dnsLabel is the slug rule of tenants and clusters (the schema's CHECK).
-var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	"github.com/queengate/queengate/tenancy"
+)
 
 // uuidText matches a UUID in its canonical text form.
 var uuidText = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
@@ -26,7 +25,9 @@ func checkSlug(noun, raw string) (string, error) {
 	if s == "" {
 		return "", errorf(Invalid, "%s slug is required", noun)
 	}
-	if !dnsLabel.MatchString(s) {
+	// The rule the gateway resolves hostnames by, so that every slug made
+	// here names a host it serves.
+	if !tenancy.ValidSlug(s) {
 		return "", errorf(Invalid, "invalid %s slug %q: use 1 to 63 characters from a-z, 0-9 and inner hyphens", noun, raw)
 	}
 	return s, nil

@@ -95,7 +95,25 @@ func parseInstant(what, s string) (time.Time, error) {
 // day and op class the larger of the two counts, the rule
 // cluster_month_msgs applies. Days cut by a bound come from usage_minutes
 // alone. Clusters without usage are listed with zeros.
-const usageSQL = `
+const usageSQL = usageCTE + `
+SELECT c.slug, t.slug,
+       coalesce(sum(u.reqs), 0)::bigint,
+       coalesce(sum(u.msgs), 0)::bigint,
+       coalesce(sum(u.msgs) FILTER (WHERE u.op_class IN ('push', 'txn')), 0)::bigint,
+       coalesce(sum(u.msgs) FILTER (WHERE u.op_class = 'delivery'), 0)::bigint,
+       coalesce(sum(u.bytes_in), 0)::bigint,
+       coalesce(sum(u.bytes_out), 0)::bigint
+  FROM queen_proxy.clusters c
+  JOIN queen_proxy.tenants t ON t.id = c.tenant_id
+  LEFT JOIN u ON u.cluster_id = c.id
+ WHERE ($3::uuid IS NULL OR c.tenant_id = $3::uuid)
+   AND ($4::uuid IS NULL OR c.id = $4::uuid)
+ GROUP BY c.id, c.slug, t.slug
+ ORDER BY t.slug, c.slug`
+
+// usageCTE is the usage of [$1, $2) per cluster and op class (u), by the
+// rule above; usageSQL and UsageByOpClass both read it.
+const usageCTE = `
 WITH m AS (
     SELECT cluster_id, (minute AT TIME ZONE 'UTC')::date AS day, op_class,
            sum(msgs) AS msgs, sum(reqs) AS reqs, sum(bytes_in) AS bytes_in, sum(bytes_out) AS bytes_out
@@ -115,20 +133,7 @@ WITH m AS (
            greatest(coalesce(m.bytes_out, 0), coalesce(d.bytes_out, 0)) AS bytes_out
       FROM m FULL JOIN d ON d.cluster_id = m.cluster_id AND d.day = m.day AND d.op_class = m.op_class
 )
-SELECT c.slug, t.slug,
-       coalesce(sum(u.reqs), 0)::bigint,
-       coalesce(sum(u.msgs), 0)::bigint,
-       coalesce(sum(u.msgs) FILTER (WHERE u.op_class IN ('push', 'txn')), 0)::bigint,
-       coalesce(sum(u.msgs) FILTER (WHERE u.op_class = 'delivery'), 0)::bigint,
-       coalesce(sum(u.bytes_in), 0)::bigint,
-       coalesce(sum(u.bytes_out), 0)::bigint
-  FROM queen_proxy.clusters c
-  JOIN queen_proxy.tenants t ON t.id = c.tenant_id
-  LEFT JOIN u ON u.cluster_id = c.id
- WHERE ($3::uuid IS NULL OR c.tenant_id = $3::uuid)
-   AND ($4::uuid IS NULL OR c.id = $4::uuid)
- GROUP BY c.id, c.slug, t.slug
- ORDER BY t.slug, c.slug`
+`
 
 // Usage reports each selected cluster's usage over the query's period.
 func Usage(ctx context.Context, db DB, q UsageQuery) (UsageReport, error) {

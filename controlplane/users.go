@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -71,28 +70,9 @@ func getUser(ctx context.Context, db DB, id string) (User, error) {
 	return u, nil
 }
 
-// checkEmail normalises an e-mail as the SQL functions do and checks it has
-// an @.
-func checkEmail(raw string) (string, error) {
-	e := normalize(raw)
-	if e == "" {
-		return "", errorf(Invalid, "e-mail is required")
-	}
-	if i := strings.Index(e, "@"); i <= 0 || i == len(e)-1 || strings.ContainsAny(e, " \t") {
-		return "", errorf(Invalid, "invalid e-mail %q", strings.TrimSpace(raw))
-	}
-	return e, nil
-}
+func checkEmail(raw string) (string, error) { return CheckEmail(raw) }
 
-func checkRole(role string) (string, error) {
-	r := normalize(role)
-	for _, known := range Roles {
-		if r == known {
-			return r, nil
-		}
-	}
-	return "", errorf(Invalid, "invalid role %q: use admin, producer, consumer or viewer", role)
-}
+func checkRole(role string) (string, error) { return CheckRole(role) }
 
 // NewUser describes a user to create.
 type NewUser struct {
@@ -117,14 +97,14 @@ func CreateUser(ctx context.Context, db DB, n NewUser) (User, error) {
 	if err != nil {
 		return User{}, err
 	}
-	name := strings.TrimSpace(n.Name)
-	if utf8.RuneCountInString(name) > 160 {
-		return User{}, errorf(Invalid, "user name is longer than 160 characters")
+	name, err := CheckUserName(n.Name)
+	if err != nil {
+		return User{}, err
 	}
 	var password *string
 	if n.Password != "" {
-		if l := utf8.RuneCountInString(n.Password); l < 12 || l > 128 {
-			return User{}, errorf(Invalid, "password must be 12 to 128 characters long")
+		if err := CheckPassword(n.Password); err != nil {
+			return User{}, err
 		}
 		password = &n.Password
 	}

@@ -15,6 +15,24 @@ tenants name text NN -
 tenants status text NN 'active'::text
 tenants created_at timestamptz NN now()
 tenants is_platform boolean NN false
+machine_tokens id uuid NN public.gen_random_uuid()
+machine_tokens name text NN -
+machine_tokens token_hash text NN -
+machine_tokens previous_hash text NULL -
+machine_tokens previous_expires_at timestamptz NULL -
+machine_tokens scopes text[] NN -
+machine_tokens rate_per_second integer NN 10
+machine_tokens burst integer NN 50
+machine_tokens created_at timestamptz NN now()
+machine_tokens last_used_at timestamptz NULL -
+machine_tokens expires_at timestamptz NULL -
+machine_tokens revoked_at timestamptz NULL -
+provision_replays idempotency_key text NN -
+provision_replays token_id uuid NN -
+provision_replays request_hash text NN -
+provision_replays status integer NN -
+provision_replays body text NN -
+provision_replays created_at timestamptz NN now()
 users id uuid NN public.gen_random_uuid()
 users tenant_id uuid NN -
 users email text NN -
@@ -270,6 +288,7 @@ func TestSchemaForeignKeys(t *testing.T) {
 		"email_tokens.tenant_id tenants c":                  true,
 		"email_tokens.cluster_id clusters c":                true,
 		"email_tokens.created_by users n":                   true,
+		"provision_replays.token_id machine_tokens c":       true,
 	}
 	rows, err := pool.Query(ctxT(t), `
 		SELECT src.relname || '.' || a.attname || ' ' || dst.relname || ' ' || con.confdeltype::text

@@ -65,7 +65,7 @@ func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:      "queen",
 		Usage:     "<command> [flags]",
-		Short:     "Manages queengate cells, tenants, clusters, keys, users, plans and usage",
+		Short:     "Manages queengate cells, tenants, clusters, keys, machine tokens, users, plans and usage",
 		Long:      queenLong,
 		CobraFunc: buildQueenCommand,
 	})
@@ -98,6 +98,7 @@ func buildQueenCommand(cmd *cobra.Command) {
 		tenantCommand(),
 		clusterCommand(),
 		keyCommand(),
+		tokenCommand(),
 		userCommand(),
 		planCommand(),
 		usageCommand(),
