@@ -210,8 +210,8 @@ type App struct {
 	sessionKeys *tenancy.SessionKeys
 	// tokenIssuers is nil unless a jwt_issuer is configured.
 	tokenIssuers *tenancy.TokenIssuers
-	cookieNames tenancy.CookieNames
-	cellTokens  map[string]*tenancy.CellTokens
+	cookieNames  tenancy.CookieNames
+	cellTokens   map[string]*tenancy.CellTokens
 	// pushBlockSources are the live push-block flags (storage, monthly
 	// quota) consulted before every push.
 	pushBlockSources []limits.PushBlockSource

@@ -302,7 +302,7 @@ func TestIdentityProviderTokensOnTheDataPlane(t *testing.T) {
 	// A token naming a cluster the issuer is not bound to, on that
 	// cluster's own host: 403.
 	tokC := provider.token(t, "svc-c")
-	assertRefusal(t, do(t, c, "GET", at(unbound, "/api/v1/resources/queues"), tokC, ""), 403, "forbidden")
+	assertRefusal(t, do(t, c, "POST", at(unbound, "/api/v1/push"), tokC, `{"items":[{"queue":"orders","payload":1}]}`), 403, "forbidden")
 	// b's token works on b.
 	if r := do(t, c, "POST", at(b, "/api/v1/push"), tokB, `{"items":[{"queue":"orders","payload":1}]}`); r.status >= 300 {
 		t.Fatalf("b's token on b: %d %s", r.status, r.body)
