@@ -408,3 +408,23 @@ func TestTokenIssuersRouteByIssuer(t *testing.T) {
 		t.Error("nil issuers routed a token")
 	}
 }
+
+// TestTokenPrincipalIsAuthorizedAsAKey: a provider's token has exactly an
+// API key's rights for its scopes, and never an operator's.
+func TestTokenPrincipalIsAuthorizedAsAKey(t *testing.T) {
+	routes := []Route{{Class: ClassProduce}, {Class: ClassConsume}, {Class: ClassQueueAdmin}, {Class: ClassRead},
+		{Class: ClassGated, Op: GatedRead}, {Class: ClassGated}, {Class: ClassOperator}, {Class: ClassBlocked}}
+	for s := ScopeSet(0); s <= AllScopes; s++ {
+		for _, r := range routes {
+			key := Principal{Kind: PrincipalAPIKey, KeyID: "k", Scopes: s}
+			tok := Principal{Kind: PrincipalToken, KeyID: "jwt:acme", Scopes: s}
+			if Authorize(&tok, r) != Authorize(&key, r) {
+				t.Errorf("scopes %b, route %+v: token %v, key %v", s, r, Authorize(&tok, r), Authorize(&key, r))
+			}
+		}
+	}
+	tok := Principal{Kind: PrincipalToken, KeyID: "jwt:acme", UserID: "u"}
+	if tok.Subject() != "jwt:acme" {
+		t.Errorf("subject %q, want the issuer's id", tok.Subject())
+	}
+}
