@@ -64,7 +64,7 @@ func newIDP(t *testing.T) *idp {
 	p.Storage = storage.NewStorage(storage.NewUserStore(p.issuer))
 	p.rotate(t, false)
 	cfg := &op.Config{CryptoKey: sha256.Sum256([]byte("queengate e2e")), CodeMethodS256: true}
-	provider, err := op.NewOpenIDProvider(p.issuer, cfg, p, op.WithAllowInsecure())
+	provider, err := op.NewProvider(cfg, p, op.StaticIssuer(p.issuer), op.WithAllowInsecure())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,6 +246,8 @@ func TestIdentityProviderTokensOnTheDataPlane(t *testing.T) {
 	a := cp.cluster(tn, "jwt-a", cell)
 	b := cp.cluster(tn, "jwt-b", cell)
 	unbound := cp.cluster(tn, "jwt-c", cell)
+	// b's request bucket is narrow: its tokens spend it as its keys do.
+	cp.exec(`SELECT queen_proxy.set_limit_override($1::uuid, '{"max_req_per_sec": 1, "req_burst": 3}')`, b.id)
 
 	provider.addClient(&serviceClient{id: "svc-a", secret: "sa", audience: "queen", cluster: a.slug, scopes: "queen:produce queen:consume queen:read"})
 	provider.addClient(&serviceClient{id: "svc-b", secret: "sb", audience: "queen", cluster: b.slug, scopes: "queen:produce queen:consume"})
@@ -306,6 +308,17 @@ func TestIdentityProviderTokensOnTheDataPlane(t *testing.T) {
 	// b's token works on b.
 	if r := do(t, c, "POST", at(b, "/api/v1/push"), tokB, `{"items":[{"queue":"orders","payload":1}]}`); r.status >= 300 {
 		t.Fatalf("b's token on b: %d %s", r.status, r.body)
+	}
+	limited := 0
+	for range 8 {
+		r := do(t, c, "POST", at(b, "/api/v1/push"), tokB, `{"items":[{"queue":"orders","payload":1}]}`)
+		if r.status == 429 {
+			assertRefusal(t, r, 429, "rate_limited")
+			limited++
+		}
+	}
+	if limited == 0 {
+		t.Error("nine requests a second on a cluster allowed a burst of 3: the token's requests did not spend the cluster's bucket")
 	}
 
 	now := time.Now()
