@@ -125,9 +125,18 @@ type TokenIssuer struct {
 	subject  string
 
 	keys        atomic.Pointer[issuerKeySet]
+	verified    *ttlMap[string, verifiedIssuerToken]
 	fetchMu     sync.Mutex // one fetch at a time; waiters reuse its result
 	lastAttempt time.Time  // under fetchMu
 	jwksURL     string     // under fetchMu: configured or discovered
+}
+
+// verifiedIssuerToken is a token that verified with one key set: it is
+// accepted again without the signature check while that set is the
+// current one and not due, and until the token's exp plus leeway.
+type verifiedIssuerToken struct {
+	claims IssuerTokenClaims
+	set    *issuerKeySet
 }
 
 type issuerKeySet struct {
@@ -141,7 +150,8 @@ func NewTokenIssuer(cfg TokenIssuerConfig) (*TokenIssuer, error) {
 	if err := cfg.check(); err != nil {
 		return nil, fmt.Errorf("jwt issuer %q: %w", cfg.Name, err)
 	}
-	i := &TokenIssuer{cfg: cfg, clusters: map[string]bool{}, subject: tokenPrincipalPrefix + cfg.Name, jwksURL: cfg.JWKSURL}
+	i := &TokenIssuer{cfg: cfg, clusters: map[string]bool{}, subject: tokenPrincipalPrefix + cfg.Name, jwksURL: cfg.JWKSURL,
+		verified: newEvictingTTLMap[string, verifiedIssuerToken](DefaultSessionVerifyCacheSize)}
 	for _, a := range cfg.Algorithms {
 		i.algs = append(i.algs, asymmetricAlgorithms[a])
 	}
@@ -277,6 +287,12 @@ func (i *TokenIssuer) verify(token string, mayFetch bool) (IssuerTokenClaims, er
 	if len(token) > maxIssuerTokenBytes {
 		return out, fmt.Errorf("%w: token of %d bytes", ErrInvalidIssuerToken, len(token))
 	}
+	now := i.cfg.Now()
+	if cur := i.keys.Load(); cur != nil && now.Sub(cur.fetched) < i.cfg.JWKSRefresh {
+		if v, ok := i.verified.get(token, now); ok && v.set == cur {
+			return v.claims, nil
+		}
+	}
 	tok, err := josejwt.ParseSigned(token, i.algs)
 	if err != nil {
 		return out, fmt.Errorf("%w: %w", ErrInvalidIssuerToken, err)
@@ -285,7 +301,7 @@ func (i *TokenIssuer) verify(token string, mayFetch bool) (IssuerTokenClaims, er
 		return out, fmt.Errorf("%w: %d signatures", ErrInvalidIssuerToken, len(tok.Headers))
 	}
 	h := tok.Headers[0]
-	key, err := i.key(h.KeyID, jose.SignatureAlgorithm(h.Algorithm), mayFetch)
+	key, set, err := i.key(h.KeyID, jose.SignatureAlgorithm(h.Algorithm), mayFetch)
 	if err != nil {
 		return out, err
 	}
@@ -294,7 +310,18 @@ func (i *TokenIssuer) verify(token string, mayFetch bool) (IssuerTokenClaims, er
 	if err := tok.Claims(key, &std, &custom); err != nil {
 		return out, fmt.Errorf("%w: %w", ErrInvalidIssuerToken, err)
 	}
-	return i.checkClaims(std, custom)
+	out, err = i.checkClaims(std, custom)
+	if err != nil {
+		return out, err
+	}
+	// Kept until the token expires or its set is due, whichever is first;
+	// a set fetched since (a dropped key) makes the entry a miss.
+	until := out.Expiry.Add(i.cfg.Leeway)
+	if due := set.fetched.Add(i.cfg.JWKSRefresh); due.Before(until) {
+		until = due
+	}
+	i.verified.put(strings.Clone(token), verifiedIssuerToken{claims: out, set: set}, until, now)
+	return out, nil
 }
 
 // checkClaims applies issuer, audience, expiry (required), nbf and iat,
@@ -349,26 +376,26 @@ func readScopes(raw json.RawMessage, prefix string) (ScopeSet, error) {
 // key finds the public key that verifies a token of kid and alg. A set
 // older than JWKSRefresh is fetched again first; a kid the set lacks
 // makes one more fetch, within JWKSMinInterval of the last one.
-func (i *TokenIssuer) key(kid string, alg jose.SignatureAlgorithm, mayFetch bool) (any, error) {
+func (i *TokenIssuer) key(kid string, alg jose.SignatureAlgorithm, mayFetch bool) (any, *issuerKeySet, error) {
 	set := i.keys.Load()
 	if mayFetch && (set == nil || i.cfg.Now().Sub(set.fetched) >= i.cfg.JWKSRefresh) {
 		set = i.refresh(set)
 	}
 	if k := set.find(kid, alg); k != nil && i.usable(set) {
-		return k, nil
+		return k, set, nil
 	}
 	if mayFetch {
 		if fresh := i.refresh(set); fresh != set {
 			set = fresh
 			if k := set.find(kid, alg); k != nil && i.usable(set) {
-				return k, nil
+				return k, set, nil
 			}
 		}
 	}
 	if set == nil || !i.usable(set) {
-		return nil, fmt.Errorf("%w: no current key set of %s", ErrInvalidIssuerToken, i.cfg.Name)
+		return nil, nil, fmt.Errorf("%w: no current key set of %s", ErrInvalidIssuerToken, i.cfg.Name)
 	}
-	return nil, fmt.Errorf("%w: no %s key with kid %q", ErrInvalidIssuerToken, alg, kid)
+	return nil, nil, fmt.Errorf("%w: no %s key with kid %q", ErrInvalidIssuerToken, alg, kid)
 }
 
 // usable reports whether a set may still verify: up to JWKSRefresh past
@@ -526,6 +553,7 @@ func keyFits(key any, alg jose.SignatureAlgorithm) bool {
 // claims to be.
 type TokenIssuers struct {
 	byIssuer map[string]*TokenIssuer
+	list     []*TokenIssuer
 }
 
 // NewTokenIssuers builds the issuers of cfgs; two with the same name or
@@ -546,6 +574,7 @@ func NewTokenIssuers(cfgs []TokenIssuerConfig) (*TokenIssuers, error) {
 		}
 		names[i.cfg.Name] = true
 		s.byIssuer[i.cfg.Issuer] = i
+		s.list = append(s.list, i)
 	}
 	return s, nil
 }
@@ -555,6 +584,12 @@ func NewTokenIssuers(cfgs []TokenIssuerConfig) (*TokenIssuers, error) {
 func (s *TokenIssuers) For(bearer string) *TokenIssuer {
 	if s == nil || len(s.byIssuer) == 0 {
 		return nil
+	}
+	// A token seen before is found without decoding it.
+	for _, i := range s.list {
+		if _, ok := i.verified.get(bearer, i.cfg.Now()); ok {
+			return i
+		}
 	}
 	iss, ok := PeekTokenIssuer(bearer)
 	if !ok {

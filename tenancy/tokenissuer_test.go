@@ -428,3 +428,130 @@ func TestTokenPrincipalIsAuthorizedAsAKey(t *testing.T) {
 		t.Errorf("subject %q, want the issuer's id", tok.Subject())
 	}
 }
+
+// BenchmarkTokenIssuerVerify is the cost of admitting an RS256 token seen
+// before (kept verified) with the key set in memory: what a provider's
+// token adds to a request over an API key, whose path it does not touch.
+// A token's first sight costs the RSA-2048 signature check on top
+// (BenchmarkTokenIssuerFirstSight).
+func BenchmarkTokenIssuerVerify(b *testing.B) {
+	t := &testing.T{}
+	key := newSigningKey(t, "k1")
+	srv := newJWKSServer(t, key.public())
+	defer srv.Close()
+	clock := &testClock{t: time.Now()}
+	iss, err := NewTokenIssuer(TokenIssuerConfig{Name: "acme", Issuer: testIssuer, JWKSURL: srv.URL,
+		Audiences: []string{"queen"}, Clusters: []string{testClusterID}, Now: clock.Now})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tok := key.sign(t, goodClaims(clock.Now()))
+	if _, err := iss.Verify(tok); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := iss.Verify(tok); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPeekTokenIssuer is what every non-key bearer costs once a
+// jwt_issuer is configured, before any verification.
+func BenchmarkPeekTokenIssuer(b *testing.B) {
+	tok := unsignedToken(goodClaims(time.Now()), "RS256", "k1", "c2ln")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := PeekTokenIssuer(tok); !ok {
+			b.Fatal("not peeked")
+		}
+	}
+}
+
+// TestTokenIssuerCachedTokenStillExpires: a token accepted once (and so
+// kept verified) is refused once its exp plus leeway has passed, and a
+// key set fetched since makes it verify afresh.
+func TestTokenIssuerCachedTokenStillExpires(t *testing.T) {
+	k1, k2 := newSigningKey(t, "k1"), newSigningKey(t, "k2")
+	srv := newJWKSServer(t, k1.public())
+	clock := &testClock{t: time.Now()}
+	iss := issuerFixture(t, srv, clock)
+	short := k1.sign(t, with(goodClaims(clock.Now()), "exp", clock.Now().Add(5*time.Second).Unix()))
+	for range 2 {
+		if _, err := iss.Verify(short); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.add(5*time.Second + DefaultTokenLeeway + time.Second)
+	if _, err := iss.Verify(short); !errors.Is(err, ErrInvalidIssuerToken) {
+		t.Fatalf("an expired token was accepted from the cache: %v", err)
+	}
+
+	long := k1.sign(t, goodClaims(clock.Now()))
+	if _, err := iss.Verify(long); err != nil {
+		t.Fatal(err)
+	}
+	// A new kid makes a fetch (past the minimum interval); k1 is gone from
+	// the new set, so the cached k1 token must not survive it.
+	srv.publish(k2.public())
+	clock.add(11 * time.Second)
+	if _, err := iss.Verify(k2.sign(t, goodClaims(clock.Now()))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := iss.Verify(long); !errors.Is(err, ErrInvalidIssuerToken) {
+		t.Fatalf("a token of a dropped key was accepted from the cache after a new set was fetched: %v", err)
+	}
+}
+
+// BenchmarkTokenIssuerFirstSight is the cost of a token's first
+// verification: the signature check and the claims.
+func BenchmarkTokenIssuerFirstSight(b *testing.B) {
+	t := &testing.T{}
+	key := newSigningKey(t, "k1")
+	srv := newJWKSServer(t, key.public())
+	defer srv.Close()
+	clock := &testClock{t: time.Now()}
+	iss, err := NewTokenIssuer(TokenIssuerConfig{Name: "acme", Issuer: testIssuer, JWKSURL: srv.URL,
+		Audiences: []string{"queen"}, Clusters: []string{testClusterID}, Now: clock.Now})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tok := key.sign(t, goodClaims(clock.Now()))
+	if _, err := iss.Verify(tok); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		iss.verified.deleteIf(func(string, verifiedIssuerToken) bool { return true })
+		if _, err := iss.Verify(tok); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkTokenIssuersFor is the routing of a token seen before.
+func BenchmarkTokenIssuersFor(b *testing.B) {
+	t := &testing.T{}
+	key := newSigningKey(t, "k1")
+	srv := newJWKSServer(t, key.public())
+	defer srv.Close()
+	s, err := NewTokenIssuers([]TokenIssuerConfig{{Name: "acme", Issuer: testIssuer, JWKSURL: srv.URL,
+		Audiences: []string{"queen"}, Clusters: []string{testClusterID}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tok := key.sign(t, goodClaims(time.Now()))
+	if _, err := s.For(tok).Verify(tok); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if s.For(tok) == nil {
+			b.Fatal("not routed")
+		}
+	}
+}
