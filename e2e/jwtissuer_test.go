@@ -268,7 +268,7 @@ func TestIdentityProviderTokensOnTheDataPlane(t *testing.T) {
 			jwks_refresh 1s
 			jwks_min_interval 1s
 		}`, t.TempDir(), provider.issuer, a.id, b.id)
-	cfg := gatewayCaddyfile(port, pgtest.URL(t), app, "")
+	cfg := gatewayCaddyfile(port, pgtest.URL(t), app, "shared_hosts shared.example.test")
 	// Loaded without startGateway's cleanup: the test stops Caddy itself,
 	// to drain the open minute before it reads the usage.
 	adapted, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfg), nil)
@@ -319,6 +319,22 @@ func TestIdentityProviderTokensOnTheDataPlane(t *testing.T) {
 	}
 	if limited == 0 {
 		t.Error("nine requests a second on a cluster allowed a burst of 3: the token's requests did not spend the cluster's bucket")
+	}
+
+	// On a shared host the token names its cluster, within the same
+	// binding; x-queen-act-cluster is refused, as for a key.
+	shared := fmt.Sprintf("http://shared.example.test:%d", port)
+	if r := do(t, c, "GET", shared+"/api/v1/resources/queues", tokA, ""); r.status != 200 {
+		t.Fatalf("a's token on the shared host: %d %s", r.status, r.body)
+	}
+	assertRefusal(t, do(t, c, "POST", shared+"/api/v1/push", tokC, `{"items":[{"queue":"orders","payload":1}]}`), 403, "forbidden")
+	actAs, _ := http.NewRequest("GET", shared+"/api/v1/resources/queues", nil)
+	actAs.Header.Set("Authorization", "Bearer "+tokA)
+	actAs.Header.Set("x-queen-act-cluster", b.slug)
+	if resp, err := c.Do(actAs); err != nil || resp.StatusCode != 403 {
+		t.Fatalf("x-queen-act-cluster with a token: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 
 	now := time.Now()
