@@ -555,3 +555,35 @@ func BenchmarkTokenIssuersFor(b *testing.B) {
 		}
 	}
 }
+
+// TestTokenIssuerConcurrentRefreshFetchesOnce: many requests that find
+// the set due at once wait for one fetch between them.
+func TestTokenIssuerConcurrentRefreshFetchesOnce(t *testing.T) {
+	k1 := newSigningKey(t, "k1")
+	srv := newJWKSServer(t, k1.public())
+	clock := &testClock{t: time.Now()}
+	iss := issuerFixture(t, srv, clock)
+	tok := k1.sign(t, goodClaims(clock.Now()))
+	if _, err := iss.Verify(tok); err != nil {
+		t.Fatal(err)
+	}
+	clock.add(61 * time.Second)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := iss.Verify(tok); err != nil {
+				failed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if failed.Load() != 0 {
+		t.Fatalf("%d of 16 concurrent verifications failed", failed.Load())
+	}
+	if n := srv.fetches.Load(); n != 2 {
+		t.Fatalf("%d fetches, want 2 (the first and one refresh for all 16)", n)
+	}
+}
