@@ -74,6 +74,11 @@ type App struct {
 	// their own; other cells get their static cell_secret, if any.
 	CellTokens map[string]*CellTokenConfig `json:"cell_tokens,omitempty"`
 
+	// JWTIssuers are customer identity providers whose JWTs the data
+	// plane accepts in place of an API key, each on the clusters it
+	// lists (jwtissuer.go).
+	JWTIssuers []*JWTIssuerConfig `json:"jwt_issuers,omitempty"`
+
 	// KeyTouchInterval is how often the last_used_at of used API keys is
 	// written, in one statement. Default 10s, at least 1s.
 	KeyTouchInterval caddy.Duration `json:"key_touch_interval,omitempty"`
@@ -203,8 +208,10 @@ type App struct {
 	released    bool
 	logger      *zap.Logger
 	sessionKeys *tenancy.SessionKeys
-	cookieNames tenancy.CookieNames
-	cellTokens  map[string]*tenancy.CellTokens
+	// tokenIssuers is nil unless a jwt_issuer is configured.
+	tokenIssuers *tenancy.TokenIssuers
+	cookieNames  tenancy.CookieNames
+	cellTokens   map[string]*tenancy.CellTokens
 	// pushBlockSources are the live push-block flags (storage, monthly
 	// quota) consulted before every push.
 	pushBlockSources []limits.PushBlockSource
@@ -285,6 +292,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("queen: %w", err)
 	}
 	if err := a.provisionCellTokens(); err != nil {
+		return fmt.Errorf("queen: %w", err)
+	}
+	if err := a.provisionJWTIssuers(a.logger); err != nil {
 		return fmt.Errorf("queen: %w", err)
 	}
 	b, err := acquireBackend(ctx, backendSettings{

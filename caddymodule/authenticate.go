@@ -35,12 +35,22 @@ func (g *Gateway) authenticate(r *http.Request, st *requestState, t target) (*te
 	if cred.Kind == tenancy.CredentialAPIKey && t.actAs != "" {
 		return nil, errKeyActAs
 	}
+	// A bearer that claims to come from a configured identity provider
+	// is that provider's to verify; API keys never get here, and without
+	// a jwt_issuer nothing is looked at.
+	var iss *tenancy.TokenIssuer
+	if cred.Kind == tenancy.CredentialSession && !cred.FromCookie && g.app.tokenIssuers != nil {
+		iss = g.app.tokenIssuers.For(cred.Value)
+	}
 	addr := clientAddr(r)
-	if ok, retry := g.failures.Allow(addr); !ok && !g.passesBackoff(cred, addr, st.now()) {
+	if ok, retry := g.failures.Allow(addr); !ok && !g.passesBackoff(cred, iss, addr, st.now()) {
 		return nil, tooManyFailures(retry)
 	}
 	if cred.Kind == tenancy.CredentialAPIKey {
 		return g.authenticateKey(r.Context(), st, t, cred.Value, addr)
+	}
+	if iss != nil {
+		return g.authenticateIssuerToken(r.Context(), st, t, iss, cred.Value, addr)
 	}
 	return g.authenticateSession(r.Context(), st, t, cred.Value, addr)
 }
@@ -50,12 +60,18 @@ func (g *Gateway) authenticate(r *http.Request, st *requestState, t target) (*te
 // lets it through: an API key that authenticated before (the guard's
 // memory, harden/knownvalid.go), a generated key the key cache holds as
 // live, or a session token whose signature verifies (which no guess can
-// produce). None of these answers depends on the database. A generated key
+// produce), and so is an identity provider's token that verifies with the
+// keys already fetched (none is fetched for it). None of these answers
+// depends on the database. A generated key
 // the gateway does not know yet is looked up within a gateway-wide budget
 // (harden.FailureGuard.AllowUnguessableLookup), so a client in backoff can
 // add at most that budget's lookups to the database, shared with every
 // other address in backoff.
-func (g *Gateway) passesBackoff(cred tenancy.Credential, addr netip.Addr, now time.Time) bool {
+func (g *Gateway) passesBackoff(cred tenancy.Credential, iss *tenancy.TokenIssuer, addr netip.Addr, now time.Time) bool {
+	if iss != nil {
+		_, err := iss.VerifyCached(cred.Value)
+		return err == nil
+	}
 	if cred.Kind == tenancy.CredentialAPIKey {
 		if g.failures.Known(keyDigest(cred.Value, addr)) {
 			return true

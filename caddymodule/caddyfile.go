@@ -67,6 +67,20 @@ import (
 //			role_claim <claim>
 //			ttl        <duration>
 //		}
+//		jwt_issuer <name> {
+//			issuer            <iss>
+//			jwks_url          <url>
+//			audience          <aud...>
+//			algorithms        <alg...>
+//			clusters          <cluster id...>
+//			cluster_claim     <claim>
+//			scopes_claim      <claim>
+//			scope_prefix      <prefix>
+//			max_scopes        <scope...>
+//			leeway            <duration>
+//			jwks_refresh      <duration>
+//			jwks_min_interval <duration>
+//		}
 //	}
 func parseAppOption(d *caddyfile.Dispenser, _ any) (any, error) {
 	app := new(App)
@@ -145,6 +159,10 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "cell_token":
 			if err := a.unmarshalCellToken(d); err != nil {
+				return err
+			}
+		case "jwt_issuer":
+			if err := a.unmarshalJWTIssuer(d); err != nil {
 				return err
 			}
 		case "identity":

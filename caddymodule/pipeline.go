@@ -413,7 +413,7 @@ func (g *Gateway) tallyRequest(st *requestState, status int) {
 		return
 	}
 	key := ""
-	if st.principal.Kind == tenancy.PrincipalAPIKey {
+	if st.principal.Kind == tenancy.PrincipalAPIKey || st.principal.Kind == tenancy.PrincipalToken {
 		key = st.principal.KeyID
 	}
 	g.app.backend.requests.Record(st.cluster.ID, key, status)

@@ -7,13 +7,17 @@ type PrincipalKind uint8
 const (
 	PrincipalAPIKey PrincipalKind = iota + 1
 	PrincipalUser
+	// PrincipalToken is a token of a customer's identity provider,
+	// admitted like an API key: by its scopes, under its issuer's id.
+	PrincipalToken
 )
 
 // Principal is who is calling, once authenticated against one cluster.
 type Principal struct {
 	Kind PrincipalKind
 
-	// For API keys.
+	// For API keys, and for identity provider tokens (KeyID is then
+	// the issuer's "jwt:<name>").
 	KeyID  string
 	Scopes ScopeSet
 
@@ -24,9 +28,10 @@ type Principal struct {
 	Operator bool
 }
 
-// Subject is the id the cell is told about: the API key id or the user id.
+// Subject is the id the cell is told about: the API key id (the issuer's
+// id for a provider's token) or the user id.
 func (p *Principal) Subject() string {
-	if p.Kind == PrincipalAPIKey {
+	if p.Kind == PrincipalAPIKey || p.Kind == PrincipalToken {
 		return p.KeyID
 	}
 	return p.UserID
@@ -37,7 +42,7 @@ func (p *Principal) Subject() string {
 // for nobody.
 func Authorize(p *Principal, r Route) bool {
 	switch p.Kind {
-	case PrincipalAPIKey:
+	case PrincipalAPIKey, PrincipalToken:
 		return keyMayCall(p.Scopes, r)
 	case PrincipalUser:
 		return userMayCall(p, r)
