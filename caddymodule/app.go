@@ -69,6 +69,10 @@ type App struct {
 	// operator API. Without it the gateway serves the data plane only.
 	Identity *IdentityConfig `json:"identity,omitempty"`
 
+	// Webhooks tunes the delivery of the control plane's events to the
+	// endpoints `caddy queen webhook` manages. Nil: the defaults.
+	Webhooks *WebhooksConfig `json:"webhooks,omitempty"`
+
 	// CellTokens, keyed by cell slug ("*" for every cell without its own
 	// entry), makes the gateway present minted JWTs to cells that verify
 	// their own; other cells get their static cell_secret, if any.
@@ -296,6 +300,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		meterFlush:     time.Duration(a.MeterFlushInterval),
 		reconcile:      time.Duration(a.ReconcileInterval),
 		isolationEvery: time.Duration(a.IsolationProbeInterval),
+		webhooks:       a.Webhooks.settings(),
 		leader: leaderSettings{group: a.LeaderGroup, name: a.GatewayName, ttl: time.Duration(a.LeaderLeaseTTL),
 			members: a.LeaderGroupSize, memberNames: a.LeaderGroupMembers, peerListen: a.PeerListen, peerURL: a.PeerAddress, peerSecret: a.PeerSecret},
 		identity: tenancy.IdentityCacheConfig{

@@ -101,6 +101,7 @@ func buildQueenCommand(cmd *cobra.Command) {
 		userCommand(),
 		planCommand(),
 		usageCommand(),
+		webhookCommand(),
 		versionCommand(),
 	)
 	silence(cmd)

@@ -1,0 +1,69 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"syscall"
+	"time"
+)
+
+// addressAllowed says whether the gateway may connect to ip to deliver a
+// webhook. The URLs are the operator's, but what a name resolves to can
+// change after it was configured, so the address is checked at every
+// connection, after resolution: never the unspecified address, multicast
+// or broadcast, never link-local (where cloud instance metadata answers,
+// 169.254.169.254 and fe80::/10), and loopback only when allowed (on a
+// gateway, loopback reaches the gateway's own admin and peer endpoints).
+// Private networks are allowed: billing and alerting systems live there.
+func addressAllowed(ip netip.Addr, allowLoopback bool) error {
+	ip = ip.Unmap()
+	switch {
+	case !ip.IsValid(), ip.IsUnspecified():
+		return fmt.Errorf("address %s is unspecified", ip)
+	case ip.IsMulticast(), ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return fmt.Errorf("address %s is multicast or broadcast", ip)
+	case ip.IsLinkLocalUnicast(), ip.IsLinkLocalMulticast():
+		return fmt.Errorf("address %s is link-local (instance metadata lives there)", ip)
+	case ip.IsLoopback() && !allowLoopback:
+		return fmt.Errorf("address %s is loopback (allowed only with the allow_loopback option)", ip)
+	}
+	return nil
+}
+
+// newClient is the HTTP client that delivers: no proxy from the
+// environment (the guard must see the real destination), no redirects
+// followed (a 3xx is a failed attempt: the operator's URL is the only
+// place a delivery goes), every dialled address checked.
+func newClient(timeout time.Duration, allowLoopback bool) *http.Client {
+	d := &net.Dialer{
+		Timeout: timeout,
+		Control: func(_, address string, _ syscall.RawConn) error {
+			ap, err := netip.ParseAddrPort(address)
+			if err != nil {
+				return fmt.Errorf("webhook: dial %q: %w", address, err)
+			}
+			if err := addressAllowed(ap.Addr(), allowLoopback); err != nil {
+				return fmt.Errorf("webhook: refused to connect: %w", err)
+			}
+			return nil
+		},
+	}
+	return &http.Client{
+		Timeout: timeout,
+		Transport: &http.Transport{
+			Proxy: nil,
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				return d.DialContext(ctx, network, addr)
+			},
+			ForceAttemptHTTP2:     true,
+			MaxIdleConnsPerHost:   2,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   timeout,
+			ResponseHeaderTimeout: timeout,
+		},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
