@@ -40,7 +40,7 @@ type WebhooksConfig struct {
 	// (api_key_expiring). Default 168h (7 days).
 	KeyExpiryNotice caddy.Duration `json:"key_expiry_notice,omitempty"`
 	// AllowLoopback lets endpoints on loopback addresses be called; off,
-	// they are refused at connection time (see webhook.addressAllowed).
+	// they are refused at connection time (see harden.OutboundAllowed).
 	AllowLoopback bool `json:"allow_loopback,omitempty"`
 }
 

@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
+
+	"github.com/queengate/queengate/internal/harden"
 )
 
 // Defaults of Config.
@@ -106,7 +108,7 @@ func New(cfg Config) *Dispatcher {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Dispatcher{cfg: cfg, client: newClient(cfg.Timeout, cfg.AllowLoopback), log: log}
+	return &Dispatcher{cfg: cfg, client: harden.NewOutboundClient(cfg.Timeout, cfg.AllowLoopback), log: log}
 }
 
 // Backoff is the wait after a delivery's attempts-th failed attempt.

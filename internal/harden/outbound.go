@@ -1,4 +1,4 @@
-package webhook
+package harden
 
 import (
 	"context"
@@ -10,15 +10,15 @@ import (
 	"time"
 )
 
-// addressAllowed says whether the gateway may connect to ip to deliver a
-// webhook. The URLs are the operator's, but what a name resolves to can
+// OutboundAllowed says whether the gateway may connect to ip on an
+// operator's behalf (webhooks, usage export). The URLs are the operator's, but what a name resolves to can
 // change after it was configured, so the address is checked at every
 // connection, after resolution: never the unspecified address, multicast
 // or broadcast, never link-local (where cloud instance metadata answers,
 // 169.254.169.254 and fe80::/10), and loopback only when allowed (on a
 // gateway, loopback reaches the gateway's own admin and peer endpoints).
 // Private networks are allowed: billing and alerting systems live there.
-func addressAllowed(ip netip.Addr, allowLoopback bool) error {
+func OutboundAllowed(ip netip.Addr, allowLoopback bool) error {
 	ip = ip.Unmap()
 	switch {
 	case !ip.IsValid(), ip.IsUnspecified():
@@ -28,25 +28,26 @@ func addressAllowed(ip netip.Addr, allowLoopback bool) error {
 	case ip.IsLinkLocalUnicast(), ip.IsLinkLocalMulticast():
 		return fmt.Errorf("address %s is link-local (instance metadata lives there)", ip)
 	case ip.IsLoopback() && !allowLoopback:
-		return fmt.Errorf("address %s is loopback (allowed only with the allow_loopback option)", ip)
+		return fmt.Errorf("address %s is loopback (allowed only with allow_loopback)", ip)
 	}
 	return nil
 }
 
-// newClient is the HTTP client that delivers: no proxy from the
-// environment (the guard must see the real destination), no redirects
-// followed (a 3xx is a failed attempt: the operator's URL is the only
-// place a delivery goes), every dialled address checked.
-func newClient(timeout time.Duration, allowLoopback bool) *http.Client {
+// NewOutboundClient is the HTTP client for calls to operator-configured
+// URLs: no proxy from the environment (the guard must see the real
+// destination), no redirects followed (a 3xx is a failure: the operator's
+// URL is the only place a call goes), every dialled address checked by
+// OutboundAllowed.
+func NewOutboundClient(timeout time.Duration, allowLoopback bool) *http.Client {
 	d := &net.Dialer{
 		Timeout: timeout,
 		Control: func(_, address string, _ syscall.RawConn) error {
 			ap, err := netip.ParseAddrPort(address)
 			if err != nil {
-				return fmt.Errorf("webhook: dial %q: %w", address, err)
+				return fmt.Errorf("outbound dial %q: %w", address, err)
 			}
-			if err := addressAllowed(ap.Addr(), allowLoopback); err != nil {
-				return fmt.Errorf("webhook: refused to connect: %w", err)
+			if err := OutboundAllowed(ap.Addr(), allowLoopback); err != nil {
+				return fmt.Errorf("refused to connect: %w", err)
 			}
 			return nil
 		},
