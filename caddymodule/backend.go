@@ -38,6 +38,7 @@ type backendSettings struct {
 	isolationEvery time.Duration
 	leader         leaderSettings
 	webhooks       webhookSettings
+	usageExport    usageExportSettings
 }
 
 type backend struct {
@@ -69,6 +70,8 @@ type backend struct {
 	// webhookPool is the webhook dispatcher's own connections; nil when
 	// this gateway does not deliver.
 	webhookPool *pgxpool.Pool
+	// exportPool is the usage export's; nil without usage_export.
+	exportPool  *pgxpool.Pool
 	peerServer  *http.Server // answers the group's members; nil without peer_listen
 	gatewayName string
 	seenCells   sync.Map // cell id -> struct{}: the cells whose clusters are reconciled
@@ -90,8 +93,8 @@ type backend struct {
 const listenerReadyWait = 5 * time.Second
 
 func acquireBackend(ctx caddy.Context, s backendSettings, log *zap.Logger) (*backend, error) {
-	key := fmt.Sprintf("%s|%d|%v|%v|%+v|%+v|%s|%v|%v|%v|%+v|%+v", s.databaseURL, s.poolMaxConns, s.skipMigrations, s.keyTouch,
-		s.cache, s.identity, s.spoolDir, s.meterFlush, s.reconcile, s.isolationEvery, s.leader, s.webhooks)
+	key := fmt.Sprintf("%s|%d|%v|%v|%+v|%+v|%s|%v|%v|%v|%+v|%+v|%+v", s.databaseURL, s.poolMaxConns, s.skipMigrations, s.keyTouch,
+		s.cache, s.identity, s.spoolDir, s.meterFlush, s.reconcile, s.isolationEvery, s.leader, s.webhooks, s.usageExport)
 	v, _, err := backends.LoadOrNew(key, func() (caddy.Destructor, error) {
 		return newBackend(ctx, key, s, log)
 	})
@@ -188,6 +191,9 @@ func newBackend(ctx context.Context, key string, s backendSettings, log *zap.Log
 		// pool parsed the same one: deliveries wait for the next start.
 		log.Error("webhook delivery not started", zap.Error(err))
 	}
+	if err := b.startUsageExport(runCtx, &workers, s.databaseURL, s.usageExport, log); err != nil {
+		log.Error("usage export not started", zap.Error(err))
+	}
 	if !databaseUp {
 		log.Error("control-plane database unreachable at start; refusing what cannot be confirmed until it answers",
 			zap.String("database", redactURL(s.databaseURL)))
@@ -257,6 +263,7 @@ func (b *backend) Destruct() error {
 	b.leaveDrains()
 	b.closeLeasePool()
 	b.closeWebhookPool()
+	b.closeExportPool()
 	b.pool.Close()
 	return nil
 }

@@ -199,6 +199,34 @@ key_expiry_notices expires_at timestamptz NN -
 quota_clearances cluster_id uuid NN -
 quota_clearances month text NN -
 quota_clearances cleared_at timestamptz NN now()
+usage_export_sinks sink text NN -
+usage_export_sinks start_at timestamptz NN -
+usage_export_ledger sink text NN -
+usage_export_ledger cluster_id uuid NN -
+usage_export_ledger minute timestamptz NN -
+usage_export_ledger op_class text NN -
+usage_export_ledger msgs bigint NN -
+usage_export_ledger reqs bigint NN -
+usage_export_ledger bytes_in bigint NN -
+usage_export_ledger bytes_out bigint NN -
+usage_export_ledger unanswered_msgs bigint NN -
+usage_export_events seq bigint NN nextval('queen_proxy.usage_export_events_seq_seq'::regclass)
+usage_export_events sink text NN -
+usage_export_events id text NN -
+usage_export_events cluster_id uuid NN -
+usage_export_events cluster_slug text NN -
+usage_export_events tenant_id uuid NN -
+usage_export_events tenant_slug text NN -
+usage_export_events period_start timestamptz NN -
+usage_export_events period_end timestamptz NN -
+usage_export_events op_class text NN -
+usage_export_events msgs bigint NN -
+usage_export_events reqs bigint NN -
+usage_export_events bytes_in bigint NN -
+usage_export_events bytes_out bigint NN -
+usage_export_events unanswered_msgs bigint NN -
+usage_export_events created_at timestamptz NN now()
+usage_export_events sent_at timestamptz NULL -
 schema_migrations name text NN -
 schema_migrations applied_at timestamptz NN now()
 `
@@ -291,6 +319,8 @@ func TestSchemaForeignKeys(t *testing.T) {
 		"webhook_attempts.endpoint_id webhook_endpoints c":   true,
 		"key_expiry_notices.key_id api_keys c":               true,
 		"quota_clearances.cluster_id clusters c":             true,
+		"usage_export_ledger.sink usage_export_sinks c":      true,
+		"usage_export_events.sink usage_export_sinks c":      true,
 	}
 	rows, err := pool.Query(ctxT(t), `
 		SELECT src.relname || '.' || a.attname || ' ' || dst.relname || ' ' || con.confdeltype::text

@@ -2,9 +2,10 @@ package webhook
 
 import (
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/queengate/queengate/internal/harden"
 )
 
 // Kind is an event kind: the outbox row's kind, sent as the payload's
@@ -61,26 +62,6 @@ func CheckEvents(events []string) error {
 	return nil
 }
 
-// CheckURL refuses an endpoint URL the gateway would not call: anything
-// but an absolute http or https URL with a host, and URLs with user
-// information (a password in a URL ends up in logs and listings) or a
-// fragment.
-func CheckURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return fmt.Errorf("endpoint URL %q does not parse: %w", raw, err)
-	}
-	switch {
-	case u.Scheme != "http" && u.Scheme != "https":
-		return fmt.Errorf("endpoint URL %q must start with https:// or http://", raw)
-	case u.Host == "" || u.Hostname() == "":
-		return fmt.Errorf("endpoint URL %q has no host", raw)
-	case u.User != nil:
-		return fmt.Errorf("endpoint URL %q carries user information; put credentials in the receiver's check of the signature instead", raw)
-	case u.Fragment != "" || strings.Contains(raw, "#"):
-		return fmt.Errorf("endpoint URL %q has a fragment", raw)
-	case strings.ContainsAny(raw, " \t\r\n"):
-		return fmt.Errorf("endpoint URL %q contains white space", raw)
-	}
-	return nil
-}
+// CheckURL refuses an endpoint URL the gateway would not call (see
+// harden.CheckOutboundURL).
+func CheckURL(raw string) error { return harden.CheckOutboundURL(raw) }

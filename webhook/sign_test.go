@@ -46,7 +46,7 @@ func TestSecrets(t *testing.T) {
 }
 
 func TestCheckURL(t *testing.T) {
-	for _, ok := range []string{"https://hooks.example.com/queen", "http://10.0.0.5:8080/x?y=1"} {
+	for _, ok := range []string{"https://hooks.example.com/queen", "http://192.0.2.5:8080/x?y=1"} {
 		if err := CheckURL(ok); err != nil {
 			t.Errorf("CheckURL(%q) = %v", ok, err)
 		}

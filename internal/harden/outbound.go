@@ -6,16 +6,19 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
+	"strings"
 	"syscall"
 	"time"
 )
 
 // OutboundAllowed says whether the gateway may connect to ip on an
-// operator's behalf (webhooks, usage export). The URLs are the operator's, but what a name resolves to can
-// change after it was configured, so the address is checked at every
+// operator's behalf (webhooks, usage export). The URLs are the operator's,
+// but what a name resolves to can change after it was configured, so the
+// address is checked at every
 // connection, after resolution: never the unspecified address, multicast
-// or broadcast, never link-local (where cloud instance metadata answers,
-// 169.254.169.254 and fe80::/10), and loopback only when allowed (on a
+// or broadcast, never link-local (where cloud instance metadata answers),
+// and loopback only when allowed (on a
 // gateway, loopback reaches the gateway's own admin and peer endpoints).
 // Private networks are allowed: billing and alerting systems live there.
 func OutboundAllowed(ip netip.Addr, allowLoopback bool) error {
@@ -67,4 +70,29 @@ func NewOutboundClient(timeout time.Duration, allowLoopback bool) *http.Client {
 		},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
+}
+
+// CheckOutboundURL refuses a URL the gateway would not call for an
+// operator (a webhook endpoint, a usage receiver): anything
+// but an absolute http or https URL with a host, and URLs with user
+// information (a password in a URL ends up in logs and listings) or a
+// fragment.
+func CheckOutboundURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("URL %q does not parse: %w", raw, err)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("URL %q must start with https:// or http://", raw)
+	case u.Host == "" || u.Hostname() == "":
+		return fmt.Errorf("URL %q has no host", raw)
+	case u.User != nil:
+		return fmt.Errorf("URL %q carries user information; put credentials in the receiver's check of the signature instead", raw)
+	case u.Fragment != "" || strings.Contains(raw, "#"):
+		return fmt.Errorf("URL %q has a fragment", raw)
+	case strings.ContainsAny(raw, " \t\r\n"):
+		return fmt.Errorf("URL %q contains white space", raw)
+	}
+	return nil
 }
