@@ -65,7 +65,7 @@ func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:      "queen",
 		Usage:     "<command> [flags]",
-		Short:     "Manages queengate cells, tenants, clusters, keys, users, plans and usage",
+		Short:     "Manages queengate cells, tenants, clusters, keys, users, plans, usage and webhooks",
 		Long:      queenLong,
 		CobraFunc: buildQueenCommand,
 	})
