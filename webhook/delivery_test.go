@@ -111,7 +111,10 @@ func TestReceiverDownForAWhileThenAnswers(t *testing.T) {
 		return http.StatusOK
 	}}
 	rcv.serve(t, l2)
-	eventually(t, 30*time.Second, "both events delivered", func() bool { return len(rcv.accepted()) >= 2 })
+	eventually(t, 30*time.Second, "both events delivered and recorded", func() bool {
+		return len(rcv.accepted()) >= 2 &&
+			scalar[int](t, pool, `SELECT count(*)::int FROM queen_proxy.webhook_deliveries WHERE delivered_at IS NULL`) == 0
+	})
 	all := rcv.all()
 	var order []string
 	for _, g := range all {

@@ -31,6 +31,11 @@ const (
 	// expiringEvery is how often a gateway looks for keys to announce as
 	// expiring.
 	expiringEvery = time.Minute
+	// errorWaitMax bounds the wait of a worker after failed rounds.
+	errorWaitMax = 30 * time.Second
+	// KeepDelivered is how long delivered events and their attempts are
+	// kept for "webhook attempts" and inspection.
+	KeepDelivered = 30 * 24 * time.Hour
 	// maxErrorText bounds the error recorded with an attempt.
 	maxErrorText = 500
 	// maxAnswerRead bounds how much of a receiver's answer is read (to
@@ -126,19 +131,32 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	for range d.cfg.Workers {
 		wg.Go(func() { d.work(ctx) })
 	}
-	wg.Go(func() { d.announceExpiring(ctx) })
+	wg.Go(func() { d.housekeeping(ctx) })
 	wg.Wait()
 }
 
 func (d *Dispatcher) work(ctx context.Context) {
 	t := time.NewTicker(d.cfg.Poll)
 	defer t.Stop()
+	failures := 0
 	for {
 		did, err := d.DeliverOne(ctx)
-		if err != nil && ctx.Err() == nil {
-			d.log.Warn("webhook delivery round failed; trying again", zap.Error(err))
-		}
-		if did && err == nil {
+		if err == nil {
+			failures = 0
+			if did {
+				continue
+			}
+		} else if ctx.Err() == nil {
+			// A database that does not answer is logged once per wait,
+			// and the waits grow: not a line per worker and poll.
+			failures++
+			wait := min(d.cfg.Poll<<min(failures, 10), errorWaitMax)
+			d.log.Warn("webhook delivery round failed; trying again", zap.Duration("in", wait), zap.Error(err))
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
 			continue
 		}
 		select {
@@ -149,7 +167,10 @@ func (d *Dispatcher) work(ctx context.Context) {
 	}
 }
 
-func (d *Dispatcher) announceExpiring(ctx context.Context) {
+// housekeeping announces expiring keys and prunes deliveries delivered
+// more than KeepDelivered ago (their attempts with them), every minute on
+// every gateway: both are safe to run at once from several.
+func (d *Dispatcher) housekeeping(ctx context.Context) {
 	t := time.NewTicker(expiringEvery)
 	defer t.Stop()
 	for {
@@ -160,6 +181,10 @@ func (d *Dispatcher) announceExpiring(ctx context.Context) {
 			d.log.Warn("announcing expiring API keys failed; trying again", zap.Error(err))
 		} else if n > 0 {
 			d.log.Info("announced expiring API keys", zap.Int("keys", n))
+		}
+		if _, err := d.cfg.Pool.Exec(ctx, `DELETE FROM queen_proxy.webhook_deliveries
+			WHERE delivered_at < now() - make_interval(secs => $1)`, KeepDelivered.Seconds()); err != nil && ctx.Err() == nil {
+			d.log.Warn("pruning delivered webhook events failed; trying again", zap.Error(err))
 		}
 		select {
 		case <-ctx.Done():
