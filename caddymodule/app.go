@@ -69,6 +69,14 @@ type App struct {
 	// operator API. Without it the gateway serves the data plane only.
 	Identity *IdentityConfig `json:"identity,omitempty"`
 
+	// Webhooks tunes the delivery of the control plane's events to the
+	// endpoints `caddy queen webhook` manages. Nil: the defaults.
+	Webhooks *WebhooksConfig `json:"webhooks,omitempty"`
+
+	// UsageExport pushes usage to a billing receiver as CloudEvents. Nil:
+	// no export.
+	UsageExport *UsageExportConfig `json:"usage_export,omitempty"`
+
 	// CellTokens, keyed by cell slug ("*" for every cell without its own
 	// entry), makes the gateway present minted JWTs to cells that verify
 	// their own; other cells get their static cell_secret, if any.
@@ -297,6 +305,10 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if err := a.provisionJWTIssuers(a.logger); err != nil {
 		return fmt.Errorf("queen: %w", err)
 	}
+	exportSettings, err := a.UsageExport.settings()
+	if err != nil {
+		return fmt.Errorf("queen: %w", err)
+	}
 	b, err := acquireBackend(ctx, backendSettings{
 		databaseURL:    a.DatabaseURL,
 		poolMaxConns:   a.PoolMaxConns,
@@ -306,6 +318,8 @@ func (a *App) Provision(ctx caddy.Context) error {
 		meterFlush:     time.Duration(a.MeterFlushInterval),
 		reconcile:      time.Duration(a.ReconcileInterval),
 		isolationEvery: time.Duration(a.IsolationProbeInterval),
+		webhooks:       a.Webhooks.settings(),
+		usageExport:    exportSettings,
 		leader: leaderSettings{group: a.LeaderGroup, name: a.GatewayName, ttl: time.Duration(a.LeaderLeaseTTL),
 			members: a.LeaderGroupSize, memberNames: a.LeaderGroupMembers, peerListen: a.PeerListen, peerURL: a.PeerAddress, peerSecret: a.PeerSecret},
 		identity: tenancy.IdentityCacheConfig{

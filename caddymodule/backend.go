@@ -37,6 +37,8 @@ type backendSettings struct {
 	reconcile      time.Duration
 	isolationEvery time.Duration
 	leader         leaderSettings
+	webhooks       webhookSettings
+	usageExport    usageExportSettings
 }
 
 type backend struct {
@@ -65,7 +67,12 @@ type backend struct {
 	// elector is nil for a gateway that is not part of a group.
 	elector *leader.Elector
 	// leasePool is the elector's own connections; nil without a group.
-	leasePool   *pgxpool.Pool
+	leasePool *pgxpool.Pool
+	// webhookPool is the webhook dispatcher's own connections; nil when
+	// this gateway does not deliver.
+	webhookPool *pgxpool.Pool
+	// exportPool is the usage export's; nil without usage_export.
+	exportPool  *pgxpool.Pool
 	peerServer  *http.Server // answers the group's members; nil without peer_listen
 	gatewayName string
 	seenCells   sync.Map // cell id -> struct{}: the cells whose clusters are reconciled
@@ -87,8 +94,8 @@ type backend struct {
 const listenerReadyWait = 5 * time.Second
 
 func acquireBackend(ctx caddy.Context, s backendSettings, log *zap.Logger) (*backend, error) {
-	key := fmt.Sprintf("%s|%d|%v|%v|%+v|%+v|%s|%v|%v|%v|%+v", s.databaseURL, s.poolMaxConns, s.skipMigrations, s.keyTouch,
-		s.cache, s.identity, s.spoolDir, s.meterFlush, s.reconcile, s.isolationEvery, s.leader)
+	key := fmt.Sprintf("%s|%d|%v|%v|%+v|%+v|%s|%v|%v|%v|%+v|%+v|%+v", s.databaseURL, s.poolMaxConns, s.skipMigrations, s.keyTouch,
+		s.cache, s.identity, s.spoolDir, s.meterFlush, s.reconcile, s.isolationEvery, s.leader, s.webhooks, s.usageExport)
 	v, _, err := backends.LoadOrNew(key, func() (caddy.Destructor, error) {
 		return newBackend(ctx, key, s, log)
 	})
@@ -184,6 +191,14 @@ func newBackend(ctx context.Context, key string, s backendSettings, log *zap.Log
 		workers.Go(func() { b.elector.Run(runCtx) })
 	}
 	b.runLimitsAndMeter(runCtx, &workers, log)
+	if err := b.startWebhooks(runCtx, &workers, s.databaseURL, s.leader.name, s.webhooks, log); err != nil {
+		// Only a database URL pgx cannot parse gets here, and the main
+		// pool parsed the same one: deliveries wait for the next start.
+		log.Error("webhook delivery not started", zap.Error(err))
+	}
+	if err := b.startUsageExport(runCtx, &workers, s.databaseURL, s.usageExport, log); err != nil {
+		log.Error("usage export not started", zap.Error(err))
+	}
 	if !databaseUp {
 		log.Error("control-plane database unreachable at start; refusing what cannot be confirmed until it answers",
 			zap.String("database", redactURL(s.databaseURL)))
@@ -252,6 +267,8 @@ func (b *backend) Destruct() error {
 	<-b.stopped
 	b.leaveDrains()
 	b.closeLeasePool()
+	b.closeWebhookPool()
+	b.closeExportPool()
 	b.pool.Close()
 	return nil
 }

@@ -173,6 +173,22 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := a.Identity.unmarshal(d); err != nil {
 				return err
 			}
+		case "webhooks":
+			if a.Webhooks != nil {
+				return d.Err("queen: webhooks given twice")
+			}
+			a.Webhooks = new(WebhooksConfig)
+			if err := a.Webhooks.unmarshal(d); err != nil {
+				return err
+			}
+		case "usage_export":
+			if a.UsageExport != nil {
+				return d.Err("queen: usage_export given twice")
+			}
+			a.UsageExport = new(UsageExportConfig)
+			if err := a.UsageExport.unmarshal(d); err != nil {
+				return err
+			}
 		case "shadow":
 			if d.NextArg() {
 				return d.ArgErr()

@@ -97,12 +97,13 @@ func errorf(kind Kind, format string, args ...any) *Error {
 // takenNouns names, per unique constraint of the schema, what an operator
 // calls the value that collided.
 var takenNouns = map[string]string{
-	"tenants_slug_key":      "tenant slug",
-	"clusters_slug_key":     "cluster slug",
-	"cells_slug_key":        "cell slug",
-	"users_email_key":       "user e-mail",
-	"plans_code_key":        "plan code",
-	"api_keys_key_hash_key": "API key hash",
+	"tenants_slug_key":           "tenant slug",
+	"clusters_slug_key":          "cluster slug",
+	"cells_slug_key":             "cell slug",
+	"users_email_key":            "user e-mail",
+	"plans_code_key":             "plan code",
+	"api_keys_key_hash_key":      "API key hash",
+	"webhook_endpoints_name_key": "webhook endpoint name",
 }
 
 // uniqueDetail matches PostgreSQL's detail of a unique violation:

@@ -267,6 +267,20 @@ func (q *Quota) evaluate(ctx context.Context) error {
 		}
 	}
 	q.blocks.Store(&blockSet{until: next.Unix(), ids: blocked})
+	// The list is complete (every cluster with a quota), so a block
+	// announced for a cluster not in it now has ended: announce that once
+	// (cluster_monthly_quota_cleared), as for earlier months' blocks.
+	ids := make([]string, 0, len(blocked))
+	for id := range blocked {
+		ids = append(ids, id)
+	}
+	var cleared int
+	if err := q.pool.QueryRow(ctx, "SELECT queen_proxy.clear_monthly_quota_blocks($1, $2::uuid[])", month, ids).Scan(&cleared); err != nil {
+		q.log.Warn("announcing ended monthly quota blocks failed; retried next run", zap.Error(err))
+		errs = append(errs, fmt.Errorf("meter: announce ended quota blocks: %w", err))
+	} else if cleared > 0 {
+		q.log.Info("monthly quota blocks ended", zap.Int("clusters", cleared), zap.String("month", month))
+	}
 	return errors.Join(errs...)
 }
 

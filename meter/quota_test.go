@@ -215,6 +215,40 @@ func TestQuotaOverrides(t *testing.T) {
 	}
 }
 
+// A block ends when the quota is raised (or lifted): one
+// cluster_monthly_quota_cleared event, however many gateways evaluate.
+func TestQuotaBlockEndIsAnnouncedOnce(t *testing.T) {
+	pool := db(t)
+	clk := newClock(time.Now().UTC())
+	m := newMeter(t, Config{Now: clk.Now})
+	c := newCluster(t, pool, newQuotaPlan(t, pool, 10))
+	m.Record(Sample{ClusterID: c, Op: OpPush, Reqs: 1, Msgs: 20})
+	if err := m.Drain(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	a, b := newQuota(t, pool, clk.Now), newQuota(t, pool, clk.Now)
+	for _, q := range []*Quota{a, b} {
+		if err := q.RunOnce(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := outboxCount(t, pool, c, KindQuotaBlocked); n != 1 || a.PushBlock(c) != limits.PushBlockedMonthly {
+		t.Fatalf("over quota: %d blocked events, block %v", n, a.PushBlock(c))
+	}
+	if n := outboxCount(t, pool, c, "cluster_monthly_quota_cleared"); n != 0 {
+		t.Fatalf("%d cleared events while blocked", n)
+	}
+	exec(t, pool, `SELECT queen_proxy.set_limit_override($1, '{"monthly_msgs_quota": 100}')`, c)
+	for _, q := range []*Quota{a, b, a} {
+		if err := q.RunOnce(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := outboxCount(t, pool, c, "cluster_monthly_quota_cleared"); n != 1 || a.PushBlock(c) != limits.PushOpen {
+		t.Fatalf("quota raised: %d cleared events, block %v", n, a.PushBlock(c))
+	}
+}
+
 // RunOnce rolls closed days up, prunes old minute rows only once rolled up,
 // and prunes old batch ids.
 func TestQuotaRollupAndPrune(t *testing.T) {

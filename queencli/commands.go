@@ -65,7 +65,7 @@ func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:      "queen",
 		Usage:     "<command> [flags]",
-		Short:     "Manages queengate cells, tenants, clusters, keys, machine tokens, users, plans and usage",
+		Short:     "Manages queengate cells, tenants, clusters, keys, machine tokens, users, plans, usage and webhooks",
 		Long:      queenLong,
 		CobraFunc: buildQueenCommand,
 	})
@@ -102,6 +102,7 @@ func buildQueenCommand(cmd *cobra.Command) {
 		userCommand(),
 		planCommand(),
 		usageCommand(),
+		webhookCommand(),
 		versionCommand(),
 	)
 	silence(cmd)
