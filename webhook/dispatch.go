@@ -127,17 +127,35 @@ func (d *Dispatcher) Backoff(attempts int) time.Duration {
 
 // Run delivers until ctx ends.
 func (d *Dispatcher) Run(ctx context.Context) {
+	// Idle workers share one tick per Poll: a gateway with nothing to
+	// deliver asks the database once per Poll, not once per worker. A
+	// worker that found work goes on without waiting.
+	tick := make(chan struct{})
 	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(d.cfg.Poll)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case tick <- struct{}{}:
+			}
+		}
+	})
 	for range d.cfg.Workers {
-		wg.Go(func() { d.work(ctx) })
+		wg.Go(func() { d.work(ctx, tick) })
 	}
 	wg.Go(func() { d.housekeeping(ctx) })
 	wg.Wait()
 }
 
-func (d *Dispatcher) work(ctx context.Context) {
-	t := time.NewTicker(d.cfg.Poll)
-	defer t.Stop()
+func (d *Dispatcher) work(ctx context.Context, tick <-chan struct{}) {
 	failures := 0
 	for {
 		did, err := d.DeliverOne(ctx)
@@ -162,7 +180,7 @@ func (d *Dispatcher) work(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-tick:
 		}
 	}
 }
