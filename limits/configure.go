@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/queengate/queengate/internal/jsonscan"
+	"github.com/queengate/queengate/wire"
 )
 
 // retentionKeys are the /configure options the retention ceiling applies to,
@@ -40,7 +40,7 @@ func CheckConfigure(body []byte, lim Effective) (queue string, refusal string, o
 	}
 	var queueV, options []byte
 	hasQueue := false
-	for it := jsonscan.Object(top.raw); ; {
+	for it := wire.Object(top.raw); ; {
 		k, v, more := it.Next()
 		if !more {
 			break
@@ -67,7 +67,7 @@ func CheckConfigure(body []byte, lim Effective) (queue string, refusal string, o
 		return queue, "", true
 	}
 	var values [len(retentionKeys)][]byte
-	for it := jsonscan.Object(bag); ; {
+	for it := wire.Object(bag); ; {
 		k, v, more := it.Next()
 		if !more {
 			break
@@ -152,7 +152,7 @@ func ParseReplayDestination(body []byte) (queue, partition string, refusal strin
 		return "", "", "", false
 	}
 	var qv, pv []byte
-	for it := jsonscan.Object(top.raw); ; {
+	for it := wire.Object(top.raw); ; {
 		k, v, more := it.Next()
 		if !more {
 			break

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/queengate/queengate/internal/jsonscan"
+	"github.com/queengate/queengate/wire"
 )
 
 // The broker (0.15.1) stores what it is given in columns whose types and
@@ -34,7 +34,7 @@ func nameTooLong(s []byte) bool {
 // rawStringTooLong is nameTooLong for the raw JSON string v (quotes and
 // escapes intact), counted without decoding it.
 func rawStringTooLong(v []byte) bool {
-	return len(v)-2 > MaxNameChars && jsonscan.StringChars(v) > MaxNameChars
+	return len(v)-2 > MaxNameChars && wire.StringChars(v) > MaxNameChars
 }
 
 // tooLongRefusal is the refusal of a name over MaxNameChars characters.
@@ -190,7 +190,7 @@ func isHex(c byte) bool {
 // queues.task are varchar(255), and the broker answers such a body with its
 // database's error after trying the insert.
 func ConfigureNamesError(body []byte) error {
-	i := jsonscan.SkipSpace(body, 0)
+	i := wire.SkipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return nil
 	}
@@ -214,10 +214,10 @@ func ConfigureNamesError(body []byte) error {
 // JSON is left to the broker, which refuses it (and one holding U+0000 to
 // StoredTextError).
 func AckNamesError(body []byte) error {
-	if len(body) <= MaxNameChars || !bytes.Contains(body, []byte("consumerGroup")) || jsonscan.CheckStored(body) != nil {
+	if len(body) <= MaxNameChars || !bytes.Contains(body, []byte("consumerGroup")) || wire.CheckStored(body) != nil {
 		return nil
 	}
-	i := jsonscan.SkipSpace(body, 0)
+	i := wire.SkipSpace(body, 0)
 	if body[i] != '{' {
 		return nil
 	}

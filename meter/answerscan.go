@@ -6,13 +6,13 @@ import (
 	"math/bits"
 	"unicode/utf8"
 
-	"github.com/queengate/queengate/internal/jsonscan"
+	"github.com/queengate/queengate/wire"
 )
 
 // answerScan is the reader under the answer tallies: a strict, streaming
-// JSON checker that accepts exactly what jsonscan.Checker accepts (valid
+// JSON checker that accepts exactly what wire.Checker accepts (valid
 // UTF-8, no byte-order mark, no half surrogate pair, nesting within
-// jsonscan.DefaultMaxDepth, RFC 8259 otherwise), and tells its watcher
+// wire.DefaultMaxDepth, RFC 8259 otherwise), and tells its watcher
 // only about the few places a tally reads. It is built for speed on what
 // the broker writes: it reads a token at a time rather than a byte at a
 // time, skips plain string text eight bytes at a time, keeps its nesting
@@ -37,14 +37,14 @@ import (
 //     watchDepth: first is '"' for a string (raw its text, as for key)
 //     or a number's or literal's first byte (raw nil), plain as for key.
 //
-// The reader and the tallies' verdicts are fuzzed against jsonscan.Checker
+// The reader and the tallies' verdicts are fuzzed against wire.Checker
 // and the tallies as they were before it (FuzzAnswerScanVerdict and the
 // Fuzz*MatchesOracle targets).
 type answerScan struct {
 	watch      answerWatcher
 	watchDepth int
-	names      nameFilter                                   // the plain member names told
-	arrays     [(jsonscan.DefaultMaxDepth + 64) / 64]uint64 // bit d: the container at depth d is an array (set as it opens)
+	names      nameFilter                               // the plain member names told
+	arrays     [(wire.DefaultMaxDepth + 64) / 64]uint64 // bit d: the container at depth d is an array (set as it opens)
 	// The text of a string the watcher hears, when it is cut by the end
 	// of a piece: up to len(carry) bytes, else carryLong.
 	carry [64]byte
@@ -53,7 +53,7 @@ type answerScan struct {
 	elems     elementReader
 	elemDepth int
 	inner     *answerScan // checks the nested values of the elements it reads
-	// maxDepth is the deepest nesting accepted (jsonscan.DefaultMaxDepth,
+	// maxDepth is the deepest nesting accepted (wire.DefaultMaxDepth,
 	// less the depth at which a value read on its own sits).
 	maxDepth int
 	// stopAtEnd ends the reading at the end of the top-level value, for a
@@ -127,7 +127,7 @@ const (
 	subUTF8         // inside a multi-byte sequence
 )
 
-// The number grammar, as in jsonscan.
+// The number grammar, as in wire.
 const (
 	numMinus uint8 = iota + 1
 	numZero
@@ -168,7 +168,7 @@ func namesOf(eitherCase bool, words ...string) *nameFilter {
 // text need no clearing: each is written before it is read.
 func (s *answerScan) reset(w answerWatcher, depth int, names *nameFilter) {
 	s.watch, s.watchDepth, s.names = w, depth, *names
-	s.elems, s.elemDepth, s.maxDepth, s.stopAtEnd = nil, -1, jsonscan.DefaultMaxDepth, false
+	s.elems, s.elemDepth, s.maxDepth, s.stopAtEnd = nil, -1, wire.DefaultMaxDepth, false
 	s.answerScanState = answerScanState{}
 }
 

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 
-	"github.com/queengate/queengate/internal/jsonscan"
+	"github.com/queengate/queengate/wire"
 )
 
 // PopKeys reads a pop answer too large to keep (over MaxBilledBody) as it
@@ -21,7 +21,7 @@ import (
 // rest are billed as first deliveries too. The parts it keeps are a few
 // short strings per message, never the payloads.
 type PopKeys struct {
-	check jsonscan.Checker
+	check wire.Checker
 	scan  popKeyScan
 }
 

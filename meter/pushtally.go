@@ -11,7 +11,7 @@ import "encoding/json"
 // accepted when the last member named exactly "status" is the string
 // "queued" or "buffered" (billable, M1); other statuses, other member
 // types and elements that are not objects are not billed. An answer that
-// is not one well-formed JSON array (jsonscan.Checker's rules) bills
+// is not one well-formed JSON array (wire.Checker's rules) bills
 // nothing, whatever it held before it went wrong.
 //
 // Write it the answer in pieces, then read Outcome once.

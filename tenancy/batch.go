@@ -5,15 +5,15 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/queengate/queengate/internal/jsonscan"
+	"github.com/queengate/queengate/wire"
 )
 
 // The body sniffers below read request bodies the gateway buffers anyway.
 // They fail closed: a body they cannot read exactly as the broker does never
 // earns a carve-out, and counts as growing, so a push block refuses it.
 //
-// Every body first passes jsonscan.Check (valid UTF-8, no byte-order mark,
-// well-formed, nesting within jsonscan.DefaultMaxDepth). On such text
+// Every body first passes wire.Check (valid UTF-8, no byte-order mark,
+// well-formed, nesting within wire.DefaultMaxDepth). On such text
 // encoding/json reads what the broker's JSON library reads: object keys
 // are matched exactly by decoding into maps (never into structs, which
 // match case-insensitively), and the last of duplicated keys wins.
@@ -63,7 +63,7 @@ type CarveOutBatch struct {
 // when it is a carve-out batch, also reports its size.
 func KVCarveOut(body []byte) (CarveOutBatch, bool) {
 	var b CarveOutBatch
-	if jsonscan.Check(body) != nil {
+	if wire.Check(body) != nil {
 		return b, false
 	}
 	ops, ok := batchOps(body)
@@ -91,7 +91,7 @@ func KVCarveOut(body []byte) (CarveOutBatch, bool) {
 // "operations" array) grows too: what the broker would do with it is not
 // known. Only an empty batch stores nothing for certain.
 func BatchGrows(body []byte) bool {
-	if jsonscan.Check(body) != nil {
+	if wire.Check(body) != nil {
 		return true
 	}
 	ops, ok := batchOps(body)
@@ -112,7 +112,7 @@ func BatchGrows(body []byte) bool {
 // What the items hold does not matter here. A body that is not a JSON
 // object pushes nothing; one that is not JSON at all grows.
 func CycleGrows(body []byte) bool {
-	if jsonscan.Check(body) != nil {
+	if wire.Check(body) != nil {
 		return true
 	}
 	obj, ok := jsonObject(body)

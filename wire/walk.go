@@ -1,4 +1,4 @@
-package jsonscan
+package wire
 
 // Members and Elements walk a container of valid JSON text in place, in
 // one pass: a caller that reads a value where it lies tells them where it
