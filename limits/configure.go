@@ -46,9 +46,9 @@ func CheckConfigure(body []byte, lim Effective) (queue string, refusal string, o
 			break
 		}
 		switch {
-		case keyIs(k, "queue"):
+		case wire.UnescapedIs(k, "queue"):
 			queueV, hasQueue = v, true
-		case keyIs(k, "options"):
+		case wire.UnescapedIs(k, "options"):
 			options = v
 		}
 	}
@@ -73,7 +73,7 @@ func CheckConfigure(body []byte, lim Effective) (queue string, refusal string, o
 			break
 		}
 		for i, name := range retentionKeys {
-			if keyIs(k, name) {
+			if wire.UnescapedIs(k, name) {
 				values[i] = v
 			}
 		}
@@ -158,9 +158,9 @@ func ParseReplayDestination(body []byte) (queue, partition string, refusal strin
 			break
 		}
 		switch {
-		case keyIs(k, "queue"):
+		case wire.UnescapedIs(k, "queue"):
 			qv = v
-		case keyIs(k, "partition"):
+		case wire.UnescapedIs(k, "partition"):
 			pv = v
 		}
 	}

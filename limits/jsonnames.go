@@ -2,8 +2,9 @@ package limits
 
 import (
 	"bytes"
-	"encoding/json"
 	"unicode/utf8"
+
+	"github.com/queengate/queengate/wire"
 )
 
 var defaultPartition = []byte(DefaultPartition)
@@ -23,12 +24,12 @@ func (n *nameBuf) text(slot int, v []byte) ([]byte, bool) {
 	if plainASCII(inner) || bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
 		return inner, true
 	}
-	var s string
-	if err := json.Unmarshal(v, &s); err != nil {
+	t, ok := wire.Unquote(inner, n.buf[slot][:0])
+	if !ok {
 		return nil, false
 	}
-	n.buf[slot] = append(n.buf[slot][:0], s...)
-	return n.buf[slot], true
+	n.buf[slot] = t
+	return t, true
 }
 
 // partition returns the partition named by the raw value v: "Default" when
@@ -38,16 +39,4 @@ func (n *nameBuf) partition(v []byte) ([]byte, bool) {
 		return defaultPartition, true
 	}
 	return n.text(1, v)
-}
-
-// keyIs reports whether the raw key text k (between the quotes, escapes
-// intact) names name.
-func keyIs(k []byte, name string) bool {
-	if bytes.IndexByte(k, '\\') < 0 {
-		return string(k) == name
-	}
-	q := make([]byte, 0, len(k)+2)
-	q = append(append(append(q, '"'), k...), '"')
-	var s string
-	return json.Unmarshal(q, &s) == nil && s == name
 }

@@ -56,7 +56,7 @@ func walkTopFields(body []byte, fields []string, read func(field, at int) int) (
 	}
 	wire.Members(body, i, func(k []byte, at int) int {
 		for f, name := range fields {
-			if keyIs(k, name) {
+			if wire.UnescapedIs(k, name) {
 				return read(f, at)
 			}
 		}
@@ -353,7 +353,7 @@ func memberValues(body []byte, at int, names []string, into [][]byte) int {
 	return wire.Members(body, at, func(k []byte, at int) int {
 		e := wire.ValueEnd(body, at)
 		for i, name := range names {
-			if keyIs(k, name) {
+			if wire.UnescapedIs(k, name) {
 				into[i] = body[at:e]
 				break
 			}
@@ -432,7 +432,7 @@ func ParseOperations(body []byte) (ProduceBatch, error) {
 		ops(i)
 	case '{':
 		wire.Members(body, i, func(k []byte, at int) int {
-			if !keyIs(k, "operations") {
+			if !wire.UnescapedIs(k, "operations") {
 				return wire.ValueEnd(body, at)
 			}
 			isBatch = body[at] == '['
@@ -610,11 +610,11 @@ func ParseTrace(body []byte) (ProduceBatch, error) {
 	size := missingPayloadBytes
 	wire.Members(body, i, func(k []byte, at int) int {
 		e := wire.ValueEnd(body, at)
-		if keyIs(k, "data") {
+		if wire.UnescapedIs(k, "data") {
 			size = e - at
 		}
 		for f := range traceLimits {
-			if keyIs(k, traceLimits[f].field) {
+			if wire.UnescapedIs(k, traceLimits[f].field) {
 				values[f] = body[at:e]
 			}
 		}

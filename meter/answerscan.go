@@ -321,14 +321,14 @@ func (s *answerScan) members(p []byte, i int) int {
 		text := i + 1
 		q, n := p[text:], 0
 		for len(q) >= 8 {
-			if m := specialBytes(binary.LittleEndian.Uint64(q)); m != 0 {
+			if m := wire.SpecialBytes(binary.LittleEndian.Uint64(q)); m != 0 {
 				n += bits.TrailingZeros64(m) >> 3
 				goto nameMeasured
 			}
 			q, n = q[8:], n+8
 		}
 		for _, c := range q {
-			if !plainByte[c] {
+			if !wire.PlainByte[c] {
 				break
 			}
 			n++
@@ -360,14 +360,14 @@ func (s *answerScan) members(p []byte, i int) int {
 			text = i + 2
 			q, n = p[text:], 0
 			for len(q) >= 8 {
-				if m := specialBytes(binary.LittleEndian.Uint64(q)); m != 0 {
+				if m := wire.SpecialBytes(binary.LittleEndian.Uint64(q)); m != 0 {
 					n += bits.TrailingZeros64(m) >> 3
 					goto valueMeasured
 				}
 				q, n = q[8:], n+8
 			}
 			for _, c := range q {
-				if !plainByte[c] {
+				if !wire.PlainByte[c] {
 					break
 				}
 				n++
@@ -781,13 +781,13 @@ func (s *answerScan) stringText(p []byte, i int) int {
 		if s.sub == subNone {
 			if !s.highSurr {
 				for i+8 <= len(p) {
-					if m := specialBytes(binary.LittleEndian.Uint64(p[i:])); m != 0 {
+					if m := wire.SpecialBytes(binary.LittleEndian.Uint64(p[i:])); m != 0 {
 						i += bits.TrailingZeros64(m) >> 3
 						goto special
 					}
 					i += 8
 				}
-				for i < len(p) && plainByte[p[i]] {
+				for i < len(p) && wire.PlainByte[p[i]] {
 					i++
 				}
 				if i == len(p) {
@@ -807,8 +807,8 @@ func (s *answerScan) stringText(p []byte, i int) int {
 						continue
 					}
 					if i+6 <= len(p) {
-						v, ok := hex4(p[i+2 : i+6])
-						if !ok || !s.surrogate(v) {
+						v := wire.Hex4(p, i+2)
+						if v < 0 || !s.surrogate(uint16(v)) {
 							return s.fail()
 						}
 						i += 6
@@ -854,9 +854,11 @@ func (s *answerScan) stringText(p []byte, i int) int {
 				i += n
 				continue
 			}
-			if !s.startRune(c) {
+			left, lo, hi, ok := wire.RuneStart(c)
+			if !ok {
 				return s.fail()
 			}
+			s.sub, s.utfLeft, s.utfLo, s.utfHi = subUTF8, left, lo, hi
 			i++
 			continue
 		}
@@ -873,8 +875,8 @@ func (s *answerScan) stringText(p []byte, i int) int {
 				return s.fail()
 			}
 		case subHex:
-			d, ok := hexDigit(c)
-			if !ok {
+			d := wire.HexDigit[c]
+			if d > 0xF {
 				return s.fail()
 			}
 			s.hex = s.hex<<4 | uint16(d)
@@ -902,55 +904,9 @@ func (s *answerScan) stringText(p []byte, i int) int {
 // surrogate takes the code unit of a \u escape: a high surrogate must be
 // followed at once by the escape of a low one.
 func (s *answerScan) surrogate(v uint16) bool {
-	high, low := v >= 0xD800 && v < 0xDC00, v >= 0xDC00 && v < 0xE000
-	switch {
-	case high && !s.highSurr:
-		s.highSurr = true
-	case low && s.highSurr:
-		s.highSurr = false
-	case high, low, s.highSurr:
-		return false
-	}
-	return true
-}
-
-// startRune takes the first byte of a UTF-8 sequence cut by the end of a
-// piece; the bounds of its second byte refuse what utf8.Valid refuses.
-func (s *answerScan) startRune(b byte) bool {
-	s.utfLo, s.utfHi = 0x80, 0xBF
-	switch {
-	case b >= 0xC2 && b <= 0xDF:
-		s.utfLeft = 1
-	case b == 0xE0:
-		s.utfLeft, s.utfLo = 2, 0xA0
-	case b == 0xED:
-		s.utfLeft, s.utfHi = 2, 0x9F
-	case b >= 0xE1 && b <= 0xEF:
-		s.utfLeft = 2
-	case b == 0xF0:
-		s.utfLeft, s.utfLo = 3, 0x90
-	case b >= 0xF1 && b <= 0xF3:
-		s.utfLeft = 3
-	case b == 0xF4:
-		s.utfLeft, s.utfHi = 3, 0x8F
-	default:
-		return false
-	}
-	s.sub = subUTF8
-	return true
-}
-
-// specialBytes has the high bit set in the byte lanes of w that hold a
-// quote, a backslash, a control character or a byte past ASCII (and maybe
-// in lanes above such a one: only the lowest counts). Bit tricks find a
-// zero byte, or a byte below a bound, in every lane at once.
-func specialBytes(w uint64) uint64 {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	q, bs := w^(ones*'"'), w^(ones*'\\')
-	below := (w - ones*0x20) &^ w
-	quote := (q - ones) &^ q
-	backslash := (bs - ones) &^ bs
-	return (below | quote | backslash | w) & highs
+	var ok bool
+	s.highSurr, ok = wire.Surrogate(v, s.highSurr)
+	return ok
 }
 
 // plainEnd returns the index of the first byte at or after i that is not
@@ -961,14 +917,14 @@ func plainEnd(p []byte, i int) int { return i + plainLen(p[i:]) }
 func plainLen(q []byte) int {
 	n := 0
 	for len(q) >= 8 {
-		if m := specialBytes(binary.LittleEndian.Uint64(q)); m != 0 {
+		if m := wire.SpecialBytes(binary.LittleEndian.Uint64(q)); m != 0 {
 			return n + bits.TrailingZeros64(m)>>3
 		}
 		q = q[8:]
 		n += 8
 	}
 	for _, c := range q {
-		if !plainByte[c] {
+		if !wire.PlainByte[c] {
 			break
 		}
 		n++
@@ -976,43 +932,12 @@ func plainLen(q []byte) int {
 	return n
 }
 
-var plainByte = func() (t [256]bool) {
-	for c := 0x20; c < 0x80; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
-
 var simpleEscape = func() (t [256]bool) {
 	for _, c := range `"\/bfnrt` {
 		t[c] = true
 	}
 	return t
 }()
-
-func hexDigit(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
-}
-
-func hex4(h []byte) (uint16, bool) {
-	var v uint16
-	for _, c := range h[:4] {
-		d, ok := hexDigit(c)
-		if !ok {
-			return 0, false
-		}
-		v = v<<4 | uint16(d)
-	}
-	return v, true
-}
 
 // wordIs reports whether raw, a string's text with escapes intact (nil
 // when too long to have been kept), is word once unescaped; plain says
@@ -1027,5 +952,5 @@ func wordIs(raw []byte, plain bool, word string) bool {
 		// An escape is six bytes for a character of the words looked for.
 		return false
 	}
-	return unescapedIs(raw, word)
+	return wire.UnescapedIs(raw, word)
 }

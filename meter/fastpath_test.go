@@ -311,7 +311,7 @@ func TestSpecialBytesFindsTheFirst(t *testing.T) {
 				}
 				got := plainEnd(w[:], 0)
 				want := lane
-				if plainByte[c] {
+				if wire.PlainByte[c] {
 					want = 8
 					if after != 'a' && lane < 7 {
 						want = lane + 1

@@ -5,6 +5,7 @@ package meter
 // oracle the fast paths are fuzzed against: same verdict, same counts.
 
 import (
+	"encoding/json"
 	"strings"
 
 	"github.com/queengate/queengate/wire"
@@ -649,4 +650,18 @@ func (m *oldPopFields) groupOr(answerGroup []byte) []byte {
 		return m.group
 	}
 	return answerGroup
+}
+
+// unescapedIs is the old way of the tallies to tell whether the raw text of a JSON string (between the
+// quotes, escapes intact) is word once unescaped.
+func unescapedIs(raw []byte, word string) bool {
+	for _, c := range raw {
+		if c == '\\' {
+			quoted := make([]byte, 0, len(raw)+2)
+			quoted = append(append(append(quoted, '"'), raw...), '"')
+			var text string
+			return json.Unmarshal(quoted, &text) == nil && text == word
+		}
+	}
+	return string(raw) == word
 }

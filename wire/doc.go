@@ -31,8 +31,15 @@
 //     that only decides; Check and CheckStored run it first and ask the
 //     Checker only to explain a refusal. FuzzFastAgrees holds the two
 //     together on every input.
-//   - stored.go: the string helpers: NULAt (U+0000 raw or escaped) and
-//     StringChars (characters of a JSON string, as PostgreSQL counts them).
+//   - bytes.go: the byte-level tests the grammar is made of, each written
+//     once: SpecialBytes (eight bytes at a time: does any need a look),
+//     PlainRun, PlainByte, HexDigit, Hex4, HexWord, RuneStart (the bounds
+//     of a UTF-8 sequence) and Surrogate. Readers elsewhere call these
+//     rather than keep a copy.
+//   - strings.go: the string helpers: Unquote (a string's text, as the
+//     broker decodes it), UnescapedIs (compare without allocating), NULAt
+//     (U+0000 raw or escaped) and StringChars (characters of a JSON
+//     string, as PostgreSQL counts them).
 //   - text.go: TextError, the part of the rules any body must meet before
 //     anything reads it (UTF-8, no byte-order mark).
 //   - iter.go, walk.go: Object, Array, Members, Elements, ValueEnd and
