@@ -224,7 +224,7 @@ func (n *nameBuf) addOperation(b *ProduceBatch, body []byte, at, opIndex int) (i
 		return wire.ValueEnd(body, at), nil // the broker rejects the transaction; nothing is stored
 	}
 	var v [3][]byte
-	end := memberValues(body, at, []string{"type", "items", "queue"}, v[:])
+	end := wire.MemberValues(body, at, []string{"type", "items", "queue"}, v[:])
 	typ, items, queue := v[0], v[1], v[2]
 	if t, isString := n.text(0, typ); isString && string(t) == "ack" {
 		return end, nil
@@ -258,7 +258,7 @@ func (n *nameBuf) addPushItem(b *ProduceBatch, body []byte, at int, ref itemRef)
 		return wire.ValueEnd(body, at), &BodyError{ref.String() + " is not an object"}
 	}
 	var v pushFields
-	end := memberValues(body, at, pushItemFields[:], v[:])
+	end := wire.MemberValues(body, at, pushItemFields[:], v[:])
 	return end, n.countPushItem(b, &v, 0, ref)
 }
 
@@ -344,23 +344,6 @@ func storableIDs(ref itemRef, queue, partition, txn, trace []byte) *BodyError {
 }
 
 func isNull(v []byte) bool { return string(v) == "null" }
-
-// memberValues walks the object at body[at] once, sets into[i] to the raw
-// value of its member named names[i] (the last one when a name repeats, as
-// the broker's parser keeps it; nil when absent), and returns the index
-// just past the object.
-func memberValues(body []byte, at int, names []string, into [][]byte) int {
-	return wire.Members(body, at, func(k []byte, at int) int {
-		e := wire.ValueEnd(body, at)
-		for i, name := range names {
-			if wire.UnescapedIs(k, name) {
-				into[i] = body[at:e]
-				break
-			}
-		}
-		return e
-	})
-}
 
 // ParseEphemeral reads a POST /api/v1/ephemeral/push body
 // ({queue, partition?, messages:[...]}): each element of "messages" is an
@@ -508,7 +491,7 @@ func ParseCycle(body []byte) (ProduceBatch, error) {
 					return wire.ValueEnd(body, at)
 				}
 				var v [1][]byte
-				end := memberValues(body, at, []string{"value"}, v[:])
+				end := wire.MemberValues(body, at, []string{"value"}, v[:])
 				if size := len(v[0]); v[0] != nil && size > state.bytes {
 					state = sizeRecord{pos - 1, size}
 				}
@@ -562,7 +545,7 @@ func (n *nameBuf) addSinkItem(b *ProduceBatch, body []byte, at, pos int) (int, e
 		return wire.ValueEnd(body, at), nil
 	}
 	var v [6][]byte
-	end := memberValues(body, at, []string{"queue", "partition", "payload", "data", "transactionId", "traceId"}, v[:])
+	end := wire.MemberValues(body, at, []string{"queue", "partition", "payload", "data", "transactionId", "traceId"}, v[:])
 	queue, part, payload, alias, txn, trace := v[0], v[1], v[2], v[3], v[4], v[5]
 	q, isString := n.text(0, queue)
 	if !isString || len(q) == 0 {

@@ -140,7 +140,7 @@ func ConfigureNamesError(body []byte) error {
 	}
 	var v [3][]byte
 	fields := []string{"queue", "namespace", "task"}
-	memberValues(body, i, fields, v[:])
+	wire.MemberValues(body, i, fields, v[:])
 	for k, raw := range v {
 		if len(raw) > 0 && raw[0] == '"' && rawStringTooLong(raw) {
 			return &BodyError{fields[k] + " is longer than " + strconv.Itoa(MaxNameChars) +
@@ -166,7 +166,7 @@ func AckNamesError(body []byte) error {
 		return nil
 	}
 	var v [1][]byte
-	memberValues(body, i, []string{"consumerGroup"}, v[:])
+	wire.MemberValues(body, i, []string{"consumerGroup"}, v[:])
 	if g := v[0]; len(g) > 0 && g[0] == '"' && rawStringTooLong(g) {
 		return &BodyError{"consumerGroup is longer than " + strconv.Itoa(MaxNameChars) +
 			" characters, more than the broker can store"}

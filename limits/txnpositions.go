@@ -49,7 +49,7 @@ func (n *nameBuf) checkPositions(raw []byte) error {
 			return wire.ValueEnd(raw, at)
 		}
 		var v [4][]byte
-		end := memberValues(raw, at, positionFields, v[:])
+		end := wire.MemberValues(raw, at, positionFields, v[:])
 		err = n.checkPosition(count-1, v)
 		return end
 	})
