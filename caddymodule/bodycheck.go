@@ -7,8 +7,9 @@ import (
 	"github.com/queengate/queengate/wire"
 )
 
-// Every request body bound for a cell is checked before it goes there
-// (SPEC fix 10, issue 14). Two checks, for two reasons:
+// Every request body bound for a cell is checked before it goes there, so
+// that no body reaches the broker that it reads otherwise than the gateway
+// does, or that takes it down. Three checks, for three reasons:
 //
 //   - every body, on every route: it must be valid UTF-8 and must not start
 //     with a byte-order mark. The broker 0.15.1 crashes on a body that is

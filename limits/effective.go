@@ -1,7 +1,3 @@
-// Package limits holds the per-cluster limits a gateway enforces: the
-// effective limits merged from a plan and a cluster's overrides, and (in
-// later work) the token buckets, parked-consumer gauges and admission state
-// that enforce them. It does not import Caddy.
 package limits
 
 import (
