@@ -28,14 +28,22 @@ func SpecialBytes(w uint64) uint64 {
 }
 
 // PlainRun reports whether b[i:j] (j-i at least 8, inside b) holds no
-// byte SpecialBytes marks, a word at a time.
+// byte SpecialBytes marks, a word at a time. It runs SpecialBytes' tests
+// without their mask: when no byte of a word is special no subtraction
+// borrows and no lane gets its high bit; when one is, the lowest special
+// lane gets it. That answers yes or no for the run, not where.
 func PlainRun(b []byte, i, j int) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	var seen uint64
 	for ; i+8 <= j; i += 8 {
-		seen |= SpecialBytes(binary.LittleEndian.Uint64(b[i:]))
+		w := binary.LittleEndian.Uint64(b[i:])
+		q, s := w^(ones*'"'), w^(ones*'\\')
+		seen |= (q - ones) | (s - ones) | (w - ones*0x20) | w
 	}
-	seen |= SpecialBytes(binary.LittleEndian.Uint64(b[j-8:]))
-	return seen == 0
+	w := binary.LittleEndian.Uint64(b[j-8:])
+	q, s := w^(ones*'"'), w^(ones*'\\')
+	seen |= (q - ones) | (s - ones) | (w - ones*0x20) | w
+	return seen&highs == 0
 }
 
 // PlainByte marks the bytes a string's text passes without a second look:
