@@ -2,7 +2,6 @@ package meter
 
 import (
 	"bytes"
-	"encoding/json"
 	"strings"
 
 	"github.com/queengate/queengate/wire"
@@ -272,11 +271,9 @@ func decodedName(raw []byte) string {
 	if bytes.IndexByte(raw, '\\') < 0 {
 		return string(raw)
 	}
-	quoted := make([]byte, 0, len(raw)+2)
-	quoted = append(append(append(quoted, '"'), raw...), '"')
-	var text string
-	if json.Unmarshal(quoted, &text) != nil {
+	text, ok := wire.Unquote(raw, nil)
+	if !ok {
 		return ""
 	}
-	return text
+	return string(text)
 }

@@ -22,6 +22,15 @@
 //
 // A member named twice is read as the broker reads it: the last one wins.
 //
+// Answers pass the same grammar before anything bills from them (an answer
+// it refuses bills nothing). Member names in a request body and in push,
+// transaction, cycle and replay answers are matched exactly, once
+// unescaped (UnescapedIs). Pop billing is the one exception today: the
+// fields a message's redelivery key is built from (id, partitionId,
+// transactionId, consumerGroup) are matched in any letter case, because
+// the reading it falls back to is encoding/json's, which folds case; the
+// fast pop readers in meter fold likewise so that both give one count.
+//
 // # The files
 //
 //   - check.go: Checker, the grammar over pieces of any size (a streamed
