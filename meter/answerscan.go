@@ -86,8 +86,8 @@ type answerScanState struct {
 	carryLen  int
 	carryLong bool
 
-	num   uint8  // the number grammar's state, when a number is cut
-	lit   string // the literal being matched, when one is cut
+	num   wire.NumState // the number grammar's state, when a number is cut
+	lit   string        // the literal being matched, when one is cut
 	litAt int
 
 	stopped int // with stopAtEnd: where the top-level value ended
@@ -125,18 +125,6 @@ const (
 	subEscape       // after a backslash
 	subHex          // inside \uXXXX
 	subUTF8         // inside a multi-byte sequence
-)
-
-// The number grammar, as in wire.
-const (
-	numMinus uint8 = iota + 1
-	numZero
-	numInt
-	numDot
-	numFrac
-	numExp
-	numExpSign
-	numExpDigit
 )
 
 // nameFilter is the plain member names (no escape, nothing past ASCII) a
@@ -195,7 +183,7 @@ func (s *answerScan) ok() bool {
 	case partNone:
 		return s.next == nextEnd
 	case partNumber:
-		return s.depth == 0 && numberDone(s.num)
+		return s.depth == 0 && s.num.Complete()
 	}
 	return false
 }
@@ -572,7 +560,7 @@ func (s *answerScan) value(p []byte, i int, c byte) int {
 			return j
 		}
 	}
-	s.num = 0
+	s.num = wire.NumStart
 	return s.number(p, i)
 }
 
@@ -614,7 +602,7 @@ func (s *answerScan) number(p []byte, i int) int {
 	st := s.num
 	for ; i < len(p); i++ {
 		c := p[i]
-		if st == numInt || st == numFrac || st == numExpDigit {
+		if st == wire.NumInt || st == wire.NumFrac || st == wire.NumExpDigit {
 			for i < len(p) && '0' <= p[i] && p[i] <= '9' {
 				i++
 			}
@@ -623,9 +611,9 @@ func (s *answerScan) number(p []byte, i int) int {
 			}
 			c = p[i]
 		}
-		next, ok := numStep(st, c)
+		next, ok := wire.NumberStep(st, c)
 		if !ok {
-			if !numberDone(st) {
+			if !st.Complete() {
 				return s.fail()
 			}
 			s.partial = partNone
@@ -636,60 +624,6 @@ func (s *answerScan) number(p []byte, i int) int {
 	}
 	s.num, s.partial = st, partNumber
 	return -1
-}
-
-func numStep(st uint8, c byte) (uint8, bool) {
-	digit := '0' <= c && c <= '9'
-	switch st {
-	case 0:
-		switch {
-		case c == '-':
-			return numMinus, true
-		case c == '0':
-			return numZero, true
-		case digit:
-			return numInt, true
-		}
-	case numMinus:
-		switch {
-		case c == '0':
-			return numZero, true
-		case digit:
-			return numInt, true
-		}
-	case numZero, numInt:
-		switch {
-		case digit && st == numInt:
-			return numInt, true
-		case c == '.':
-			return numDot, true
-		case c == 'e' || c == 'E':
-			return numExp, true
-		}
-	case numDot, numFrac:
-		switch {
-		case digit:
-			return numFrac, true
-		case st == numFrac && (c == 'e' || c == 'E'):
-			return numExp, true
-		}
-	case numExp:
-		switch {
-		case c == '+' || c == '-':
-			return numExpSign, true
-		case digit:
-			return numExpDigit, true
-		}
-	case numExpSign, numExpDigit:
-		if digit {
-			return numExpDigit, true
-		}
-	}
-	return st, false
-}
-
-func numberDone(st uint8) bool {
-	return st == numZero || st == numInt || st == numFrac || st == numExpDigit
 }
 
 // str reads a string whose opening quote is at p[i]; key tells a member

@@ -162,6 +162,7 @@ const (
 	sHex
 	sUTF8
 	sLiteral
+	sNum      // in a number: sNum plus its NumState (sNum itself, NumStart, is never a state)
 	sMinus    // after '-'
 	sZero     // a leading 0
 	sInt      // integer digits
@@ -460,52 +461,13 @@ func (c *Checker) endValue() {
 	}
 }
 
-// numberStep is one step of the number grammar; ok is false when b does
-// not continue the number.
+// numberStep is NumberStep over the Checker's states.
 func numberStep(s uint8, b byte) (uint8, bool) {
-	digit := '0' <= b && b <= '9'
-	switch s {
-	case sMinus:
-		switch {
-		case b == '0':
-			return sZero, true
-		case digit:
-			return sInt, true
-		}
-	case sZero, sInt:
-		switch {
-		case digit && s == sInt:
-			return sInt, true
-		case b == '.':
-			return sDot, true
-		case b == 'e' || b == 'E':
-			return sExp, true
-		}
-	case sDot, sFrac:
-		switch {
-		case digit:
-			return sFrac, true
-		case s == sFrac && (b == 'e' || b == 'E'):
-			return sExp, true
-		}
-	case sExp:
-		switch {
-		case b == '+' || b == '-':
-			return sExpSign, true
-		case digit:
-			return sExpDigit, true
-		}
-	case sExpSign, sExpDigit:
-		if digit {
-			return sExpDigit, true
-		}
-	}
-	return s, false
+	next, ok := NumberStep(NumState(s-sNum), b)
+	return sNum + uint8(next), ok
 }
 
-func numberComplete(s uint8) bool {
-	return s == sZero || s == sInt || s == sFrac || s == sExpDigit
-}
+func numberComplete(s uint8) bool { return NumState(s - sNum).Complete() }
 
 // Close reports whether the text written so far is one complete value.
 func (c *Checker) Close() error {

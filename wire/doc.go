@@ -45,6 +45,8 @@
 //     PlainRun, PlainByte, HexDigit, Hex4, HexWord, RuneStart (the bounds
 //     of a UTF-8 sequence) and Surrogate. Readers elsewhere call these
 //     rather than keep a copy.
+//   - number.go: NumberStep, RFC 8259's number grammar a byte at a time,
+//     for the Checker and for meter's answer reader alike.
 //   - strings.go: the string helpers: Unquote (a string's text, as the
 //     broker decodes it), UnescapedIs (compare without allocating), NULAt
 //     (U+0000 raw or escaped) and StringChars (characters of a JSON
