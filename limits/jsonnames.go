@@ -2,6 +2,7 @@ package limits
 
 import (
 	"bytes"
+	"encoding/json"
 	"unicode/utf8"
 
 	"github.com/queengate/queengate/wire"
@@ -24,12 +25,19 @@ func (n *nameBuf) text(slot int, v []byte) ([]byte, bool) {
 	if plainASCII(inner) || bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
 		return inner, true
 	}
-	t, ok := wire.Unquote(inner, n.buf[slot][:0])
-	if !ok {
+	// The configure and replay readers take bodies no grammar has checked
+	// (their caller has, with wire.CheckStored): for those, text that is
+	// not UTF-8 reads as encoding/json reads it, with U+FFFD in its place.
+	if t, ok := wire.Unquote(inner, n.buf[slot][:0]); ok {
+		n.buf[slot] = t
+		return t, true
+	}
+	var s string
+	if err := json.Unmarshal(v, &s); err != nil {
 		return nil, false
 	}
-	n.buf[slot] = t
-	return t, true
+	n.buf[slot] = append(n.buf[slot][:0], s...)
+	return n.buf[slot], true
 }
 
 // partition returns the partition named by the raw value v: "Default" when
