@@ -9,9 +9,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/queengate/queengate/internal/apierror"
-	"github.com/queengate/queengate/internal/jsonscan"
 	"github.com/queengate/queengate/limits"
 	"github.com/queengate/queengate/tenancy"
+	"github.com/queengate/queengate/wire"
 )
 
 // admitBody applies the limits that depend on what a request adds: the
@@ -235,7 +235,7 @@ func (g *Gateway) admitReplay(r *http.Request, st *requestState, c *tenancy.Clus
 	// No body, or only whitespace, names no destination; anything else
 	// must be JSON the gateway reads.
 	if len(bytes.TrimSpace(body)) > 0 {
-		if err := jsonscan.CheckStored(body); err != nil {
+		if err := wire.CheckStored(body); err != nil {
 			return badBody(err)
 		}
 	}

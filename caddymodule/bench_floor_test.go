@@ -8,9 +8,9 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/queengate/queengate/internal/jsonscan"
 	"github.com/queengate/queengate/limits"
 	"github.com/queengate/queengate/meter"
+	"github.com/queengate/queengate/wire"
 )
 
 // The floor of the push of 1,000 × 1 KiB (docs/benchmarks.md, "The
@@ -140,7 +140,7 @@ func BenchmarkFloorJSONValid(b *testing.B) {
 // BenchmarkFloorJsonscanCheck is the strict checker alone.
 func BenchmarkFloorJsonscanCheck(b *testing.B) {
 	floorBench(b, func(x []byte) {
-		if jsonscan.CheckStored(x) == nil {
+		if wire.CheckStored(x) == nil {
 			floorSink++
 		}
 	})

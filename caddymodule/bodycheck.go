@@ -4,11 +4,12 @@ import (
 	"net/http"
 
 	"github.com/queengate/queengate/internal/apierror"
-	"github.com/queengate/queengate/internal/jsonscan"
+	"github.com/queengate/queengate/wire"
 )
 
-// Every request body bound for a cell is checked before it goes there
-// (SPEC fix 10, issue 14). Two checks, for two reasons:
+// Every request body bound for a cell is checked before it goes there, so
+// that no body reaches the broker that it reads otherwise than the gateway
+// does, or that takes it down. Three checks, for three reasons:
 //
 //   - every body, on every route: it must be valid UTF-8 and must not start
 //     with a byte-order mark. The broker 0.15.1 crashes on a body that is
@@ -17,10 +18,10 @@ import (
 //     the gateway has, so it is refused rather than agreed on;
 //   - the bodies the gateway acts on (produce, configure, replay, the
 //     streams cycle, ephemeral pushes, KV and timers batches): they must be
-//     JSON the gateway reads exactly as the broker does (jsonscan.Check), or
+//     JSON the gateway reads exactly as the broker does (wire.Check), or
 //     they are refused rather than forwarded unenforced;
 //   - every body, walked or not, must not carry U+0000, which the broker's
-//     database cannot store (jsonscan.CheckStored in the walk, else
+//     database cannot store (wire.CheckStored in the walk, else
 //     limits.StoredTextError; docs/enforcement.md lists the schema's rules).
 //
 // Both refusals are 400 bad_request, are never forwarded and are not
@@ -38,7 +39,7 @@ var (
 // bodyTextRefusal is the refusal of a body that is not valid UTF-8 or
 // starts with a byte-order mark, or nil.
 func bodyTextRefusal(body []byte) *apierror.Error {
-	if err := jsonscan.TextError(body); err != nil {
+	if err := wire.TextError(body); err != nil {
 		return badBody(err)
 	}
 	return nil
@@ -57,7 +58,7 @@ func (g *Gateway) jsonBody(r *http.Request, st *requestState) ([]byte, *apierror
 	if e != nil {
 		return nil, e
 	}
-	if err := jsonscan.CheckStored(body); err != nil {
+	if err := wire.CheckStored(body); err != nil {
 		return nil, badBody(err)
 	}
 	return body, nil

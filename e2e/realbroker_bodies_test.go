@@ -76,7 +76,7 @@ func differentialBodies(t *testing.T, n int) []bodyCase {
 	}
 	add("../limits/testdata/fuzz/FuzzParseProduce", "produce/", "/api/v1/push", "/api/v1/transaction")
 	add("../limits/testdata/fuzz/FuzzConfigure", "configure/", "/api/v1/configure")
-	add("../internal/jsonscan/testdata/fuzz/FuzzCheck", "check/", "/api/v1/push")
+	add("../wire/testdata/fuzz/FuzzCheck", "check/", "/api/v1/push")
 	if len(cases) < 50 {
 		t.Fatalf("only %d corpus bodies: the corpora moved?", len(cases))
 	}

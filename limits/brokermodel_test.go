@@ -13,7 +13,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/queengate/queengate/internal/jsonscan"
+	"github.com/queengate/queengate/wire"
 )
 
 // A model of how the broker (Queen 0.15.1) reads produce bodies, written
@@ -28,7 +28,7 @@ import (
 // byte-order mark, reads one value of any depth, and refuses invalid text,
 // half surrogate pairs included. gatewayOnly marks a body the broker takes
 // but the gateway refuses on purpose (a byte-order mark; nesting past
-// jsonscan.DefaultMaxDepth). sure is false when the model cannot tell a
+// wire.DefaultMaxDepth). sure is false when the model cannot tell a
 // half surrogate pair from a real U+FFFD.
 func brokerJSON(body []byte) (text []byte, ok, gatewayOnly, sure bool) {
 	text, hadBOM := bytes.CutPrefix(body, []byte("\xef\xbb\xbf"))
@@ -65,11 +65,11 @@ func brokerJSON(body []byte) (text []byte, ok, gatewayOnly, sure bool) {
 	if replaced {
 		lower := bytes.ToLower(text)
 		if bytes.Contains(lower, []byte(`\ufffd`)) || bytes.Contains(text, []byte("\xef\xbf\xbd")) {
-			return text, true, hadBOM || deepest > jsonscan.DefaultMaxDepth, false
+			return text, true, hadBOM || deepest > wire.DefaultMaxDepth, false
 		}
 		return nil, false, false, true // a half surrogate pair: refused
 	}
-	return text, true, hadBOM || deepest > jsonscan.DefaultMaxDepth, true
+	return text, true, hadBOM || deepest > wire.DefaultMaxDepth, true
 }
 
 func modelTop(body []byte) (map[string]json.RawMessage, bool) {
@@ -536,7 +536,7 @@ func agree(t *testing.T, what string, gwErr error, brokerOK, gatewayOnly, sure b
 	t.Helper()
 	if gwErr != nil {
 		var be *BodyError
-		var se *jsonscan.SyntaxError
+		var se *wire.SyntaxError
 		if !errors.As(gwErr, &be) && !errors.As(gwErr, &se) {
 			t.Fatalf("%s: refusal of an unknown kind: %v", what, gwErr)
 		}
@@ -595,7 +595,7 @@ func issue14Examples() map[string]string {
 		"f1-missing-payload-queues":    manyQueues(45),
 		"f1-missing-payload-big":       `{"items":[{"queue":"q"},{"queue":"q","payload":"` + strings.Repeat("x", 4096) + `"}]}`,
 		"f1-deep-payload":              `{"items":[{"queue":"q","payload":` + deep + `}]}`,
-		"f1-deep-payload-at-limit":     `{"items":[{"queue":"q","payload":` + strings.Repeat("[", jsonscan.DefaultMaxDepth-2) + strings.Repeat("]", jsonscan.DefaultMaxDepth-2) + `}]}`,
+		"f1-deep-payload-at-limit":     `{"items":[{"queue":"q","payload":` + strings.Repeat("[", wire.DefaultMaxDepth-2) + strings.Repeat("]", wire.DefaultMaxDepth-2) + `}]}`,
 		"f1-transaction-missing":       `{"operations":[{"type":"push","items":[{"queue":"q"},{"queue":"q","payload":1}]}]}`,
 		"f1-transaction-flat":          `{"operations":[{"type":"ack","transactionId":"t","partitionId":"p"},{"type":"push","queue":"q"}]}`,
 		"f3-invalid-utf8":              "{\"items\":[{\"queue\":\"u\",\"payload\":\"\xff\xfe\"}]}",

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/queengate/queengate/internal/jsonscan"
+	"github.com/queengate/queengate/wire"
 )
 
 // retentionKeys are the /configure options the retention ceiling applies to,
@@ -40,15 +40,15 @@ func CheckConfigure(body []byte, lim Effective) (queue string, refusal string, o
 	}
 	var queueV, options []byte
 	hasQueue := false
-	for it := jsonscan.Object(top.raw); ; {
+	for it := wire.Object(top.raw); ; {
 		k, v, more := it.Next()
 		if !more {
 			break
 		}
 		switch {
-		case keyIs(k, "queue"):
+		case wire.UnescapedIs(k, "queue"):
 			queueV, hasQueue = v, true
-		case keyIs(k, "options"):
+		case wire.UnescapedIs(k, "options"):
 			options = v
 		}
 	}
@@ -67,13 +67,13 @@ func CheckConfigure(body []byte, lim Effective) (queue string, refusal string, o
 		return queue, "", true
 	}
 	var values [len(retentionKeys)][]byte
-	for it := jsonscan.Object(bag); ; {
+	for it := wire.Object(bag); ; {
 		k, v, more := it.Next()
 		if !more {
 			break
 		}
 		for i, name := range retentionKeys {
-			if keyIs(k, name) {
+			if wire.UnescapedIs(k, name) {
 				values[i] = v
 			}
 		}
@@ -152,15 +152,15 @@ func ParseReplayDestination(body []byte) (queue, partition string, refusal strin
 		return "", "", "", false
 	}
 	var qv, pv []byte
-	for it := jsonscan.Object(top.raw); ; {
+	for it := wire.Object(top.raw); ; {
 		k, v, more := it.Next()
 		if !more {
 			break
 		}
 		switch {
-		case keyIs(k, "queue"):
+		case wire.UnescapedIs(k, "queue"):
 			qv = v
-		case keyIs(k, "partition"):
+		case wire.UnescapedIs(k, "partition"):
 			pv = v
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/queengate/queengate/internal/jsonscan"
+	"github.com/queengate/queengate/wire"
 )
 
 func retentionLimits(ceiling Cap) Effective {
@@ -249,7 +249,7 @@ func FuzzConfigure(f *testing.F) {
 		if q != mq || r != mr || ok != mok {
 			t.Fatalf("configure (%q, %q, %v), model (%q, %q, %v)", q, r, ok, mq, mr, mok)
 		}
-		if jsonscan.CheckStored(body) == nil {
+		if wire.CheckStored(body) == nil {
 			err := ConfigureNamesError(body)
 			if want := modelConfigureNamesTooLong(body); (err != nil) != want {
 				t.Fatalf("configure names: %v, model too long=%v", err, want)

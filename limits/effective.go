@@ -1,9 +1,3 @@
-// Package limits decides whether a cluster's request fits its plan: the
-// effective limits (the plan with the cluster's overrides), the rate and
-// message buckets, the queue and partition counts, parked long-polls, the
-// storage quota measured from the broker's queue inventory, and the
-// redelivery filter that keeps a message delivered again from draining
-// the message bucket twice. It does not import Caddy.
 package limits
 
 import (

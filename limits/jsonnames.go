@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"unicode/utf8"
+
+	"github.com/queengate/queengate/wire"
 )
 
 var defaultPartition = []byte(DefaultPartition)
@@ -23,6 +25,13 @@ func (n *nameBuf) text(slot int, v []byte) ([]byte, bool) {
 	if plainASCII(inner) || bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
 		return inner, true
 	}
+	// The configure and replay readers take bodies no grammar has checked
+	// (their caller has, with wire.CheckStored): for those, text that is
+	// not UTF-8 reads as encoding/json reads it, with U+FFFD in its place.
+	if t, ok := wire.Unquote(inner, n.buf[slot][:0]); ok {
+		n.buf[slot] = t
+		return t, true
+	}
 	var s string
 	if err := json.Unmarshal(v, &s); err != nil {
 		return nil, false
@@ -38,16 +47,4 @@ func (n *nameBuf) partition(v []byte) ([]byte, bool) {
 		return defaultPartition, true
 	}
 	return n.text(1, v)
-}
-
-// keyIs reports whether the raw key text k (between the quotes, escapes
-// intact) names name.
-func keyIs(k []byte, name string) bool {
-	if bytes.IndexByte(k, '\\') < 0 {
-		return string(k) == name
-	}
-	q := make([]byte, 0, len(k)+2)
-	q = append(append(append(q, '"'), k...), '"')
-	var s string
-	return json.Unmarshal(q, &s) == nil && s == name
 }

@@ -3,7 +3,7 @@ package limits
 import (
 	"strconv"
 
-	"github.com/queengate/queengate/internal/jsonscan"
+	"github.com/queengate/queengate/wire"
 )
 
 // The produce bodies are read here, once, and what is read is what
@@ -11,10 +11,10 @@ import (
 // fail-closed rule: a body is either read exactly as the broker (0.15.1)
 // reads it, or refused (the caller answers 400 and forwards nothing). So:
 //
-//   - the body must pass jsonscan.CheckStored first: well-formed JSON, valid
+//   - the body must pass wire.CheckStored first: well-formed JSON, valid
 //     UTF-8 (the broker crashes on anything else), no byte-order mark,
-//     nesting within jsonscan.DefaultMaxDepth, no \u0000 (the broker's
-//     database cannot store it). After that the walkers in jsonscan read it
+//     nesting within wire.DefaultMaxDepth, no \u0000 (the broker's
+//     database cannot store it). After that the walkers in wire read it
 //     in place without decoding or copying it;
 //   - object keys match exactly and the last of duplicated keys wins, as in
 //     the broker's JSON library;
@@ -47,20 +47,20 @@ func walkTop(body []byte, field string, read func(at int) int) (isObject bool, e
 // walkTopFields is walkTop for several fields: read is told which one
 // (its index in fields).
 func walkTopFields(body []byte, fields []string, read func(field, at int) int) (isObject bool, err error) {
-	if err := jsonscan.CheckStored(body); err != nil {
+	if err := wire.CheckStored(body); err != nil {
 		return false, err
 	}
-	i := jsonscan.SkipSpace(body, 0)
+	i := wire.SkipSpace(body, 0)
 	if body[i] != '{' {
 		return false, nil
 	}
-	jsonscan.Members(body, i, func(k []byte, at int) int {
+	wire.Members(body, i, func(k []byte, at int) int {
 		for f, name := range fields {
-			if keyIs(k, name) {
+			if wire.UnescapedIs(k, name) {
 				return read(f, at)
 			}
 		}
-		return jsonscan.ValueEnd(body, at)
+		return wire.ValueEnd(body, at)
 	})
 	return true, nil
 }
@@ -90,7 +90,7 @@ func (r itemRef) String() string {
 // array, each item an object with a string "queue", an optional string
 // "partition" (absent or null: "Default"), an optional string
 // "transactionId" and an optional "payload" (any value). Other members are
-// ignored. Anything else is a *BodyError or a *jsonscan.SyntaxError.
+// ignored. Anything else is a *BodyError or a *wire.SyntaxError.
 func ParsePush(body []byte) (ProduceBatch, error) {
 	var b ProduceBatch
 	b.reset()
@@ -116,11 +116,11 @@ func parsePushReference(body []byte) (ProduceBatch, error) {
 		b.reset()
 		seen, isArray, itemsErr = true, body[at] == '[', nil
 		if !isArray {
-			return jsonscan.ValueEnd(body, at)
+			return wire.ValueEnd(body, at)
 		}
-		return jsonscan.Elements(body, at, func(at int) int {
+		return wire.Elements(body, at, func(at int) int {
 			if itemsErr != nil {
-				return jsonscan.ValueEnd(body, at)
+				return wire.ValueEnd(body, at)
 			}
 			end, err := names.addPushItem(&b, body, at, itemRef{op: -1, item: b.Items})
 			itemsErr = err
@@ -174,19 +174,19 @@ func parseTransactionReference(body []byte) (ProduceBatch, error) {
 	var positions []byte // the last "positions" member's raw value
 	isObj, err := walkTopFields(body, []string{"operations", "positions"}, func(field, at int) int {
 		if field == 1 {
-			end := jsonscan.ValueEnd(body, at)
+			end := wire.ValueEnd(body, at)
 			positions = body[at:end]
 			return end
 		}
 		b.reset()
 		seen, isArray, opsErr, ops = true, body[at] == '[', nil, 0
 		if !isArray {
-			return jsonscan.ValueEnd(body, at)
+			return wire.ValueEnd(body, at)
 		}
-		return jsonscan.Elements(body, at, func(at int) int {
+		return wire.Elements(body, at, func(at int) int {
 			ops++
 			if opsErr != nil {
-				return jsonscan.ValueEnd(body, at)
+				return wire.ValueEnd(body, at)
 			}
 			end, err := names.addOperation(&b, body, at, ops-1)
 			opsErr = err
@@ -221,10 +221,10 @@ func parseTransactionReference(body []byte) (ProduceBatch, error) {
 // and returns the index just past it.
 func (n *nameBuf) addOperation(b *ProduceBatch, body []byte, at, opIndex int) (int, error) {
 	if body[at] != '{' {
-		return jsonscan.ValueEnd(body, at), nil // the broker rejects the transaction; nothing is stored
+		return wire.ValueEnd(body, at), nil // the broker rejects the transaction; nothing is stored
 	}
 	var v [3][]byte
-	end := memberValues(body, at, []string{"type", "items", "queue"}, v[:])
+	end := wire.MemberValues(body, at, []string{"type", "items", "queue"}, v[:])
 	typ, items, queue := v[0], v[1], v[2]
 	if t, isString := n.text(0, typ); isString && string(t) == "ack" {
 		return end, nil
@@ -234,9 +234,9 @@ func (n *nameBuf) addOperation(b *ProduceBatch, body []byte, at, opIndex int) (i
 	}
 	if len(items) > 0 && items[0] == '[' {
 		var err error
-		jsonscan.Elements(items, 0, func(at int) int {
+		wire.Elements(items, 0, func(at int) int {
 			if err != nil {
-				return jsonscan.ValueEnd(items, at)
+				return wire.ValueEnd(items, at)
 			}
 			var e int
 			e, err = n.addPushItem(b, items, at, itemRef{op: opIndex, item: b.Items})
@@ -255,10 +255,10 @@ func (n *nameBuf) addOperation(b *ProduceBatch, body []byte, at, opIndex int) (i
 // index just past it; ref names it in a refusal.
 func (n *nameBuf) addPushItem(b *ProduceBatch, body []byte, at int, ref itemRef) (int, error) {
 	if body[at] != '{' {
-		return jsonscan.ValueEnd(body, at), &BodyError{ref.String() + " is not an object"}
+		return wire.ValueEnd(body, at), &BodyError{ref.String() + " is not an object"}
 	}
 	var v pushFields
-	end := memberValues(body, at, pushItemFields[:], v[:])
+	end := wire.MemberValues(body, at, pushItemFields[:], v[:])
 	return end, n.countPushItem(b, &v, 0, ref)
 }
 
@@ -345,23 +345,6 @@ func storableIDs(ref itemRef, queue, partition, txn, trace []byte) *BodyError {
 
 func isNull(v []byte) bool { return string(v) == "null" }
 
-// memberValues walks the object at body[at] once, sets into[i] to the raw
-// value of its member named names[i] (the last one when a name repeats, as
-// the broker's parser keeps it; nil when absent), and returns the index
-// just past the object.
-func memberValues(body []byte, at int, names []string, into [][]byte) int {
-	return jsonscan.Members(body, at, func(k []byte, at int) int {
-		e := jsonscan.ValueEnd(body, at)
-		for i, name := range names {
-			if keyIs(k, name) {
-				into[i] = body[at:e]
-				break
-			}
-		}
-		return e
-	})
-}
-
 // ParseEphemeral reads a POST /api/v1/ephemeral/push body
 // ({queue, partition?, messages:[...]}): each element of "messages" is an
 // item, whose size is the length of its raw JSON text (the whole message,
@@ -375,10 +358,10 @@ func ParseEphemeral(body []byte) (ProduceBatch, error) {
 		b.reset()
 		isArray = body[at] == '['
 		if !isArray {
-			return jsonscan.ValueEnd(body, at)
+			return wire.ValueEnd(body, at)
 		}
-		return jsonscan.Elements(body, at, func(at int) int {
-			end := jsonscan.ValueEnd(body, at)
+		return wire.Elements(body, at, func(at int) int {
+			end := wire.ValueEnd(body, at)
 			b.count(end-at, b.Items)
 			return end
 		})
@@ -403,42 +386,42 @@ func ParseEphemeral(body []byte) (ProduceBatch, error) {
 func ParseOperations(body []byte) (ProduceBatch, error) {
 	var b ProduceBatch
 	b.reset()
-	if err := jsonscan.CheckStored(body); err != nil {
+	if err := wire.CheckStored(body); err != nil {
 		return ProduceBatch{}, err
 	}
 	ops := func(at int) int {
 		b.reset()
-		return jsonscan.Elements(body, at, func(at int) int {
+		return wire.Elements(body, at, func(at int) int {
 			end, size := at, 0
 			if body[at] == '{' {
-				end = jsonscan.Members(body, at, func(_ []byte, at int) int {
-					e := jsonscan.ValueEnd(body, at)
+				end = wire.Members(body, at, func(_ []byte, at int) int {
+					e := wire.ValueEnd(body, at)
 					size = max(size, e-at)
 					return e
 				})
 			} else {
-				end = jsonscan.ValueEnd(body, at)
+				end = wire.ValueEnd(body, at)
 				size = end - at
 			}
 			b.count(size, b.Items)
 			return end
 		})
 	}
-	i := jsonscan.SkipSpace(body, 0)
+	i := wire.SkipSpace(body, 0)
 	isBatch := false
 	switch body[i] {
 	case '[':
 		isBatch = true
 		ops(i)
 	case '{':
-		jsonscan.Members(body, i, func(k []byte, at int) int {
-			if !keyIs(k, "operations") {
-				return jsonscan.ValueEnd(body, at)
+		wire.Members(body, i, func(k []byte, at int) int {
+			if !wire.UnescapedIs(k, "operations") {
+				return wire.ValueEnd(body, at)
 			}
 			isBatch = body[at] == '['
 			if !isBatch {
 				b.reset()
-				return jsonscan.ValueEnd(body, at)
+				return wire.ValueEnd(body, at)
 			}
 			return ops(at)
 		})
@@ -463,10 +446,10 @@ func ParseStoredValue(body []byte) (ProduceBatch, error) {
 }
 
 // StoredTextError refuses a body no walker reads that would hand the
-// broker U+0000 (jsonscan.NULAt); it returns nil for any other body.
+// broker U+0000 (wire.NULAt); it returns nil for any other body.
 func StoredTextError(body []byte) error {
-	if at := jsonscan.NULAt(body); at >= 0 {
-		return &jsonscan.SyntaxError{Problem: jsonscan.ProblemNUL, Offset: int64(at)}
+	if at := wire.NULAt(body); at >= 0 {
+		return &wire.SyntaxError{Problem: wire.ProblemNUL, Offset: int64(at)}
 	}
 	return nil
 }
@@ -494,21 +477,21 @@ func ParseCycle(body []byte) (ProduceBatch, error) {
 	_, err := walkTopFields(body, cycleFields[:], func(field, at int) int {
 		switch field {
 		case 1:
-			group = body[at:jsonscan.ValueEnd(body, at)]
+			group = body[at:wire.ValueEnd(body, at)]
 			return at + len(group)
 		case 2:
 			state = sizeRecord{-1, 0}
 			if body[at] != '[' {
-				return jsonscan.ValueEnd(body, at)
+				return wire.ValueEnd(body, at)
 			}
 			pos := 0
-			return jsonscan.Elements(body, at, func(at int) int {
+			return wire.Elements(body, at, func(at int) int {
 				pos++
 				if body[at] != '{' {
-					return jsonscan.ValueEnd(body, at)
+					return wire.ValueEnd(body, at)
 				}
 				var v [1][]byte
-				end := memberValues(body, at, []string{"value"}, v[:])
+				end := wire.MemberValues(body, at, []string{"value"}, v[:])
 				if size := len(v[0]); v[0] != nil && size > state.bytes {
 					state = sizeRecord{pos - 1, size}
 				}
@@ -518,14 +501,14 @@ func ParseCycle(body []byte) (ProduceBatch, error) {
 		b.reset()
 		kind = body[at]
 		if kind != '[' {
-			return jsonscan.ValueEnd(body, at)
+			return wire.ValueEnd(body, at)
 		}
 		pos := 0
 		itemsErr = nil
-		return jsonscan.Elements(body, at, func(at int) int {
+		return wire.Elements(body, at, func(at int) int {
 			pos++
 			if itemsErr != nil {
-				return jsonscan.ValueEnd(body, at)
+				return wire.ValueEnd(body, at)
 			}
 			end, err := names.addSinkItem(&b, body, at, pos-1)
 			itemsErr = err
@@ -559,10 +542,10 @@ var cycleFields = [...]string{"push_items", "consumer_group", "state_ops"}
 // skips is skipped; one it pushes must hold only what its schema can store.
 func (n *nameBuf) addSinkItem(b *ProduceBatch, body []byte, at, pos int) (int, error) {
 	if body[at] != '{' {
-		return jsonscan.ValueEnd(body, at), nil
+		return wire.ValueEnd(body, at), nil
 	}
 	var v [6][]byte
-	end := memberValues(body, at, []string{"queue", "partition", "payload", "data", "transactionId", "traceId"}, v[:])
+	end := wire.MemberValues(body, at, []string{"queue", "partition", "payload", "data", "transactionId", "traceId"}, v[:])
 	queue, part, payload, alias, txn, trace := v[0], v[1], v[2], v[3], v[4], v[5]
 	q, isString := n.text(0, queue)
 	if !isString || len(q) == 0 {
@@ -599,29 +582,29 @@ var traceLimits = [...]struct {
 func ParseTrace(body []byte) (ProduceBatch, error) {
 	var b ProduceBatch
 	b.reset()
-	if err := jsonscan.CheckStored(body); err != nil {
+	if err := wire.CheckStored(body); err != nil {
 		return ProduceBatch{}, err
 	}
-	i := jsonscan.SkipSpace(body, 0)
+	i := wire.SkipSpace(body, 0)
 	if body[i] != '{' {
 		return ProduceBatch{}, &BodyError{"a trace must be a JSON object"}
 	}
 	var values [len(traceLimits)][]byte
 	size := missingPayloadBytes
-	jsonscan.Members(body, i, func(k []byte, at int) int {
-		e := jsonscan.ValueEnd(body, at)
-		if keyIs(k, "data") {
+	wire.Members(body, i, func(k []byte, at int) int {
+		e := wire.ValueEnd(body, at)
+		if wire.UnescapedIs(k, "data") {
 			size = e - at
 		}
 		for f := range traceLimits {
-			if keyIs(k, traceLimits[f].field) {
+			if wire.UnescapedIs(k, traceLimits[f].field) {
 				values[f] = body[at:e]
 			}
 		}
 		return e
 	})
 	for f, v := range values {
-		if len(v) > 0 && v[0] == '"' && len(v)-2 > traceLimits[f].chars && jsonscan.StringChars(v) > traceLimits[f].chars {
+		if len(v) > 0 && v[0] == '"' && len(v)-2 > traceLimits[f].chars && wire.StringChars(v) > traceLimits[f].chars {
 			return ProduceBatch{}, &BodyError{traceLimits[f].field + " is longer than " + strconv.Itoa(traceLimits[f].chars) +
 				" characters, more than the broker can store"}
 		}

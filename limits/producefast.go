@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"math/bits"
 
-	"github.com/queengate/queengate/internal/jsonscan"
+	"github.com/queengate/queengate/wire"
 )
 
 // The one-pass readers of push and transaction bodies. The reference
@@ -12,7 +12,7 @@ import (
 // body first and then walk it again to count its items; these check and
 // count in the same pass: the structure the gateway reads (the top-level
 // object, the items, their members) by hand, every other value by
-// jsonscan.SkipValid, which also ends a payload where its size is read.
+// wire.SkipValid, which also ends a payload where its size is read.
 // Every item is counted by the same countPushItem as in the reference.
 //
 // They only accept. On anything they are not sure of — a refusal of any
@@ -24,7 +24,7 @@ import (
 // input (same verdict, same counts), and FuzzParseProduce holds both to
 // the broker model.
 
-// Depths of the values these readers hand to jsonscan.SkipValid: the
+// Depths of the values these readers hand to wire.SkipValid: the
 // containers open around them (the top-level object is 1).
 const (
 	topValueDepth    = 1 // a member of the top-level object
@@ -48,20 +48,20 @@ func byteAt(b []byte, i int) byte {
 // when the text there is not a name and a colon, or the name holds an
 // escape (which the reference reader decodes).
 func memberName(body []byte, i int) (name []byte, at int) {
-	end, escaped := jsonscan.SkipValidString(body, i, true)
+	end, escaped := wire.SkipValidString(body, i, true)
 	if end < 0 || escaped {
 		return nil, -1
 	}
 	name = body[i+1 : end-1]
 	if byteAt(body, end) != ':' {
-		end = jsonscan.SkipSpace(body, end)
+		end = wire.SkipSpace(body, end)
 		if byteAt(body, end) != ':' {
 			return nil, -1
 		}
 	}
 	at = end + 1
 	if c := byteAt(body, at); c <= ' ' {
-		at = jsonscan.SkipSpace(body, at)
+		at = wire.SkipSpace(body, at)
 	}
 	return name, at
 }
@@ -71,13 +71,13 @@ func memberName(body []byte, i int) (name []byte, at int) {
 // closing bracket (i is then just past it); i is -1 when neither follows.
 func nextMember(body []byte, i int, closing byte) (next int, more bool) {
 	if c := byteAt(body, i); c <= ' ' {
-		i = jsonscan.SkipSpace(body, i)
+		i = wire.SkipSpace(body, i)
 	}
 	switch byteAt(body, i) {
 	case ',':
 		i++
 		if c := byteAt(body, i); c <= ' ' {
-			i = jsonscan.SkipSpace(body, i)
+			i = wire.SkipSpace(body, i)
 		}
 		return i, true
 	case closing:
@@ -91,7 +91,7 @@ func nextMember(body []byte, i int, closing byte) (next int, more bool) {
 func firstMember(body []byte, i int, closing byte) (next int, more bool) {
 	i++
 	if c := byteAt(body, i); c <= ' ' {
-		i = jsonscan.SkipSpace(body, i)
+		i = wire.SkipSpace(body, i)
 	}
 	if byteAt(body, i) == closing {
 		return i + 1, false
@@ -151,14 +151,14 @@ func pushField(name []byte) int {
 // fastPush reads a push body as ParsePush does, into b; false means it
 // did not decide, and b is then to be thrown away.
 func fastPush(body []byte, b *ProduceBatch, n *nameBuf) bool {
-	i := jsonscan.SkipSpace(body, 0)
+	i := wire.SkipSpace(body, 0)
 	if byteAt(body, i) != '{' {
 		return false
 	}
 	seen := false
 	for i, more := firstMember(body, i, '}'); ; {
 		if !more {
-			return seen && i >= 0 && jsonscan.SkipSpace(body, i) == len(body)
+			return seen && i >= 0 && wire.SkipSpace(body, i) == len(body)
 		}
 		name, at := memberName(body, i)
 		if at < 0 {
@@ -172,7 +172,7 @@ func fastPush(body []byte, b *ProduceBatch, n *nameBuf) bool {
 			seen = true
 			end = n.fastItems(b, body, at, pushValueDepth, noOperation)
 		} else {
-			end = jsonscan.SkipValid(body, at, topValueDepth, true)
+			end = wire.SkipValid(body, at, topValueDepth, true)
 		}
 		if end < 0 {
 			return false
@@ -232,12 +232,12 @@ func fastFields(body []byte, i, depth int, v *pushFields, plain *uint8) int {
 			f = pushField(name)
 		}
 		if c := byteAt(body, at); c <= ' ' {
-			at = jsonscan.SkipSpace(body, at)
+			at = wire.SkipSpace(body, at)
 		}
 		var end int
 		escaped, uuid := true, false
 		if byteAt(body, at) == '"' {
-			if f == 2 && jsonscan.PlainString36(body, at) {
+			if f == 2 && wire.PlainString36(body, at) {
 				// The transactionId every SDK writes (a uuid): 36 bytes no
 				// string must escape, in one look instead of the loop.
 				end, escaped = at+quotedUUIDLen, false
@@ -247,10 +247,10 @@ func fastFields(body []byte, i, depth int, v *pushFields, plain *uint8) int {
 			} else if e := shortPlainString(body, at); e > 0 {
 				end, escaped = e, false
 			} else {
-				end, escaped = jsonscan.SkipValidString(body, at, true)
+				end, escaped = wire.SkipValidString(body, at, true)
 			}
 		} else {
-			end = jsonscan.SkipValid(body, at, depth, true)
+			end = wire.SkipValid(body, at, depth, true)
 		}
 		if end < 0 {
 			return -1
@@ -284,14 +284,14 @@ func fastFields(body []byte, i, depth int, v *pushFields, plain *uint8) int {
 // fastTransaction reads a transaction body as ParseTransaction does, into
 // b; false means it did not decide.
 func fastTransaction(body []byte, b *ProduceBatch, n *nameBuf) bool {
-	i := jsonscan.SkipSpace(body, 0)
+	i := wire.SkipSpace(body, 0)
 	if byteAt(body, i) != '{' {
 		return false
 	}
 	seen, ops := false, 0
 	for i, more := firstMember(body, i, '}'); ; {
 		if !more {
-			return seen && ops > 0 && i >= 0 && jsonscan.SkipSpace(body, i) == len(body)
+			return seen && ops > 0 && i >= 0 && wire.SkipSpace(body, i) == len(body)
 		}
 		name, at := memberName(body, i)
 		if at < 0 {
@@ -308,7 +308,7 @@ func fastTransaction(body []byte, b *ProduceBatch, n *nameBuf) bool {
 			seen = true
 			end, ops = n.fastOperations(b, body, at)
 		} else {
-			end = jsonscan.SkipValid(body, at, topValueDepth, true)
+			end = wire.SkipValid(body, at, topValueDepth, true)
 		}
 		if end < 0 {
 			return false
@@ -332,7 +332,7 @@ func (n *nameBuf) fastOperations(b *ProduceBatch, body []byte, i int) (end, ops 
 		if byteAt(body, i) == '{' {
 			end = n.fastOperation(b, body, i, ops-1)
 		} else {
-			end = jsonscan.SkipValid(body, i, topElementDepth, true) // adds nothing
+			end = wire.SkipValid(body, i, topElementDepth, true) // adds nothing
 		}
 		if end < 0 {
 			return -1, ops
@@ -370,7 +370,7 @@ func (n *nameBuf) fastOperation(b *ProduceBatch, body []byte, i, op int) int {
 				return -1 // a type after the counted items could make them an ack's
 			}
 			types++
-			end = jsonscan.SkipValid(body, at, opValueDepth, true)
+			end = wire.SkipValid(body, at, opValueDepth, true)
 			typ = body[at:max(end, at)]
 		case "items":
 			if items != nil {
@@ -380,11 +380,11 @@ func (n *nameBuf) fastOperation(b *ProduceBatch, body []byte, i, op int) int {
 				end = n.fastItems(b, body, at, opItemValueDepth, op)
 				counted = true
 			} else {
-				end = jsonscan.SkipValid(body, at, opValueDepth, true)
+				end = wire.SkipValid(body, at, opValueDepth, true)
 			}
 			items = body[at:max(end, at)]
 		default:
-			end = jsonscan.SkipValid(body, at, opValueDepth, true)
+			end = wire.SkipValid(body, at, opValueDepth, true)
 			if f := pushField(name); f >= 0 && end >= 0 {
 				v[f] = body[at:end]
 			}
@@ -410,9 +410,9 @@ func (n *nameBuf) settleOperation(b *ProduceBatch, end, op int, typ, items []byt
 	}
 	if len(items) > 0 && items[0] == '[' {
 		var err error
-		jsonscan.Elements(items, 0, func(at int) int {
+		wire.Elements(items, 0, func(at int) int {
 			if err != nil {
-				return jsonscan.ValueEnd(items, at)
+				return wire.ValueEnd(items, at)
 			}
 			var e int
 			e, err = n.addPushItem(b, items, at, itemRef{op: op, item: b.Items})
@@ -459,10 +459,10 @@ func shortPlainString(body []byte, at int) int {
 		return 0
 	}
 	k := at + 1
-	m := jsonscan.SpecialBytes(binary.LittleEndian.Uint64(body[k : k+8]))
+	m := wire.SpecialBytes(binary.LittleEndian.Uint64(body[k : k+8]))
 	if m == 0 {
 		k += 8
-		m = jsonscan.SpecialBytes(binary.LittleEndian.Uint64(body[k : k+8]))
+		m = wire.SpecialBytes(binary.LittleEndian.Uint64(body[k : k+8]))
 	}
 	if k += bits.TrailingZeros64(m) >> 3; m != 0 && body[k] == '"' {
 		return k + 1

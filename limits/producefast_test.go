@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/queengate/queengate/internal/jsonscan"
+	"github.com/queengate/queengate/wire"
 )
 
 // fastProduceSeeds are bodies at the one-pass readers' edges: member order,
@@ -33,16 +33,16 @@ var fastProduceSeeds = []string{
 	`{"items":[{"queue":"q","payload":1},]}`,
 	`{"items":[{"queue":"q","payload":"\u0000"}]}`,
 	`{"items":[]}`, `{}`, `[]`, `{"items":[{}]}`,
-	`{"items":[{"queue":"q","payload":` + strings.Repeat("[", jsonscan.DefaultMaxDepth-3) + strings.Repeat("]", jsonscan.DefaultMaxDepth-3) + `}]}`,
-	`{"items":[{"queue":"q","payload":` + strings.Repeat("[", jsonscan.DefaultMaxDepth-2) + strings.Repeat("]", jsonscan.DefaultMaxDepth-2) + `}]}`,
-	`{"x":` + strings.Repeat("[", jsonscan.DefaultMaxDepth-1) + strings.Repeat("]", jsonscan.DefaultMaxDepth-1) + `,"items":[]}`,
-	`{"x":` + strings.Repeat("[", jsonscan.DefaultMaxDepth) + strings.Repeat("]", jsonscan.DefaultMaxDepth) + `,"items":[]}`,
-	`{"operations":[{"type":"push","items":[{"queue":"q","payload":` + strings.Repeat("[", jsonscan.DefaultMaxDepth-5) + strings.Repeat("]", jsonscan.DefaultMaxDepth-5) + `}]}]}`,
-	`{"operations":[{"type":"push","items":[{"queue":"q","payload":` + strings.Repeat("[", jsonscan.DefaultMaxDepth-4) + strings.Repeat("]", jsonscan.DefaultMaxDepth-4) + `}]}]}`,
-	`{"operations":[{"type":"push","queue":"q","payload":` + strings.Repeat("[", jsonscan.DefaultMaxDepth-3) + strings.Repeat("]", jsonscan.DefaultMaxDepth-3) + `}]}`,
-	`{"operations":[{"type":"push","queue":"q","payload":` + strings.Repeat("[", jsonscan.DefaultMaxDepth-2) + strings.Repeat("]", jsonscan.DefaultMaxDepth-2) + `}]}`,
-	`{"operations":[` + strings.Repeat("[", jsonscan.DefaultMaxDepth-2) + strings.Repeat("]", jsonscan.DefaultMaxDepth-2) + `]}`,
-	`{"operations":[` + strings.Repeat("[", jsonscan.DefaultMaxDepth-1) + strings.Repeat("]", jsonscan.DefaultMaxDepth-1) + `]}`,
+	`{"items":[{"queue":"q","payload":` + strings.Repeat("[", wire.DefaultMaxDepth-3) + strings.Repeat("]", wire.DefaultMaxDepth-3) + `}]}`,
+	`{"items":[{"queue":"q","payload":` + strings.Repeat("[", wire.DefaultMaxDepth-2) + strings.Repeat("]", wire.DefaultMaxDepth-2) + `}]}`,
+	`{"x":` + strings.Repeat("[", wire.DefaultMaxDepth-1) + strings.Repeat("]", wire.DefaultMaxDepth-1) + `,"items":[]}`,
+	`{"x":` + strings.Repeat("[", wire.DefaultMaxDepth) + strings.Repeat("]", wire.DefaultMaxDepth) + `,"items":[]}`,
+	`{"operations":[{"type":"push","items":[{"queue":"q","payload":` + strings.Repeat("[", wire.DefaultMaxDepth-5) + strings.Repeat("]", wire.DefaultMaxDepth-5) + `}]}]}`,
+	`{"operations":[{"type":"push","items":[{"queue":"q","payload":` + strings.Repeat("[", wire.DefaultMaxDepth-4) + strings.Repeat("]", wire.DefaultMaxDepth-4) + `}]}]}`,
+	`{"operations":[{"type":"push","queue":"q","payload":` + strings.Repeat("[", wire.DefaultMaxDepth-3) + strings.Repeat("]", wire.DefaultMaxDepth-3) + `}]}`,
+	`{"operations":[{"type":"push","queue":"q","payload":` + strings.Repeat("[", wire.DefaultMaxDepth-2) + strings.Repeat("]", wire.DefaultMaxDepth-2) + `}]}`,
+	`{"operations":[` + strings.Repeat("[", wire.DefaultMaxDepth-2) + strings.Repeat("]", wire.DefaultMaxDepth-2) + `]}`,
+	`{"operations":[` + strings.Repeat("[", wire.DefaultMaxDepth-1) + strings.Repeat("]", wire.DefaultMaxDepth-1) + `]}`,
 	`{"operations":[{"type":"push","items":[{"queue":"a","payload":1}]},{"type":"ack","items":[{"payload":1}]}]}`,
 	`{"operations":[{"items":[{"queue":"a","payload":1}],"type":"ack"},{"items":[{"queue":"b"}],"type":"push"}]}`,
 	`{"operations":[{"type":"push","items":[{"queue":"a"}],"type":"ack"}]}`,
@@ -117,7 +117,7 @@ func fastProduceAgrees(t *testing.T, body []byte) {
 		// The gateway skips its text check for a body the reader accepts:
 		// the reader accepts no other text.
 		if err == nil {
-			if textErr := jsonscan.TextError(body); textErr != nil {
+			if textErr := wire.TextError(body); textErr != nil {
 				t.Fatalf("%s %q: accepted a body whose text is refused: %v", r.what, body, textErr)
 			}
 		}

@@ -3,7 +3,7 @@ package limits
 import (
 	"encoding/binary"
 
-	"github.com/queengate/queengate/internal/jsonscan"
+	"github.com/queengate/queengate/wire"
 )
 
 // sdkItem reads the push item at body[i] when it is written exactly as the
@@ -35,12 +35,12 @@ func sdkItem(body []byte, i, depth int, v *pushFields, plain *uint8) int {
 	}
 	p := body[at:end]
 	at = end + payload.n
-	if end = jsonscan.SkipValid(body, at, depth, true); end < 0 || byteAt(body, end) != ',' || !textAt(body, end+1, txn) {
+	if end = wire.SkipValid(body, at, depth, true); end < 0 || byteAt(body, end) != ',' || !textAt(body, end+1, txn) {
 		return -1
 	}
 	y := body[at:end]
 	at = end + 1 + txn.n
-	if !jsonscan.PlainString36(body, at) {
+	if !wire.PlainString36(body, at) {
 		return -1
 	}
 	t := body[at : at+quotedUUIDLen]

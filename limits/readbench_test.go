@@ -10,10 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/queengate/queengate/internal/jsonscan"
 	"github.com/queengate/queengate/internal/threadcpu"
 	"github.com/queengate/queengate/limits"
 	"github.com/queengate/queengate/tenancy"
+	"github.com/queengate/queengate/wire"
 )
 
 // The request side of a produce, as the gateway reads it between buffering
@@ -115,7 +115,7 @@ func (r *requestReader) read(body []byte) error {
 	batch, err := r.parse(body)
 	if err != nil {
 		batch.Release()
-		if textErr := jsonscan.TextError(body); textErr != nil {
+		if textErr := wire.TextError(body); textErr != nil {
 			return textErr
 		}
 		if tenancy.BodyNamesReserved(body) {
@@ -222,9 +222,9 @@ func BenchmarkReadingParts(b *testing.B) {
 				name string
 				read func([]byte) error
 			}{
-				{"utf8", func(b []byte) error { jsonscan.InvalidUTF8(b); return nil }},
+				{"utf8", func(b []byte) error { wire.InvalidUTF8(b); return nil }},
 				{"reserved", func(b []byte) error { tenancy.BodyNamesReserved(b); return nil }},
-				{"check", jsonscan.CheckStored},
+				{"check", wire.CheckStored},
 				{"parse", func(b []byte) error { batch, err := limits.ParsePush(b); batch.Release(); return err }},
 				{"admit", func([]byte) error {
 					_, _, err := r.admission.Admit(context.Background(), benchCluster, pairs, r.lim)

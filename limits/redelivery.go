@@ -19,8 +19,9 @@ const (
 const redeliveryShardCount = 16
 
 // Redeliveries recognises redelivered messages so that they do not drain a
-// cluster's message bucket: a message is billed once, however often it is
-// delivered again after a lease expires. A pop response carries no retry
+// cluster's message bucket: a message the broker hands out again (its lease
+// expired, or it was nacked) was paid for when it was first delivered, and
+// a consumer must not pay for it twice. A pop response carries no retry
 // count, so it remembers, per cluster, the keys of recently delivered
 // messages (a transactionId, or partitionId+transactionId: any string that
 // names one message) and reports how many of a response's keys are new.

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/queengate/queengate/internal/jsonscan"
+	"github.com/queengate/queengate/wire"
 )
 
 // The broker (0.15.1) stores what it is given in columns whose types and
@@ -34,7 +34,7 @@ func nameTooLong(s []byte) bool {
 // rawStringTooLong is nameTooLong for the raw JSON string v (quotes and
 // escapes intact), counted without decoding it.
 func rawStringTooLong(v []byte) bool {
-	return len(v)-2 > MaxNameChars && jsonscan.StringChars(v) > MaxNameChars
+	return len(v)-2 > MaxNameChars && wire.StringChars(v) > MaxNameChars
 }
 
 // tooLongRefusal is the refusal of a name over MaxNameChars characters.
@@ -62,11 +62,12 @@ func traceIDStorable(v []byte) bool {
 	if len(s) > len(`"{01234567-89ab-cdef-0123-456789abcdef}"`)*6 {
 		return false // longer than any escaped form of a uuid
 	}
-	var buf [48]byte
 	if !plainASCII(s) {
-		// A uuid written with escapes: decode it into buf (no allocation);
-		// what does not fit is not a uuid.
-		d, ok := decodeShort(s, buf[:0])
+		// A uuid written with escapes: decode it into buf, which holds
+		// any text this short (unescaping never lengthens), so nothing is
+		// allocated.
+		var buf [len(`"{01234567-89ab-cdef-0123-456789abcdef}"`) * 6]byte
+		d, ok := wire.Unquote(s, buf[:0])
 		if !ok {
 			return false
 		}
@@ -83,45 +84,6 @@ func plainASCII(s []byte) bool {
 		}
 	}
 	return true
-}
-
-// decodeShort decodes the inner text s of a JSON string into dst when
-// every character is ASCII and the result fits dst's capacity. It reports
-// false otherwise (a uuid is ASCII).
-func decodeShort(s, dst []byte) ([]byte, bool) {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= utf8.RuneSelf {
-			return nil, false
-		}
-		if c == '\\' {
-			if i+1 >= len(s) {
-				return nil, false
-			}
-			switch s[i+1] {
-			case 'u':
-				if i+5 >= len(s) {
-					return nil, false
-				}
-				r, err := strconv.ParseUint(string(s[i+2:i+6]), 16, 16)
-				if err != nil || r >= utf8.RuneSelf {
-					return nil, false
-				}
-				c = byte(r)
-				i += 5
-			case '/', '"', '\\':
-				c = s[i+1]
-				i++
-			default: // \b \f \n \r \t: never part of a uuid
-				return nil, false
-			}
-		}
-		if len(dst) == cap(dst) {
-			return nil, false
-		}
-		dst = append(dst, c)
-	}
-	return dst, true
 }
 
 // uuidText reports whether s is text PostgreSQL's uuid input accepts: 32
@@ -144,7 +106,7 @@ func uuidText(s []byte) bool {
 			}
 			continue
 		}
-		if !isHex(s[i]) {
+		if wire.HexDigit[s[i]] > 0xF {
 			return false
 		}
 		digits++
@@ -160,28 +122,10 @@ func canonicalUUID(s []byte) bool {
 		return false
 	}
 	le := binary.LittleEndian
-	return hexWord(le.Uint64(s[0:8])) &&
-		hexWord(uint64(le.Uint32(s[9:13]))|uint64(le.Uint32(s[14:18]))<<32) &&
-		hexWord(uint64(le.Uint32(s[19:23]))|uint64(le.Uint32(s[24:28]))<<32) &&
-		hexWord(le.Uint64(s[28:36]))
-}
-
-// hexWord reports whether all eight bytes of w are hex digits: below 0x80
-// and at least 0x20, and, with the letter case bit set, in '0'–'9' or
-// 'a'–'f' (no lane carries into the next, since every lane is below 0x80).
-func hexWord(w uint64) bool {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	if w&highs != 0 || (w-ones*0x20)&highs != 0 {
-		return false
-	}
-	x := w | ones*0x20
-	digit := (x + ones*(0x80-'0')) &^ (x + ones*(0x80-'9'-1))
-	letter := (x + ones*(0x80-'a')) &^ (x + ones*(0x80-'f'-1))
-	return (digit|letter)&highs == highs
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+	return wire.HexWord(le.Uint64(s[0:8])) &&
+		wire.HexWord(uint64(le.Uint32(s[9:13]))|uint64(le.Uint32(s[14:18]))<<32) &&
+		wire.HexWord(uint64(le.Uint32(s[19:23]))|uint64(le.Uint32(s[24:28]))<<32) &&
+		wire.HexWord(le.Uint64(s[28:36]))
 }
 
 // ConfigureNamesError refuses a POST /api/v1/configure body (already
@@ -190,13 +134,13 @@ func isHex(c byte) bool {
 // queues.task are varchar(255), and the broker answers such a body with its
 // database's error after trying the insert.
 func ConfigureNamesError(body []byte) error {
-	i := jsonscan.SkipSpace(body, 0)
+	i := wire.SkipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return nil
 	}
 	var v [3][]byte
 	fields := []string{"queue", "namespace", "task"}
-	memberValues(body, i, fields, v[:])
+	wire.MemberValues(body, i, fields, v[:])
 	for k, raw := range v {
 		if len(raw) > 0 && raw[0] == '"' && rawStringTooLong(raw) {
 			return &BodyError{fields[k] + " is longer than " + strconv.Itoa(MaxNameChars) +
@@ -214,15 +158,15 @@ func ConfigureNamesError(body []byte) error {
 // JSON is left to the broker, which refuses it (and one holding U+0000 to
 // StoredTextError).
 func AckNamesError(body []byte) error {
-	if len(body) <= MaxNameChars || !bytes.Contains(body, []byte("consumerGroup")) || jsonscan.CheckStored(body) != nil {
+	if len(body) <= MaxNameChars || !bytes.Contains(body, []byte("consumerGroup")) || wire.CheckStored(body) != nil {
 		return nil
 	}
-	i := jsonscan.SkipSpace(body, 0)
+	i := wire.SkipSpace(body, 0)
 	if body[i] != '{' {
 		return nil
 	}
 	var v [1][]byte
-	memberValues(body, i, []string{"consumerGroup"}, v[:])
+	wire.MemberValues(body, i, []string{"consumerGroup"}, v[:])
 	if g := v[0]; len(g) > 0 && g[0] == '"' && rawStringTooLong(g) {
 		return &BodyError{"consumerGroup is longer than " + strconv.Itoa(MaxNameChars) +
 			" characters, more than the broker can store"}

@@ -247,7 +247,7 @@ func TestCanonicalUUIDEveryByteEveryPosition(t *testing.T) {
 				if c != '-' {
 					return false
 				}
-			} else if !isHex(c) {
+			} else if !strings.ContainsRune("0123456789abcdefABCDEF", rune(c)) {
 				return false
 			}
 		}

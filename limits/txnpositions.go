@@ -3,7 +3,7 @@ package limits
 import (
 	"strconv"
 
-	"github.com/queengate/queengate/internal/jsonscan"
+	"github.com/queengate/queengate/wire"
 )
 
 // The raft-storage brokers take a transaction's cursor writes as a
@@ -39,17 +39,17 @@ func (n *nameBuf) checkPositions(raw []byte) error {
 	}
 	count := 0
 	var err error
-	jsonscan.Elements(raw, 0, func(at int) int {
+	wire.Elements(raw, 0, func(at int) int {
 		count++
 		if err != nil {
-			return jsonscan.ValueEnd(raw, at)
+			return wire.ValueEnd(raw, at)
 		}
 		if raw[at] != '{' {
 			err = positionError(count-1, "a position is an object")
-			return jsonscan.ValueEnd(raw, at)
+			return wire.ValueEnd(raw, at)
 		}
 		var v [4][]byte
-		end := memberValues(raw, at, positionFields, v[:])
+		end := wire.MemberValues(raw, at, positionFields, v[:])
 		err = n.checkPosition(count-1, v)
 		return end
 	})

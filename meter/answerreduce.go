@@ -2,10 +2,9 @@ package meter
 
 import (
 	"bytes"
-	"encoding/json"
 	"strings"
 
-	"github.com/queengate/queengate/internal/jsonscan"
+	"github.com/queengate/queengate/wire"
 )
 
 // A streams cycle or a DLQ replay answer too large to keep (over
@@ -16,7 +15,7 @@ import (
 // them as they would read the whole answer. Nothing else (the popped
 // messages) is kept.
 //
-// The kept members are rebuilt from what jsonscan.Checker reports: strings
+// The kept members are rebuilt from what wire.Checker reports: strings
 // exactly as sent (escapes intact), containers and literals as they are,
 // and every number as 0, which reads the same to billing (no field it
 // reads is a number, and a number where it expects a string or a boolean
@@ -77,7 +76,7 @@ func (a *ReplayAnswer) Bill(status int) (stored, readable bool) {
 
 // answerReducer keeps the wanted top-level members of one JSON object.
 type answerReducer struct {
-	check    jsonscan.Checker
+	check    wire.Checker
 	keep     func(name string) bool
 	out      []byte // the kept members, without the enclosing braces
 	overflow bool
@@ -272,11 +271,9 @@ func decodedName(raw []byte) string {
 	if bytes.IndexByte(raw, '\\') < 0 {
 		return string(raw)
 	}
-	quoted := make([]byte, 0, len(raw)+2)
-	quoted = append(append(append(quoted, '"'), raw...), '"')
-	var text string
-	if json.Unmarshal(quoted, &text) != nil {
+	text, ok := wire.Unquote(raw, nil)
+	if !ok {
 		return ""
 	}
-	return text
+	return string(text)
 }

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/queengate/queengate/internal/jsonscan"
+	"github.com/queengate/queengate/wire"
 )
 
 func streamInPieces(w interface{ Write([]byte) (int, error) }, body []byte, piece int) {
@@ -116,7 +116,7 @@ func FuzzCycleAnswer(f *testing.F) {
 	groups := []CycleGroup{{"q", "a", 3}, {"q", "b", 2}, {"q", "Default", 2}, {"q", "A", 1}}
 	f.Fuzz(func(t *testing.T, body []byte, piece uint8) {
 		got := streamedCycle(200, body, groups, int(piece)+1)
-		if jsonscan.Check(body) != nil {
+		if wire.Check(body) != nil {
 			if got != 0 {
 				t.Fatalf("an answer the Checker refuses billed %d: %q", got, body)
 			}
@@ -135,7 +135,7 @@ func FuzzReplayAnswer(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte, piece uint8) {
 		stored, readable := streamedReplay(200, body, int(piece)+1)
-		if jsonscan.Check(body) != nil {
+		if wire.Check(body) != nil {
 			if stored || readable {
 				t.Fatalf("an answer the Checker refuses: stored %v readable %v: %q", stored, readable, body)
 			}

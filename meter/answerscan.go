@@ -6,13 +6,13 @@ import (
 	"math/bits"
 	"unicode/utf8"
 
-	"github.com/queengate/queengate/internal/jsonscan"
+	"github.com/queengate/queengate/wire"
 )
 
 // answerScan is the reader under the answer tallies: a strict, streaming
-// JSON checker that accepts exactly what jsonscan.Checker accepts (valid
+// JSON checker that accepts exactly what wire.Checker accepts (valid
 // UTF-8, no byte-order mark, no half surrogate pair, nesting within
-// jsonscan.DefaultMaxDepth, RFC 8259 otherwise), and tells its watcher
+// wire.DefaultMaxDepth, RFC 8259 otherwise), and tells its watcher
 // only about the few places a tally reads. It is built for speed on what
 // the broker writes: it reads a token at a time rather than a byte at a
 // time, skips plain string text eight bytes at a time, keeps its nesting
@@ -37,14 +37,14 @@ import (
 //     watchDepth: first is '"' for a string (raw its text, as for key)
 //     or a number's or literal's first byte (raw nil), plain as for key.
 //
-// The reader and the tallies' verdicts are fuzzed against jsonscan.Checker
+// The reader and the tallies' verdicts are fuzzed against wire.Checker
 // and the tallies as they were before it (FuzzAnswerScanVerdict and the
 // Fuzz*MatchesOracle targets).
 type answerScan struct {
 	watch      answerWatcher
 	watchDepth int
-	names      nameFilter                                   // the plain member names told
-	arrays     [(jsonscan.DefaultMaxDepth + 64) / 64]uint64 // bit d: the container at depth d is an array (set as it opens)
+	names      nameFilter                               // the plain member names told
+	arrays     [(wire.DefaultMaxDepth + 64) / 64]uint64 // bit d: the container at depth d is an array (set as it opens)
 	// The text of a string the watcher hears, when it is cut by the end
 	// of a piece: up to len(carry) bytes, else carryLong.
 	carry [64]byte
@@ -53,7 +53,7 @@ type answerScan struct {
 	elems     elementReader
 	elemDepth int
 	inner     *answerScan // checks the nested values of the elements it reads
-	// maxDepth is the deepest nesting accepted (jsonscan.DefaultMaxDepth,
+	// maxDepth is the deepest nesting accepted (wire.DefaultMaxDepth,
 	// less the depth at which a value read on its own sits).
 	maxDepth int
 	// stopAtEnd ends the reading at the end of the top-level value, for a
@@ -86,8 +86,8 @@ type answerScanState struct {
 	carryLen  int
 	carryLong bool
 
-	num   uint8  // the number grammar's state, when a number is cut
-	lit   string // the literal being matched, when one is cut
+	num   wire.NumState // the number grammar's state, when a number is cut
+	lit   string        // the literal being matched, when one is cut
 	litAt int
 
 	stopped int // with stopAtEnd: where the top-level value ended
@@ -127,18 +127,6 @@ const (
 	subUTF8         // inside a multi-byte sequence
 )
 
-// The number grammar, as in jsonscan.
-const (
-	numMinus uint8 = iota + 1
-	numZero
-	numInt
-	numDot
-	numFrac
-	numExp
-	numExpSign
-	numExpDigit
-)
-
 // nameFilter is the plain member names (no escape, nothing past ASCII) a
 // watcher hears: those with the length and the first byte of one of its
 // words, since no other can be one of them.
@@ -168,7 +156,7 @@ func namesOf(eitherCase bool, words ...string) *nameFilter {
 // text need no clearing: each is written before it is read.
 func (s *answerScan) reset(w answerWatcher, depth int, names *nameFilter) {
 	s.watch, s.watchDepth, s.names = w, depth, *names
-	s.elems, s.elemDepth, s.maxDepth, s.stopAtEnd = nil, -1, jsonscan.DefaultMaxDepth, false
+	s.elems, s.elemDepth, s.maxDepth, s.stopAtEnd = nil, -1, wire.DefaultMaxDepth, false
 	s.answerScanState = answerScanState{}
 }
 
@@ -195,7 +183,7 @@ func (s *answerScan) ok() bool {
 	case partNone:
 		return s.next == nextEnd
 	case partNumber:
-		return s.depth == 0 && numberDone(s.num)
+		return s.depth == 0 && s.num.Complete()
 	}
 	return false
 }
@@ -321,14 +309,14 @@ func (s *answerScan) members(p []byte, i int) int {
 		text := i + 1
 		q, n := p[text:], 0
 		for len(q) >= 8 {
-			if m := specialBytes(binary.LittleEndian.Uint64(q)); m != 0 {
+			if m := wire.SpecialBytes(binary.LittleEndian.Uint64(q)); m != 0 {
 				n += bits.TrailingZeros64(m) >> 3
 				goto nameMeasured
 			}
 			q, n = q[8:], n+8
 		}
 		for _, c := range q {
-			if !plainByte[c] {
+			if !wire.PlainByte[c] {
 				break
 			}
 			n++
@@ -360,14 +348,14 @@ func (s *answerScan) members(p []byte, i int) int {
 			text = i + 2
 			q, n = p[text:], 0
 			for len(q) >= 8 {
-				if m := specialBytes(binary.LittleEndian.Uint64(q)); m != 0 {
+				if m := wire.SpecialBytes(binary.LittleEndian.Uint64(q)); m != 0 {
 					n += bits.TrailingZeros64(m) >> 3
 					goto valueMeasured
 				}
 				q, n = q[8:], n+8
 			}
 			for _, c := range q {
-				if !plainByte[c] {
+				if !wire.PlainByte[c] {
 					break
 				}
 				n++
@@ -572,7 +560,7 @@ func (s *answerScan) value(p []byte, i int, c byte) int {
 			return j
 		}
 	}
-	s.num = 0
+	s.num = wire.NumStart
 	return s.number(p, i)
 }
 
@@ -614,7 +602,7 @@ func (s *answerScan) number(p []byte, i int) int {
 	st := s.num
 	for ; i < len(p); i++ {
 		c := p[i]
-		if st == numInt || st == numFrac || st == numExpDigit {
+		if st == wire.NumInt || st == wire.NumFrac || st == wire.NumExpDigit {
 			for i < len(p) && '0' <= p[i] && p[i] <= '9' {
 				i++
 			}
@@ -623,9 +611,9 @@ func (s *answerScan) number(p []byte, i int) int {
 			}
 			c = p[i]
 		}
-		next, ok := numStep(st, c)
+		next, ok := wire.NumberStep(st, c)
 		if !ok {
-			if !numberDone(st) {
+			if !st.Complete() {
 				return s.fail()
 			}
 			s.partial = partNone
@@ -636,60 +624,6 @@ func (s *answerScan) number(p []byte, i int) int {
 	}
 	s.num, s.partial = st, partNumber
 	return -1
-}
-
-func numStep(st uint8, c byte) (uint8, bool) {
-	digit := '0' <= c && c <= '9'
-	switch st {
-	case 0:
-		switch {
-		case c == '-':
-			return numMinus, true
-		case c == '0':
-			return numZero, true
-		case digit:
-			return numInt, true
-		}
-	case numMinus:
-		switch {
-		case c == '0':
-			return numZero, true
-		case digit:
-			return numInt, true
-		}
-	case numZero, numInt:
-		switch {
-		case digit && st == numInt:
-			return numInt, true
-		case c == '.':
-			return numDot, true
-		case c == 'e' || c == 'E':
-			return numExp, true
-		}
-	case numDot, numFrac:
-		switch {
-		case digit:
-			return numFrac, true
-		case st == numFrac && (c == 'e' || c == 'E'):
-			return numExp, true
-		}
-	case numExp:
-		switch {
-		case c == '+' || c == '-':
-			return numExpSign, true
-		case digit:
-			return numExpDigit, true
-		}
-	case numExpSign, numExpDigit:
-		if digit {
-			return numExpDigit, true
-		}
-	}
-	return st, false
-}
-
-func numberDone(st uint8) bool {
-	return st == numZero || st == numInt || st == numFrac || st == numExpDigit
 }
 
 // str reads a string whose opening quote is at p[i]; key tells a member
@@ -781,13 +715,13 @@ func (s *answerScan) stringText(p []byte, i int) int {
 		if s.sub == subNone {
 			if !s.highSurr {
 				for i+8 <= len(p) {
-					if m := specialBytes(binary.LittleEndian.Uint64(p[i:])); m != 0 {
+					if m := wire.SpecialBytes(binary.LittleEndian.Uint64(p[i:])); m != 0 {
 						i += bits.TrailingZeros64(m) >> 3
 						goto special
 					}
 					i += 8
 				}
-				for i < len(p) && plainByte[p[i]] {
+				for i < len(p) && wire.PlainByte[p[i]] {
 					i++
 				}
 				if i == len(p) {
@@ -807,8 +741,8 @@ func (s *answerScan) stringText(p []byte, i int) int {
 						continue
 					}
 					if i+6 <= len(p) {
-						v, ok := hex4(p[i+2 : i+6])
-						if !ok || !s.surrogate(v) {
+						v := wire.Hex4(p, i+2)
+						if v < 0 || !s.surrogate(uint16(v)) {
 							return s.fail()
 						}
 						i += 6
@@ -854,9 +788,11 @@ func (s *answerScan) stringText(p []byte, i int) int {
 				i += n
 				continue
 			}
-			if !s.startRune(c) {
+			left, lo, hi, ok := wire.RuneStart(c)
+			if !ok {
 				return s.fail()
 			}
+			s.sub, s.utfLeft, s.utfLo, s.utfHi = subUTF8, left, lo, hi
 			i++
 			continue
 		}
@@ -873,8 +809,8 @@ func (s *answerScan) stringText(p []byte, i int) int {
 				return s.fail()
 			}
 		case subHex:
-			d, ok := hexDigit(c)
-			if !ok {
+			d := wire.HexDigit[c]
+			if d > 0xF {
 				return s.fail()
 			}
 			s.hex = s.hex<<4 | uint16(d)
@@ -902,55 +838,9 @@ func (s *answerScan) stringText(p []byte, i int) int {
 // surrogate takes the code unit of a \u escape: a high surrogate must be
 // followed at once by the escape of a low one.
 func (s *answerScan) surrogate(v uint16) bool {
-	high, low := v >= 0xD800 && v < 0xDC00, v >= 0xDC00 && v < 0xE000
-	switch {
-	case high && !s.highSurr:
-		s.highSurr = true
-	case low && s.highSurr:
-		s.highSurr = false
-	case high, low, s.highSurr:
-		return false
-	}
-	return true
-}
-
-// startRune takes the first byte of a UTF-8 sequence cut by the end of a
-// piece; the bounds of its second byte refuse what utf8.Valid refuses.
-func (s *answerScan) startRune(b byte) bool {
-	s.utfLo, s.utfHi = 0x80, 0xBF
-	switch {
-	case b >= 0xC2 && b <= 0xDF:
-		s.utfLeft = 1
-	case b == 0xE0:
-		s.utfLeft, s.utfLo = 2, 0xA0
-	case b == 0xED:
-		s.utfLeft, s.utfHi = 2, 0x9F
-	case b >= 0xE1 && b <= 0xEF:
-		s.utfLeft = 2
-	case b == 0xF0:
-		s.utfLeft, s.utfLo = 3, 0x90
-	case b >= 0xF1 && b <= 0xF3:
-		s.utfLeft = 3
-	case b == 0xF4:
-		s.utfLeft, s.utfHi = 3, 0x8F
-	default:
-		return false
-	}
-	s.sub = subUTF8
-	return true
-}
-
-// specialBytes has the high bit set in the byte lanes of w that hold a
-// quote, a backslash, a control character or a byte past ASCII (and maybe
-// in lanes above such a one: only the lowest counts). Bit tricks find a
-// zero byte, or a byte below a bound, in every lane at once.
-func specialBytes(w uint64) uint64 {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	q, bs := w^(ones*'"'), w^(ones*'\\')
-	below := (w - ones*0x20) &^ w
-	quote := (q - ones) &^ q
-	backslash := (bs - ones) &^ bs
-	return (below | quote | backslash | w) & highs
+	var ok bool
+	s.highSurr, ok = wire.Surrogate(v, s.highSurr)
+	return ok
 }
 
 // plainEnd returns the index of the first byte at or after i that is not
@@ -961,14 +851,14 @@ func plainEnd(p []byte, i int) int { return i + plainLen(p[i:]) }
 func plainLen(q []byte) int {
 	n := 0
 	for len(q) >= 8 {
-		if m := specialBytes(binary.LittleEndian.Uint64(q)); m != 0 {
+		if m := wire.SpecialBytes(binary.LittleEndian.Uint64(q)); m != 0 {
 			return n + bits.TrailingZeros64(m)>>3
 		}
 		q = q[8:]
 		n += 8
 	}
 	for _, c := range q {
-		if !plainByte[c] {
+		if !wire.PlainByte[c] {
 			break
 		}
 		n++
@@ -976,43 +866,12 @@ func plainLen(q []byte) int {
 	return n
 }
 
-var plainByte = func() (t [256]bool) {
-	for c := 0x20; c < 0x80; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
-
 var simpleEscape = func() (t [256]bool) {
 	for _, c := range `"\/bfnrt` {
 		t[c] = true
 	}
 	return t
 }()
-
-func hexDigit(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
-}
-
-func hex4(h []byte) (uint16, bool) {
-	var v uint16
-	for _, c := range h[:4] {
-		d, ok := hexDigit(c)
-		if !ok {
-			return 0, false
-		}
-		v = v<<4 | uint16(d)
-	}
-	return v, true
-}
 
 // wordIs reports whether raw, a string's text with escapes intact (nil
 // when too long to have been kept), is word once unescaped; plain says
@@ -1027,5 +886,5 @@ func wordIs(raw []byte, plain bool, word string) bool {
 		// An escape is six bytes for a character of the words looked for.
 		return false
 	}
-	return unescapedIs(raw, word)
+	return wire.UnescapedIs(raw, word)
 }

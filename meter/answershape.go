@@ -3,6 +3,8 @@ package meter
 import (
 	"encoding/binary"
 	"math/bits"
+
+	"github.com/queengate/queengate/wire"
 )
 
 // The broker writes the elements of its answers' arrays in a few fixed
@@ -128,7 +130,7 @@ func (s *answerScan) matchShape(sh *answerShape, p []byte, i int, depth int, val
 			text := i + 1
 			end := text
 			for end+8 <= len(p) {
-				if m := specialBytes(binary.LittleEndian.Uint64(p[end:])); m != 0 {
+				if m := wire.SpecialBytes(binary.LittleEndian.Uint64(p[end:])); m != 0 {
 					end += bits.TrailingZeros64(m) >> 3
 					goto measured
 				}

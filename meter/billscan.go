@@ -11,7 +11,7 @@ import (
 // (billDecodedPop), or declines (ok false) on anything out of the
 // ordinary — an escaped key or value, a key that matches a field only
 // case-insensitively, a value of an unexpected type, an element that is
-// not an object, a text jsonscan.Checker refuses — and the caller decodes
+// not an object, a text wire.Checker refuses — and the caller decodes
 // the body properly.
 
 // popFields is what one message of a pop answer contributes to billing:

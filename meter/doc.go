@@ -30,7 +30,7 @@
 //	pop (/api/v1/pop/queue/..., ephemeral pop), 2xx   {OpDelivery, Reqs:1, Msgs: n, BytesOut: len(body)} where n is
 //	                                                  ReadPopAnswer(status, body).Messages() (BillPop's count); debit n
 //	                                                  from the message bucket, less the keys the redelivery filter has
-//	                                                  seen (a redelivery does not drain the bucket again)
+//	                                                  seen (a redelivery was debited when first delivered)
 //	pop, 204 or other non-5xx                         {OpDelivery, Reqs:1, BytesOut: Content-Length}
 //	POST /streams/v1/cycle, 2xx, with sink groups     {OpRead, Reqs:1, BytesIn, BytesOut} and, when
 //	                                                  n := BillCycle(status, body, groups) > 0, {OpPush, Msgs: n}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/queengate/queengate/internal/jsonscan"
+	"github.com/queengate/queengate/wire"
 )
 
 // answerSeeds are the fuzz targets' first inputs: the broker's answers
@@ -65,17 +65,17 @@ func addAnswerSeeds(f *testing.F) {
 	f.Add(popAnswerBody(2, 300), uint16(33))
 }
 
-// FuzzAnswerScanVerdict: answerScan accepts exactly what jsonscan.Checker
+// FuzzAnswerScanVerdict: answerScan accepts exactly what wire.Checker
 // accepts, whole and in pieces of any size.
 func FuzzAnswerScanVerdict(f *testing.F) {
 	addAnswerSeeds(f)
 	f.Fuzz(func(t *testing.T, body []byte, piece uint16) {
-		want := jsonscan.Check(body) == nil
+		want := wire.Check(body) == nil
 		if got := scanVerdict(body, 0); got != want {
-			t.Fatalf("%q: answerScan %v, jsonscan.Check %v (%v)", body, got, want, jsonscan.Check(body))
+			t.Fatalf("%q: answerScan %v, wire.Check %v (%v)", body, got, want, wire.Check(body))
 		}
 		if got := scanVerdict(body, int(piece%97)+1); got != want {
-			t.Fatalf("%q in pieces of %d: answerScan %v, jsonscan.Check %v", body, piece%97+1, got, want)
+			t.Fatalf("%q in pieces of %d: answerScan %v, wire.Check %v", body, piece%97+1, got, want)
 		}
 	})
 }
@@ -157,10 +157,10 @@ func FuzzBillPopMatchesOracle(f *testing.F) {
 func TestAnswerScanOnTheSeeds(t *testing.T) {
 	for _, s := range answerSeeds {
 		body := []byte(s)
-		want := jsonscan.Check(body) == nil
+		want := wire.Check(body) == nil
 		for _, size := range []int{0, 1, 2, 3, 5, 8, 13} {
 			if got := scanVerdict(body, size); got != want {
-				t.Errorf("%q in pieces of %d: %v, jsonscan.Check %v", s, size, got, want)
+				t.Errorf("%q in pieces of %d: %v, wire.Check %v", s, size, got, want)
 			}
 		}
 	}
@@ -276,9 +276,9 @@ func TestAnswerScanRefusesWhatCheckerRefuses(t *testing.T) {
 		"\xef\xbb\xbf[]", "[\"\xff\"]", `["\ud800"]`, `["\udc00"]`, `["\ud800\u0041"]`, `["\ud800\n"]`,
 		strings.Repeat("[", 1001) + strings.Repeat("]", 1001), `[1,]`, `[01]`, `{"a":1}x`, `[]]`, `{]`, "[\"\t\"]", ``,
 	} {
-		var se *jsonscan.SyntaxError
-		if err := jsonscan.Check([]byte(body)); !errors.As(err, &se) {
-			t.Fatalf("%q: jsonscan.Check says %v", body, err)
+		var se *wire.SyntaxError
+		if err := wire.Check([]byte(body)); !errors.As(err, &se) {
+			t.Fatalf("%q: wire.Check says %v", body, err)
 		}
 		for _, size := range []int{0, 1} {
 			if scanVerdict([]byte(body), size) {
@@ -311,7 +311,7 @@ func TestSpecialBytesFindsTheFirst(t *testing.T) {
 				}
 				got := plainEnd(w[:], 0)
 				want := lane
-				if plainByte[c] {
+				if wire.PlainByte[c] {
 					want = 8
 					if after != 'a' && lane < 7 {
 						want = lane + 1

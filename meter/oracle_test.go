@@ -1,13 +1,14 @@
 package meter
 
-// The answer tallies as they were before answerScan (jsonscan.Checker and
-// its Watcher, then jsonscan.Check and the walkers for pops), kept as the
+// The answer tallies as they were before answerScan (wire.Checker and
+// its Watcher, then wire.Check and the walkers for pops), kept as the
 // oracle the fast paths are fuzzed against: same verdict, same counts.
 
 import (
+	"encoding/json"
 	"strings"
 
-	"github.com/queengate/queengate/internal/jsonscan"
+	"github.com/queengate/queengate/wire"
 )
 
 // oldPushTally counts the per-item statuses of a POST /api/v1/push answer as
@@ -19,12 +20,12 @@ import (
 // accepted when the last member named exactly "status" is the string
 // "queued" or "buffered" (billable, M1); other statuses, other member
 // types and elements that are not objects are not billed. An answer that
-// is not one well-formed JSON array (jsonscan.Checker's rules) bills
+// is not one well-formed JSON array (wire.Checker's rules) bills
 // nothing, whatever it held before it went wrong.
 //
 // Write it the answer in pieces, then read Outcome once.
 type oldPushTally struct {
-	check jsonscan.Checker
+	check wire.Checker
 	scan  oldStatusScan
 }
 
@@ -180,7 +181,7 @@ func (s *oldStatusScan) textIs(word string) bool { return unescapedIs(s.text[:s.
 // exactly and the last of duplicated keys wins, as in the broker's JSON
 // library.
 type oldTxnTally struct {
-	check jsonscan.Checker
+	check wire.Checker
 	scan  oldTxnScan
 }
 
@@ -358,10 +359,10 @@ func (s *oldTxnScan) Scalar(depth int, first byte) {
 // The answer is a JSON object whose "messages" member is an array; the
 // count is its number of elements (the last "messages" member wins, as in
 // the broker's JSON library). An answer that is not one well-formed JSON
-// object (jsonscan.Checker's rules), or whose "messages" is not an array,
+// object (wire.Checker's rules), or whose "messages" is not an array,
 // counts 0.
 type oldPopCount struct {
-	check jsonscan.Checker
+	check wire.Checker
 	scan  oldMessagesScan
 }
 
@@ -469,7 +470,7 @@ func (s *oldMessagesScan) StringEnd() {
 // (billDecodedPop), or declines (ok false) on anything out of the
 // ordinary — an escaped key or value, a key that matches a field only
 // case-insensitively, a value of an unexpected type, an element that is
-// not an object, a text jsonscan.Check refuses — and the caller decodes
+// not an object, a text wire.Check refuses — and the caller decodes
 // the body properly.
 
 // oldScanPopBilling reads a pop answer (a JSON object with a consumerGroup
@@ -477,10 +478,10 @@ func (s *oldMessagesScan) StringEnd() {
 // returns for it. The keys are slices of one string, so a pop costs a few
 // allocations whatever it delivered.
 func oldScanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
-	if jsonscan.Check(body) != nil {
+	if wire.Check(body) != nil {
 		return 0, nil, false
 	}
-	i := jsonscan.SkipSpace(body, 0)
+	i := wire.SkipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return 0, nil, false
 	}
@@ -500,14 +501,14 @@ func oldScanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
 		switch body[at] {
 		case 'n': // a null element: billed, without a key
 			msgs = append(msgs, oldPopFields{})
-			return jsonscan.ValueEnd(body, at)
+			return wire.ValueEnd(body, at)
 		case '{':
 		default:
 			return decline()
 		}
 		var m oldPopFields
-		end := jsonscan.Members(body, at, func(k []byte, at int) int {
-			end := jsonscan.ValueEnd(body, at)
+		end := wire.Members(body, at, func(k []byte, at int) int {
+			end := wire.ValueEnd(body, at)
 			var into *[]byte
 			switch string(k) {
 			case "id":
@@ -532,10 +533,10 @@ func oldScanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
 		msgs = append(msgs, m)
 		return end
 	}
-	jsonscan.Members(body, i, func(k []byte, at int) int {
+	wire.Members(body, i, func(k []byte, at int) int {
 		switch {
 		case string(k) == "consumerGroup":
-			end := jsonscan.ValueEnd(body, at)
+			end := wire.ValueEnd(body, at)
 			if !oldReadPlain(body[at:end], &group) {
 				return decline()
 			}
@@ -547,15 +548,15 @@ func oldScanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
 			seenList = true
 			switch body[at] {
 			case 'n': // null: no messages
-				return jsonscan.ValueEnd(body, at)
+				return wire.ValueEnd(body, at)
 			case '[':
-				return jsonscan.Elements(body, at, readMessage)
+				return wire.Elements(body, at, readMessage)
 			}
 			return decline()
 		case strings.EqualFold(string(k), "consumerGroup") || strings.EqualFold(string(k), "messages") || hasEscape(k):
 			return decline()
 		}
-		return jsonscan.ValueEnd(body, at)
+		return wire.ValueEnd(body, at)
 	})
 	if declined {
 		return 0, nil, false
@@ -570,7 +571,7 @@ func oldReadPlain(v []byte, into *[]byte) bool {
 	if string(v) == "null" {
 		return true
 	}
-	s, ok := jsonscan.PlainBytes(v)
+	s, ok := wire.PlainBytes(v)
 	if ok {
 		*into = s // the last of repeated members wins, as in encoding/json
 	}
@@ -649,4 +650,18 @@ func (m *oldPopFields) groupOr(answerGroup []byte) []byte {
 		return m.group
 	}
 	return answerGroup
+}
+
+// unescapedIs is the old way of the tallies to tell whether the raw text of a JSON string (between the
+// quotes, escapes intact) is word once unescaped.
+func unescapedIs(raw []byte, word string) bool {
+	for _, c := range raw {
+		if c == '\\' {
+			quoted := make([]byte, 0, len(raw)+2)
+			quoted = append(append(append(quoted, '"'), raw...), '"')
+			var text string
+			return json.Unmarshal(quoted, &text) == nil && text == word
+		}
+	}
+	return string(raw) == word
 }

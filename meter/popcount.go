@@ -10,7 +10,7 @@ package meter
 // The answer is a JSON object whose "messages" member is an array; the
 // count is its number of elements (the last "messages" member wins, as in
 // the broker's JSON library). An answer that is not one well-formed JSON
-// object (jsonscan.Checker's rules), or whose "messages" is not an array,
+// object (wire.Checker's rules), or whose "messages" is not an array,
 // counts 0.
 type PopCount struct {
 	scan     answerScan

@@ -2,10 +2,8 @@ package meter
 
 import (
 	"bytes"
-	"encoding/json"
-	"strings"
 
-	"github.com/queengate/queengate/internal/jsonscan"
+	"github.com/queengate/queengate/wire"
 )
 
 // PopKeys reads a pop answer too large to keep (over MaxBilledBody) as it
@@ -21,7 +19,7 @@ import (
 // rest are billed as first deliveries too. The parts it keeps are a few
 // short strings per message, never the payloads.
 type PopKeys struct {
-	check jsonscan.Checker
+	check wire.Checker
 	scan  popKeyScan
 }
 
@@ -239,7 +237,7 @@ func (s *popKeyScan) StringEnd() {
 	case fieldTopKey:
 		// Member names are compared decoded, as the broker's library
 		// reads them (and PopCount counts).
-		s.pending = !s.long && nameIs(s.text, "messages")
+		s.pending = !s.long && wire.UnescapedIs(s.text, "messages")
 		s.groupNext = !s.long && nameFolds(s.text, "consumerGroup")
 	case fieldTopGroup:
 		s.topGroup, s.topGroupBad = string(s.text), !plain
@@ -276,28 +274,16 @@ func (s *popKeyScan) StringEnd() {
 	}
 }
 
-// nameIs reports whether a member name's raw text (escapes intact) spells
-// word once decoded (the "messages" member, matched as PopCount does).
-func nameIs(raw []byte, word string) bool {
-	if bytes.IndexByte(raw, '\\') < 0 {
-		return string(raw) == word
-	}
-	quoted := make([]byte, 0, len(raw)+2)
-	quoted = append(append(append(quoted, '"'), raw...), '"')
-	var text string
-	return json.Unmarshal(quoted, &text) == nil && text == word
-}
-
-// nameFolds is nameIs in any letter case, as encoding/json (and so BillPop)
-// matches the fields a key is built from.
+// nameFolds reports whether a member name's raw text (escapes intact)
+// spells word once decoded, in any letter case, as encoding/json (and so
+// BillPop) matches the fields a key is built from.
 func nameFolds(raw []byte, word string) bool {
 	if bytes.IndexByte(raw, '\\') < 0 {
 		return bytes.EqualFold(raw, []byte(word))
 	}
-	quoted := make([]byte, 0, len(raw)+2)
-	quoted = append(append(append(quoted, '"'), raw...), '"')
-	var text string
-	return json.Unmarshal(quoted, &text) == nil && strings.EqualFold(text, word)
+	var buf [64]byte
+	text, ok := wire.Unquote(raw, buf[:0])
+	return ok && bytes.EqualFold(text, []byte(word))
 }
 
 // Begun is PopCount.Begun for an answer too large to keep: the messages

@@ -1,6 +1,6 @@
 package meter
 
-import "encoding/binary"
+import "github.com/queengate/queengate/wire"
 
 // The items of one push answer are written alike: the same members, and
 // strings of the same lengths (uuids, the queue's name), so the item
@@ -15,9 +15,6 @@ import "encoding/binary"
 // pushLengths is, per member of a shape, the length of the string the
 // last item read in it held there (0 until one did).
 type pushLengths [maxShapeMembers]int32
-
-// ones has every byte 1: the SWAR constant.
-const ones = 0x0101010101010101
 
 // matchPushShape is matchShape for a shape of strings and scalars only
 // (the push shapes: none nested), guessing the strings' lengths from lens
@@ -59,29 +56,10 @@ func matchPushShape(sh *answerShape, lens *pushLengths, p []byte, i int, vals *s
 }
 
 // plainAsGuessed reports whether p[text:end] is plain string text of at
-// least a word and p[end] a quote. Each word is checked with specialBytes'
-// tests less their guards against false flags: when no byte of the word
-// is special (each is 0x20 to 0x7f, neither a quote nor a backslash) no
-// subtraction borrows and no result has a high bit set; when one is, the
-// lowest special byte sets one (it matches, borrows or is high itself).
-// That is enough for a yes or no over the whole span, not for where.
+// least a word and p[end] a quote.
 func plainAsGuessed(p []byte, text, end int) bool {
 	if end-text < 8 || end >= len(p) || p[end] != '"' {
 		return false
 	}
-	var seen uint64
-	for j := text; j+8 <= end; j += 8 {
-		w := binary.LittleEndian.Uint64(p[j:])
-		seen |= maybeSpecial(w)
-	}
-	w := binary.LittleEndian.Uint64(p[end-8:])
-	seen |= maybeSpecial(w)
-	return seen&(ones*0x80) == 0
-}
-
-// maybeSpecial is the word's tests, each subtraction in its own
-// parentheses (in Go, - and | bind alike, left to right).
-func maybeSpecial(w uint64) uint64 {
-	quote, backslash := w^(ones*'"'), w^(ones*'\\')
-	return (quote - ones) | (backslash - ones) | (w - ones*0x20) | w
+	return wire.PlainRun(p, text, end)
 }

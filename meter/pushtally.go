@@ -1,7 +1,5 @@
 package meter
 
-import "encoding/json"
-
 // PushTally counts the per-item statuses of a POST /api/v1/push answer as
 // it streams past, without keeping it: the answer to a large push can be
 // far larger than anything the gateway should copy (320,000 tiny items
@@ -11,7 +9,7 @@ import "encoding/json"
 // accepted when the last member named exactly "status" is the string
 // "queued" or "buffered" (billable, M1); other statuses, other member
 // types and elements that are not objects are not billed. An answer that
-// is not one well-formed JSON array (jsonscan.Checker's rules) bills
+// is not one well-formed JSON array (wire.Checker's rules) bills
 // nothing, whatever it held before it went wrong.
 //
 // Write it the answer in pieces, then read Outcome once.
@@ -122,20 +120,6 @@ func (s *statusWatch) value(depth int, first byte, raw []byte, plain bool) {
 	case wordIs(raw, plain, "buffered"):
 		s.status = statusBuffered
 	}
-}
-
-// unescapedIs reports whether the raw text of a JSON string (between the
-// quotes, escapes intact) is word once unescaped.
-func unescapedIs(raw []byte, word string) bool {
-	for _, c := range raw {
-		if c == '\\' {
-			quoted := make([]byte, 0, len(raw)+2)
-			quoted = append(append(append(quoted, '"'), raw...), '"')
-			var text string
-			return json.Unmarshal(quoted, &text) == nil && text == word
-		}
-	}
-	return string(raw) == word
 }
 
 // pushNames is the member name PushTally reads.

@@ -1,22 +1,21 @@
 package tenancy
 
 import (
-	"encoding/json"
+	"bytes"
 	"slices"
-	"strings"
 
-	"github.com/queengate/queengate/internal/jsonscan"
+	"github.com/queengate/queengate/wire"
 )
 
 // The body sniffers below read request bodies the gateway buffers anyway.
 // They fail closed: a body they cannot read exactly as the broker does never
 // earns a carve-out, and counts as growing, so a push block refuses it.
 //
-// Every body first passes jsonscan.Check (valid UTF-8, no byte-order mark,
-// well-formed, nesting within jsonscan.DefaultMaxDepth). On such text
-// encoding/json reads what the broker's JSON library reads: object keys
-// are matched exactly by decoding into maps (never into structs, which
-// match case-insensitively), and the last of duplicated keys wins.
+// Every body first passes wire.Check (valid UTF-8, no byte-order mark,
+// well-formed, nesting within wire.DefaultMaxDepth), and is then read once,
+// in place, with wire's walkers: member names are matched exactly once
+// unescaped (never case-insensitively), and the last of duplicated names
+// wins, as at the broker.
 
 // reservedKeySpace is a KV namespace the broker's own facades use, whose
 // traffic is consumption rather than storage.
@@ -63,23 +62,27 @@ type CarveOutBatch struct {
 // when it is a carve-out batch, also reports its size.
 func KVCarveOut(body []byte) (CarveOutBatch, bool) {
 	var b CarveOutBatch
-	if jsonscan.Check(body) != nil {
+	if wire.Check(body) != nil {
 		return b, false
 	}
-	ops, ok := batchOps(body)
-	if !ok || len(ops) == 0 {
+	at, ok := batchOps(body)
+	if !ok {
 		return b, false
 	}
-	if !kafkaKeySpace.holdsAll(ops) && !s3KeySpace.holdsAll(ops) {
-		return b, false
-	}
-	b.Ops = len(ops)
-	for i, raw := range ops {
-		// holdsAll decoded every operation as an object already.
-		op, _ := jsonObject(raw)
-		if v, present := op["value"]; present && len(v) > b.Heaviest.Bytes {
-			b.Heaviest.Index, b.Heaviest.Bytes = i, len(v)
+	kafka, s3 := true, true
+	wire.Elements(body, at, func(i int) int {
+		var v opValues
+		end := v.read(body, i)
+		kafka = kafka && kafkaKeySpace.holds(&v)
+		s3 = s3 && s3KeySpace.holds(&v)
+		if val := v[opValue]; val != nil && len(val) > b.Heaviest.Bytes {
+			b.Heaviest.Index, b.Heaviest.Bytes = b.Ops, len(val)
 		}
+		b.Ops++
+		return end
+	})
+	if b.Ops == 0 || !kafka && !s3 {
+		return CarveOutBatch{}, false
 	}
 	return b, true
 }
@@ -91,19 +94,21 @@ func KVCarveOut(body []byte) (CarveOutBatch, bool) {
 // "operations" array) grows too: what the broker would do with it is not
 // known. Only an empty batch stores nothing for certain.
 func BatchGrows(body []byte) bool {
-	if jsonscan.Check(body) != nil {
+	if wire.Check(body) != nil {
 		return true
 	}
-	ops, ok := batchOps(body)
+	at, ok := batchOps(body)
 	if !ok {
 		return true
 	}
-	for _, raw := range ops {
-		if opGrows(raw) {
-			return true
-		}
-	}
-	return false
+	grows := false
+	wire.Elements(body, at, func(i int) int {
+		var v opValues
+		end := v.read(body, i)
+		grows = grows || opGrows(&v)
+		return end
+	})
+	return grows
 }
 
 // CycleGrows reports whether a POST /streams/v1/cycle body may push sink
@@ -112,82 +117,102 @@ func BatchGrows(body []byte) bool {
 // What the items hold does not matter here. A body that is not a JSON
 // object pushes nothing; one that is not JSON at all grows.
 func CycleGrows(body []byte) bool {
-	if jsonscan.Check(body) != nil {
+	if wire.Check(body) != nil {
 		return true
 	}
-	obj, ok := jsonObject(body)
-	if !ok {
+	i := wire.SkipSpace(body, 0)
+	if body[i] != '{' {
 		return false
 	}
-	raw, present := obj["push_items"]
-	if !present || jsonKind(raw) == 'n' {
+	var v [1][]byte
+	wire.MemberValues(body, i, []string{"push_items"}, v[:])
+	items := v[0]
+	switch {
+	case items == nil || items[0] == 'n':
 		return false
+	case items[0] != '[':
+		return true
 	}
-	items, ok := jsonArray(raw)
-	return !ok || len(items) > 0
+	return wire.SkipSpace(items, 1) < len(items)-1
 }
 
-// batchOps returns the operations of a KV or timers batch: a bare JSON array
-// of operations, or an object holding one under "operations".
-func batchOps(body []byte) ([]json.RawMessage, bool) {
-	switch jsonKind(body) {
+// batchOps returns where the array of operations of a KV or timers batch
+// opens: a bare JSON array of operations, or an object holding one under
+// "operations". body has passed wire.Check.
+func batchOps(body []byte) (at int, ok bool) {
+	i := wire.SkipSpace(body, 0)
+	switch body[i] {
 	case '[':
-		return jsonArray(body)
+		return i, true
 	case '{':
-		obj, ok := jsonObject(body)
-		if !ok {
-			return nil, false
-		}
-		return jsonArray(obj["operations"])
+		wire.Members(body, i, func(k []byte, v int) int {
+			if wire.UnescapedIs(k, "operations") { // the last one counts
+				at, ok = v, body[v] == '['
+			}
+			return wire.ValueEnd(body, v)
+		})
 	}
-	return nil, false
+	return at, ok
 }
 
-// holdsAll reports whether every operation belongs to the key space.
-func (ks reservedKeySpace) holdsAll(ops []json.RawMessage) bool {
-	for _, raw := range ops {
-		if !ks.holds(raw) {
-			return false
-		}
+// The members of an operation the sniffers read.
+const (
+	opNS = iota
+	opOp
+	opKey
+	opPrefix
+	opKeys
+	opValue
+	opMembers
+)
+
+var opNames = []string{opNS: "ns", opOp: "op", opKey: "key", opPrefix: "prefix", opKeys: "keys", opValue: "value"}
+
+// opValues is the raw values of an operation's members (nil: absent, or
+// the operation is not an object).
+type opValues [opMembers][]byte
+
+// read takes the operation whose value starts at body[i] and returns the
+// index just past it.
+func (v *opValues) read(body []byte, i int) int {
+	if body[i] != '{' {
+		return wire.ValueEnd(body, i)
 	}
-	return true
+	return wire.MemberValues(body, i, opNames, v[:])
+}
+
+// stringIs reports whether the raw value v is a string whose text is s.
+func stringIs(v []byte, s string) bool {
+	return len(v) >= 2 && v[0] == '"' && wire.UnescapedIs(v[1:len(v)-1], s)
 }
 
 // holds reports whether one operation is an object naming the key space's
 // namespace exactly, an allowed op, and at least one key field, every one
 // of which carries the key prefix.
-func (ks reservedKeySpace) holds(raw json.RawMessage) bool {
-	op, ok := jsonObject(raw)
-	if !ok {
+func (ks reservedKeySpace) holds(v *opValues) bool {
+	if !stringIs(v[opNS], ks.ns) {
 		return false
 	}
-	if ns, ok := jsonString(op["ns"]); !ok || ns != ks.ns {
+	if !slices.ContainsFunc(ks.ops, func(op string) bool { return stringIs(v[opOp], op) }) {
 		return false
 	}
-	if name, ok := jsonString(op["op"]); !ok || !slices.Contains(ks.ops, name) {
-		return false
-	}
-	return ks.keyFieldsQualify(op)
+	return ks.keyFieldsQualify(v)
 }
 
 // keyFieldsQualify checks the key, keys and prefix fields: each one present
 // must carry the key prefix, and at least one must be present. A field that
 // is present with the wrong type (null included) disqualifies the operation.
-func (ks reservedKeySpace) keyFieldsQualify(op map[string]json.RawMessage) bool {
+func (ks reservedKeySpace) keyFieldsQualify(v *opValues) bool {
 	present := 0
-	if raw, ok := op["key"]; ok {
-		present++
-		if !ks.qualifiesString(raw) {
-			return false
+	for _, f := range [...]int{opKey, opPrefix} {
+		if raw := v[f]; raw != nil {
+			present++
+			if !ks.qualifiesString(raw) {
+				return false
+			}
 		}
 	}
-	if raw, ok := op["prefix"]; ok {
-		present++
-		if !ks.qualifiesString(raw) {
-			return false
-		}
-	}
-	if raw, ok := op["keys"]; ok {
+	if raw := v[opKeys]; raw != nil {
 		present++
 		if !ks.qualifiesKeys(raw) {
 			return false
@@ -196,90 +221,47 @@ func (ks reservedKeySpace) keyFieldsQualify(op map[string]json.RawMessage) bool 
 	return present > 0
 }
 
-func (ks reservedKeySpace) qualifiesString(raw json.RawMessage) bool {
-	s, ok := jsonString(raw)
-	return ok && strings.HasPrefix(s, ks.keyPrefix)
+// qualifiesString requires a string whose text starts with the key prefix.
+func (ks reservedKeySpace) qualifiesString(raw []byte) bool {
+	if len(raw) < 2 || raw[0] != '"' {
+		return false
+	}
+	var buf [64]byte
+	text, ok := wire.Unquote(raw[1:len(raw)-1], buf[:0])
+	return ok && bytes.HasPrefix(text, []byte(ks.keyPrefix))
 }
 
 // qualifiesKeys requires a non-empty array of strings, all with the prefix.
-func (ks reservedKeySpace) qualifiesKeys(raw json.RawMessage) bool {
-	keys, ok := jsonArray(raw)
-	if !ok || len(keys) == 0 {
+func (ks reservedKeySpace) qualifiesKeys(raw []byte) bool {
+	if raw[0] != '[' {
 		return false
 	}
-	for _, k := range keys {
-		if !ks.qualifiesString(k) {
+	n, all := 0, true
+	wire.Elements(raw, 0, func(i int) int {
+		n++
+		end := wire.ValueEnd(raw, i)
+		all = all && ks.qualifiesString(raw[i:end])
+		return end
+	})
+	return n > 0 && all
+}
+
+// opGrows reports whether one batch operation may add stored data. Anything
+// but an object whose op is in the closed non-growing set counts as growing.
+func opGrows(v *opValues) bool {
+	for _, op := range [...]string{"get", "getPrefix", "delete", "cancel"} {
+		if stringIs(v[opOp], op) {
 			return false
 		}
 	}
 	return true
 }
 
-// opGrows reports whether one batch operation may add stored data. Anything
-// but an object whose op is in the closed non-growing set counts as growing.
-func opGrows(raw json.RawMessage) bool {
-	op, ok := jsonObject(raw)
-	if !ok {
-		return true
-	}
-	name, ok := jsonString(op["op"])
-	if !ok {
-		return true
-	}
-	switch name {
-	case "get", "getPrefix", "delete", "cancel":
-		return false
-	}
-	return true
-}
-
 // jsonKind returns the first byte of a JSON value after any leading
-// whitespace, or 0 when there is none. It tells the value's type without
-// decoding it; json.Unmarshal would accept null into a map, slice or string
-// without complaint.
+// whitespace, or 0 when there is none.
 func jsonKind(raw []byte) byte {
-	for _, c := range raw {
-		switch c {
-		case ' ', '\t', '\n', '\r':
-			continue
-		}
-		return c
+	if i := wire.SkipSpace(raw, 0); i < len(raw) {
+		return raw[i]
 	}
 	return 0
-}
-
-// jsonObject decodes raw when it is exactly one JSON object.
-func jsonObject(raw []byte) (map[string]json.RawMessage, bool) {
-	if jsonKind(raw) != '{' {
-		return nil, false
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, false
-	}
-	return obj, true
-}
-
-// jsonArray decodes raw when it is exactly one JSON array.
-func jsonArray(raw []byte) ([]json.RawMessage, bool) {
-	if jsonKind(raw) != '[' {
-		return nil, false
-	}
-	var arr []json.RawMessage
-	if err := json.Unmarshal(raw, &arr); err != nil {
-		return nil, false
-	}
-	return arr, true
-}
-
-// jsonString decodes raw when it is exactly one JSON string.
-func jsonString(raw []byte) (string, bool) {
-	if jsonKind(raw) != '"' {
-		return "", false
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", false
-	}
-	return s, true
 }

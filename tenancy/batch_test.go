@@ -8,7 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/queengate/queengate/internal/jsonscan"
+	"github.com/queengate/queengate/wire"
 )
 
 type bodyCase struct {
@@ -169,9 +169,9 @@ func FuzzBatchSniffers(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		carve, grows, cycle := KVBatchIsCarveOut(body), BatchGrows(body), CycleGrows(body)
 		// What the gateway does not read (not JSON, not UTF-8, a
-		// byte-order mark, or refused by jsonscan.Check for its depth or a
+		// byte-order mark, or refused by wire.Check for its depth or a
 		// half surrogate pair) must fail closed.
-		if !json.Valid(body) || !utf8.Valid(body) || bytes.HasPrefix(body, []byte("\xef\xbb\xbf")) || jsonscan.Check(body) != nil {
+		if !json.Valid(body) || !utf8.Valid(body) || bytes.HasPrefix(body, []byte("\xef\xbb\xbf")) || wire.Check(body) != nil {
 			if carve || !grows || !cycle {
 				t.Fatalf("unread body %q: carve-out %v, grows %v, cycle grows %v", body, carve, grows, cycle)
 			}

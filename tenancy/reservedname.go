@@ -9,7 +9,7 @@ import (
 // Every name the isolation probe gives the broker (its queue, the queue's
 // namespace and task) starts with ProbeQueuePrefix. A tenant that could
 // name them could delete or recreate the probe's queue between the probe's
-// reads and so move the verdict (issue 21), so no client request may name
+// reads and so move the verdict on whether the cell isolates tenants, so no client request may name
 // them: a request whose path, query or body mentions the prefix, in any
 // case and in any spelling the broker decodes to it, is refused before it
 // reaches the cell.

@@ -1,4 +1,4 @@
-package jsonscan
+package wire
 
 // TextError refuses what no reader of a request body may see, whatever the
 // body is: text that is not valid UTF-8, or that starts with a byte-order

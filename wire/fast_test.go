@@ -1,4 +1,4 @@
-package jsonscan
+package wire
 
 import (
 	"bytes"
@@ -145,7 +145,7 @@ func TestSpecialBytesLowestLaneExact(t *testing.T) {
 			}
 		}
 		got := -1
-		if m := specialBytes(w); m != 0 {
+		if m := SpecialBytes(w); m != 0 {
 			got = bits.TrailingZeros64(m) >> 3
 		}
 		if got != want {

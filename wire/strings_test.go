@@ -1,4 +1,4 @@
-package jsonscan
+package wire
 
 import (
 	"bytes"
@@ -144,4 +144,38 @@ func checkStoredAgrees(t *testing.T, body []byte, checkErr error) {
 		}
 		i = end - 1
 	}
+}
+
+// FuzzUnquote holds Unquote to Check and to encoding/json: it refuses
+// exactly what Check refuses, and decodes the rest as encoding/json does;
+// UnescapedIs agrees with that text.
+func FuzzUnquote(f *testing.F) {
+	for _, s := range []string{``, `abc`, `a\"b`, `\\u0071`, `\u0071ueen`, `\ud83d\ude00`, `\ud83d`, `\ude00`,
+		`\u00e9t\u00E9`, "caf\u00e9", `\b\f\n\r\t\/`, `\x`, `\u12`, "\xff", "a\x01", `\u0000`} {
+		f.Add([]byte(s), "queen")
+	}
+	f.Fuzz(func(t *testing.T, raw []byte, word string) {
+		quoted := append(append([]byte{'"'}, raw...), '"')
+		got, ok := Unquote(raw, nil)
+		valid := Check(quoted) == nil
+		if ok != valid {
+			t.Fatalf("%q: Unquote ok %v, Check accepts %v", raw, ok, valid)
+		}
+		if !ok {
+			return // UnescapedIs takes checked text only
+		}
+		var want string
+		if err := json.Unmarshal(quoted, &want); err != nil {
+			t.Fatalf("%q: encoding/json refuses what Check accepts: %v", raw, err)
+		}
+		if string(got) != want {
+			t.Fatalf("%q: Unquote %q, encoding/json %q", raw, got, want)
+		}
+		if is := UnescapedIs(raw, word); is != (want == word) {
+			t.Fatalf("%q: UnescapedIs(%q) %v, want %v", raw, word, is, want == word)
+		}
+		if is := UnescapedIs(raw, want); !is {
+			t.Fatalf("%q: UnescapedIs of its own text %q is false", raw, want)
+		}
+	})
 }

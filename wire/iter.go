@@ -1,9 +1,9 @@
-// Package jsonscan walks JSON text that has already been validated (by
-// json.Valid or a decoder) without decoding it: members of an object and
-// elements of an array as raw byte slices of the input. It allocates
-// nothing, which is why the request and response paths use it to read the
-// few fields they need from bodies they forward unchanged.
-package jsonscan
+package wire
+
+// Object, Array, ValueEnd and PlainBytes walk JSON text that has already
+// been checked (Check, CheckStored or SkipValid) without decoding it, handing
+// out members and elements as slices of the input; they allocate nothing and
+// trust their input.
 
 import (
 	"bytes"

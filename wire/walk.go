@@ -1,4 +1,4 @@
-package jsonscan
+package wire
 
 // Members and Elements walk a container of valid JSON text in place, in
 // one pass: a caller that reads a value where it lies tells them where it
@@ -39,4 +39,23 @@ func Elements(b []byte, i int, fn func(at int) int) int {
 		}
 	}
 	return min(i+1, len(b)) // past the ']'
+}
+
+// MemberValues walks the checked object whose '{' is at b[i] once, sets
+// into[k] to the raw text of the value of its member named names[k]
+// (compared unescaped and exactly, case included; the last one when a name
+// repeats, as the broker's parser keeps it; nil when absent), and returns
+// the index just past the object. A value's text starts and ends with the
+// value itself, no space around it.
+func MemberValues(b []byte, i int, names []string, into [][]byte) int {
+	return Members(b, i, func(k []byte, at int) int {
+		e := ValueEnd(b, at)
+		for n, name := range names {
+			if UnescapedIs(k, name) {
+				into[n] = b[at:e]
+				break
+			}
+		}
+		return e
+	})
 }

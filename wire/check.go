@@ -1,4 +1,4 @@
-package jsonscan
+package wire
 
 import (
 	"encoding/binary"
@@ -162,6 +162,7 @@ const (
 	sHex
 	sUTF8
 	sLiteral
+	sNum      // in a number: sNum plus its NumState (sNum itself, NumStart, is never a state)
 	sMinus    // after '-'
 	sZero     // a leading 0
 	sInt      // integer digits
@@ -171,24 +172,6 @@ const (
 	sExpSign  // after the exponent's sign
 	sExpDigit // exponent digits
 )
-
-// plain marks the bytes a string's fast loop passes without a second look.
-var plain = func() (t [256]bool) {
-	for c := 0x20; c < 0x80; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
-
-// plainWord reports whether none of the eight bytes of w is a quote, a
-// backslash, a control character or past ASCII (the bit tricks find a
-// zero byte, or a byte below a bound, in every lane at once).
-func plainWord(w uint64) bool {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	zero := func(v uint64) uint64 { return (v - ones) & ^v & highs }
-	below := (w - ones*0x20) & ^w & highs
-	return (below | zero(w^(ones*'"')) | zero(w^(ones*'\\')) | w&highs) == 0
-}
 
 func (c *Checker) fail(p Problem, at int64, detail string) error {
 	c.err = &SyntaxError{Problem: p, Offset: at, Detail: detail}
@@ -222,10 +205,10 @@ func (c *Checker) Write(p []byte) error {
 			// bytes at a time while none of them needs a look. After a
 			// high surrogate only the escape of its low half may come.
 			if !c.highSurr {
-				for i+8 <= len(p) && plainWord(binary.LittleEndian.Uint64(p[i:i+8])) {
+				for i+8 <= len(p) && SpecialBytes(binary.LittleEndian.Uint64(p[i:i+8])) == 0 {
 					i += 8
 				}
-				for i < len(p) && plain[p[i]] {
+				for i < len(p) && PlainByte[p[i]] {
 					i++
 				}
 			}
@@ -276,15 +259,8 @@ func (c *Checker) Write(p []byte) error {
 			i++
 			continue
 		case sHex:
-			var d byte
-			switch {
-			case '0' <= b && b <= '9':
-				d = b - '0'
-			case 'a' <= b && b <= 'f':
-				d = b - 'a' + 10
-			case 'A' <= b && b <= 'F':
-				d = b - 'A' + 10
-			default:
+			d := HexDigit[b]
+			if d > 0xF {
 				return c.fail(ProblemSyntax, base+int64(i), "an invalid \\u escape")
 			}
 			c.hex = c.hex<<4 | uint16(d)
@@ -297,12 +273,8 @@ func (c *Checker) Write(p []byte) error {
 			if c.hex == 0 && c.RefuseNUL {
 				return c.fail(ProblemNUL, base+int64(i)-6, "")
 			}
-			switch isHigh, isLow := c.hex >= 0xD800 && c.hex < 0xDC00, c.hex >= 0xDC00 && c.hex < 0xE000; {
-			case isHigh && !c.highSurr:
-				c.highSurr = true
-			case isLow && c.highSurr:
-				c.highSurr = false
-			case isHigh, isLow, c.highSurr:
+			var ok bool
+			if c.highSurr, ok = Surrogate(c.hex, c.highSurr); !ok {
 				return c.fail(ProblemSyntax, base+int64(i-1), "a \\u escape leaves half of a surrogate pair")
 			}
 			continue
@@ -456,29 +428,13 @@ func (c *Checker) Write(p []byte) error {
 	return nil
 }
 
-// startRune takes the first byte of a multi-byte UTF-8 sequence; the bounds
-// of its second byte refuse overlong forms, surrogates and values past
-// U+10FFFF, as utf8.Valid does.
+// startRune takes the first byte of a multi-byte UTF-8 sequence.
 func (c *Checker) startRune(b byte) bool {
-	c.utfLo, c.utfHi = 0x80, 0xBF
-	switch {
-	case b >= 0xC2 && b <= 0xDF:
-		c.utfLeft = 1
-	case b == 0xE0:
-		c.utfLeft, c.utfLo = 2, 0xA0
-	case b == 0xED:
-		c.utfLeft, c.utfHi = 2, 0x9F
-	case b >= 0xE1 && b <= 0xEF:
-		c.utfLeft = 2
-	case b == 0xF0:
-		c.utfLeft, c.utfLo = 3, 0x90
-	case b >= 0xF1 && b <= 0xF3:
-		c.utfLeft = 3
-	case b == 0xF4:
-		c.utfLeft, c.utfHi = 3, 0x8F
-	default:
+	left, lo, hi, ok := RuneStart(b)
+	if !ok {
 		return false
 	}
+	c.utfLeft, c.utfLo, c.utfHi = left, lo, hi
 	c.state = sUTF8
 	return true
 }
@@ -505,52 +461,13 @@ func (c *Checker) endValue() {
 	}
 }
 
-// numberStep is one step of the number grammar; ok is false when b does
-// not continue the number.
+// numberStep is NumberStep over the Checker's states.
 func numberStep(s uint8, b byte) (uint8, bool) {
-	digit := '0' <= b && b <= '9'
-	switch s {
-	case sMinus:
-		switch {
-		case b == '0':
-			return sZero, true
-		case digit:
-			return sInt, true
-		}
-	case sZero, sInt:
-		switch {
-		case digit && s == sInt:
-			return sInt, true
-		case b == '.':
-			return sDot, true
-		case b == 'e' || b == 'E':
-			return sExp, true
-		}
-	case sDot, sFrac:
-		switch {
-		case digit:
-			return sFrac, true
-		case s == sFrac && (b == 'e' || b == 'E'):
-			return sExp, true
-		}
-	case sExp:
-		switch {
-		case b == '+' || b == '-':
-			return sExpSign, true
-		case digit:
-			return sExpDigit, true
-		}
-	case sExpSign, sExpDigit:
-		if digit {
-			return sExpDigit, true
-		}
-	}
-	return s, false
+	next, ok := NumberStep(NumState(s-sNum), b)
+	return sNum + uint8(next), ok
 }
 
-func numberComplete(s uint8) bool {
-	return s == sZero || s == sInt || s == sFrac || s == sExpDigit
-}
+func numberComplete(s uint8) bool { return NumState(s - sNum).Complete() }
 
 // Close reports whether the text written so far is one complete value.
 func (c *Checker) Close() error {

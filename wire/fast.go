@@ -1,4 +1,4 @@
-package jsonscan
+package wire
 
 import (
 	"encoding/binary"
@@ -64,13 +64,13 @@ value:
 		// The fast loop: most strings end in its first eight bytes.
 		i++
 		for len(b)-i >= 8 {
-			if m := specialBytes(binary.LittleEndian.Uint64(b[i : i+8])); m != 0 {
+			if m := SpecialBytes(binary.LittleEndian.Uint64(b[i : i+8])); m != 0 {
 				i += bits.TrailingZeros64(m) >> 3
 				goto special
 			}
 			i += 8
 		}
-		for i < len(b) && plain[b[i]] {
+		for i < len(b) && PlainByte[b[i]] {
 			i++
 		}
 	special:
@@ -169,13 +169,13 @@ key:
 	// The fast loop again: member names are short and plain.
 	i++
 	for len(b)-i >= 8 {
-		if m := specialBytes(binary.LittleEndian.Uint64(b[i : i+8])); m != 0 {
+		if m := SpecialBytes(binary.LittleEndian.Uint64(b[i : i+8])); m != 0 {
 			i += bits.TrailingZeros64(m) >> 3
 			goto keySpecial
 		}
 		i += 8
 	}
-	for i < len(b) && plain[b[i]] {
+	for i < len(b) && PlainByte[b[i]] {
 		i++
 	}
 keySpecial:
@@ -216,13 +216,13 @@ func SkipValidString(b []byte, i int, refuseNUL bool) (end int, escaped bool) {
 	// Most strings hold no escape: the fast loop alone finds their end.
 	i++
 	for len(b)-i >= 8 {
-		if m := specialBytes(binary.LittleEndian.Uint64(b[i : i+8])); m != 0 {
+		if m := SpecialBytes(binary.LittleEndian.Uint64(b[i : i+8])); m != 0 {
 			i += bits.TrailingZeros64(m) >> 3
 			goto special
 		}
 		i += 8
 	}
-	for i < len(b) && plain[b[i]] {
+	for i < len(b) && PlainByte[b[i]] {
 		i++
 	}
 special:
@@ -242,14 +242,9 @@ func PlainString36(b []byte, i int) bool {
 		return false
 	}
 	le := binary.LittleEndian
-	return specialBytes(le.Uint64(b[i+1:i+9]))|specialBytes(le.Uint64(b[i+9:i+17]))|specialBytes(le.Uint64(b[i+17:i+25]))|
-		specialBytes(le.Uint64(b[i+25:i+33]))|specialBytes(le.Uint64(b[i+29:i+37])) == 0
+	return SpecialBytes(le.Uint64(b[i+1:i+9]))|SpecialBytes(le.Uint64(b[i+9:i+17]))|SpecialBytes(le.Uint64(b[i+17:i+25]))|
+		SpecialBytes(le.Uint64(b[i+25:i+33]))|SpecialBytes(le.Uint64(b[i+29:i+37])) == 0
 }
-
-// SpecialBytes is specialBytes, for readers that scan their own strings:
-// the lowest marked lane of w, if any, is the first byte of the eight that
-// is a quote, a backslash, a control byte or past ASCII.
-func SpecialBytes(w uint64) uint64 { return specialBytes(w) }
 
 func hasByte(b []byte, c byte) bool {
 	for _, x := range b {
@@ -260,38 +255,19 @@ func hasByte(b []byte, c byte) bool {
 	return false
 }
 
-// specialBytes has the high bit of every byte lane of w that holds a
-// quote, a backslash, a control byte or a byte past ASCII. Lanes above the
-// lowest marked one may be marked wrongly (a borrow crosses lanes); the
-// lowest is always exact, and it is the only one used.
-func specialBytes(w uint64) uint64 {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	// A lane is a quote or a backslash when it is zero after the xor, and
-	// subtracting one then sets its high bit. So does it for a lane past
-	// ASCII (the usual &^x guarding against that is not needed: such a
-	// lane is marked by w itself), and a borrow comes only out of a lane
-	// that is itself marked.
-	q := w ^ (ones * '"')
-	s := w ^ (ones * '\\')
-	// Grouped in pairs: the two halves are computed side by side, one
-	// step shorter than a chain of ors (this look is on the loop's
-	// critical path).
-	return (((q - ones) | (s - ones)) | ((w - ones*0x20) | w)) & highs
-}
-
 // skipString checks a string from b[i] (past its opening quote, or inside
 // it at a character boundary) and returns the index just past its closing
 // quote, or -1.
 func skipString(b []byte, i int, refuseNUL bool) int {
 	for {
 		for len(b)-i >= 8 {
-			if m := specialBytes(binary.LittleEndian.Uint64(b[i : i+8])); m != 0 {
+			if m := SpecialBytes(binary.LittleEndian.Uint64(b[i : i+8])); m != 0 {
 				i += bits.TrailingZeros64(m) >> 3
 				goto special
 			}
 			i += 8
 		}
-		for i < len(b) && plain[b[i]] {
+		for i < len(b) && PlainByte[b[i]] {
 			i++
 		}
 	special:
@@ -333,7 +309,7 @@ func skipEscape(b []byte, i int, refuseNUL bool) int {
 	default:
 		return -1
 	}
-	r := hex4(b, i+1)
+	r := Hex4(b, i+1)
 	i += 5
 	switch {
 	case r < 0:
@@ -346,40 +322,13 @@ func skipEscape(b []byte, i int, refuseNUL bool) int {
 		if len(b)-i < 6 || b[i] != '\\' || b[i+1] != 'u' {
 			return -1
 		}
-		if lo := hex4(b, i+2); lo < 0xDC00 || lo >= 0xE000 {
+		if lo := Hex4(b, i+2); lo < 0xDC00 || lo >= 0xE000 {
 			return -1
 		}
 		return i + 6
 	}
 	return i
 }
-
-// hex4 is the value of the four hex digits at b[i], or -1.
-func hex4(b []byte, i int) int {
-	if len(b)-i < 4 {
-		return -1
-	}
-	v := int(hexDigit[b[i]])<<12 | int(hexDigit[b[i+1]])<<8 | int(hexDigit[b[i+2]])<<4 | int(hexDigit[b[i+3]])
-	if (hexDigit[b[i]]|hexDigit[b[i+1]]|hexDigit[b[i+2]]|hexDigit[b[i+3]])&0x80 != 0 {
-		return -1
-	}
-	return v
-}
-
-// hexDigit is a hex digit's value, 0xFF for any other byte.
-var hexDigit = func() (t [256]byte) {
-	for i := range t {
-		t[i] = 0xFF
-	}
-	for c := '0'; c <= '9'; c++ {
-		t[c] = byte(c - '0')
-	}
-	for c := 'a'; c <= 'f'; c++ {
-		t[c] = byte(c-'a') + 10
-		t[c-'a'+'A'] = byte(c-'a') + 10
-	}
-	return t
-}()
 
 // skipNumber checks the number at b[i] and returns the index just past
 // it, or -1. What follows is the caller's to judge ("01" is the number 0
