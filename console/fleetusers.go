@@ -279,8 +279,10 @@ func (s *Surface) fleetInvite(w http.ResponseWriter, r *http.Request, claims ten
 		writeError(w, errMailNotConfigured)
 		return
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
 	var clusterID, slug string
-	err := s.o.Pool.QueryRow(r.Context(), `SELECT id::text, slug FROM queen_proxy.clusters WHERE slug = $1 OR id::text = $1`,
+	err := s.o.Pool.QueryRow(ctx, `SELECT id::text, slug FROM queen_proxy.clusters WHERE slug = $1 OR id::text = $1`,
 		clusterRef).Scan(&clusterID, &slug)
 	if errors.Is(err, pgx.ErrNoRows) {
 		writeError(w, errNoSuchFleetCluster)
