@@ -195,8 +195,9 @@ func TestFleetInviteAuthorityAndCSRF(t *testing.T) {
 		header: map[string]string{"Origin": "http://ops.test", "X-Requested-With": "queengate"}}).want(http.StatusAccepted, "")
 }
 
-// An account an operator creates from the fleet for a typed address gets
-// the verification link, as one created from a cluster's members does.
+// An account an operator creates from the fleet (or the cell's user
+// routes) for a typed address gets the verification link, as one created
+// from a cluster's members does.
 func TestFleetCreatedAccountVerifies(t *testing.T) {
 	e, w, opID, _ := inviteEnv(t)
 	tenantSlug := e.scalar(`SELECT slug FROM queen_proxy.tenants WHERE id = $1::uuid`, w.tenantID)
@@ -205,6 +206,15 @@ func TestFleetCreatedAccountVerifies(t *testing.T) {
 		fmt.Sprintf(`{"tenant":%q,"email":%q,"cluster":%q,"role":"viewer"}`, tenantSlug, addr, w.clusterID)).want(http.StatusCreated, "").json()
 	if r["verification_email"] != "sent" {
 		t.Fatalf("fleet create answer %v", r)
+	}
+	cellAddr := name("cell") + "@elsewhere.test"
+	r = e.write("POST", w.host, "/api/operator/users", e.token(opID),
+		fmt.Sprintf(`{"tenant_id":%q,"email":%q,"cluster_id":%q,"role":"viewer"}`, w.tenantID, cellAddr, w.clusterID)).want(http.StatusCreated, "").json()
+	if r["verification_email"] != "sent" {
+		t.Fatalf("cell user create answer %v", r)
+	}
+	if p, _ := linkIn(t, e.mp.Wait(t, cellAddr, 1, 15*time.Second)); p != "/auth/verify" {
+		t.Fatalf("verification link path %s", p)
 	}
 	verified := func() string {
 		return e.scalar(`SELECT (email_verified_at IS NOT NULL)::text FROM queen_proxy.users WHERE email = $1`, addr)

@@ -376,8 +376,10 @@ func (s *Surface) operatorCreateUser(w http.ResponseWriter, r *http.Request, c *
 		return
 	}
 	s.changed(req.ClusterID)
+	// An operator typed the address: its owner is asked to confirm it.
 	writeJSON(w, http.StatusCreated, map[string]any{
 		"id": userID, "email": email, "name": name, "tenant_id": req.TenantID, "cluster_id": req.ClusterID, "role": req.Role,
+		"verification_email": s.sendVerification(r.Context(), userID, email, c.claims.UserID),
 	})
 }
 
