@@ -392,100 +392,168 @@ func (s *Surface) linkFailed(w http.ResponseWriter, r *http.Request, err error) 
 
 // ---- invitations ----
 
-// invite records an invitation of an address no account has and sends
+// invitation is one invitation to send: an address, a cluster and a role,
+// and who invites.
+type invitation struct {
+	clusterID, clusterSlug, email, role, inviterID string
+	// audit writes the inviter's audit row in the invitation's
+	// transaction, where the database checks the inviter's standing (a
+	// cluster admin's role, or an operator's bit).
+	audit func(ctx context.Context, tx pgx.Tx, tenantID string) error
+}
+
+var errInviteeExists = conflict("an account has this e-mail address already: give it a role instead of inviting it")
+
+// sendInvitation records an invitation of an address no account has and
+// sends it; the member route and the fleet's route both invite through
 // it. The account is made when the invitation is accepted, by whoever
-// proves they read the address's mail, in the cluster's tenant.
-func (s *Surface) invite(w http.ResponseWriter, r *http.Request, c *caller, email, role string) {
+// proves they read the address's mail, in the cluster's tenant. A refusal
+// comes back as a memberError; an earlier pending invitation of the
+// address to the cluster is replaced.
+func (s *Surface) sendInvitation(ctx context.Context, in invitation) (map[string]any, error) {
 	tok, hash, err := newLinkToken(purposeInvitation)
 	if err != nil {
-		writeError(w, errInternal)
-		return
+		return nil, memberError{errInternal}
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	txCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	var id string
+	var id, inviter string
 	var expires time.Time
-	var inviter string
-	err = pgx.BeginFunc(ctx, s.o.Pool, func(tx pgx.Tx) error {
-		tenant, err := lockRoles(ctx, tx, c.cluster.ID)
+	err = pgx.BeginFunc(txCtx, s.o.Pool, func(tx pgx.Tx) error {
+		tenant, err := lockRoles(txCtx, tx, in.clusterID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return memberError{errNoSuchFleetCluster}
+		}
 		if err != nil {
 			return err
 		}
 		// Audited first: the audit row is where the database checks that
-		// the caller is still the cluster's admin.
-		if err := s.audit(ctx, tx, c, "console_member_invited", email, map[string]any{"email": email, "role": role}); err != nil {
+		// the inviter still holds the power to invite.
+		if err := in.audit(txCtx, tx, tenant); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE queen_proxy.email_tokens SET revoked_at = clock_timestamp()
+		var status string
+		var exists bool
+		if err := tx.QueryRow(txCtx, `SELECT c.status, EXISTS (SELECT 1 FROM queen_proxy.users WHERE email = $2)
+			FROM queen_proxy.clusters c WHERE c.id = $1::uuid`, in.clusterID, in.email).Scan(&status, &exists); err != nil {
+			return err
+		}
+		if status == "deleting" {
+			return memberError{conflict("this cluster is being deleted")}
+		}
+		if exists {
+			return memberError{errInviteeExists}
+		}
+		if _, err := tx.Exec(txCtx, `UPDATE queen_proxy.email_tokens SET revoked_at = clock_timestamp()
 			WHERE purpose = 'invitation' AND cluster_id = $1::uuid AND email = $2 AND used_at IS NULL AND revoked_at IS NULL`,
-			c.cluster.ID, email); err != nil {
+			in.clusterID, in.email); err != nil {
 			return err
 		}
-		if err := tx.QueryRow(ctx, `SELECT email FROM queen_proxy.users WHERE id = $1::uuid`, c.claims.UserID).Scan(&inviter); err != nil {
+		if err := tx.QueryRow(txCtx, `SELECT email FROM queen_proxy.users WHERE id = $1::uuid`, in.inviterID).Scan(&inviter); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, `INSERT INTO queen_proxy.email_tokens (purpose, token_hash, email, tenant_id, cluster_id, role, created_by, expires_at)
+		return tx.QueryRow(txCtx, `INSERT INTO queen_proxy.email_tokens (purpose, token_hash, email, tenant_id, cluster_id, role, created_by, expires_at)
 			VALUES ('invitation', $1, $2, $3::uuid, $4::uuid, $5, $6::uuid, clock_timestamp() + $7::interval) RETURNING id::text, expires_at`,
-			hash, email, tenant, c.cluster.ID, role, c.claims.UserID, s.o.InvitationTTL.String()).Scan(&id, &expires)
+			hash, in.email, tenant, in.clusterID, in.role, in.inviterID, s.o.InvitationTTL.String()).Scan(&id, &expires)
 	})
-	if s.memberFailed(w, c, err) {
-		return
+	if err != nil {
+		return nil, err
 	}
 	s.pruneLinks()
-	if err := s.sendMail(r.Context(), mailer.Message{To: email, Template: mailer.TemplateInvitation, Data: mailer.Data{
-		Link: s.link("/auth/invitation", tok), Email: email, Cluster: c.cluster.Slug, Role: role, Inviter: inviter,
+	if err := s.sendMail(ctx, mailer.Message{To: in.email, Template: mailer.TemplateInvitation, Data: mailer.Data{
+		Link: s.link("/auth/invitation", tok), Email: in.email, Cluster: in.clusterSlug, Role: in.role, Inviter: inviter,
 		ExpiresIn: ttlWords(s.o.InvitationTTL),
 	}}); err != nil {
 		s.revokeLink(id)
-		writeError(w, errEmailNotSent)
+		return nil, memberError{errEmailNotSent}
+	}
+	return map[string]any{"ok": true, "invited": true, "created": false, "invitation_id": id,
+		"email": in.email, "role": in.role, "cluster_id": in.clusterID, "cluster": in.clusterSlug,
+		"expires_at": expires.UTC().Format(time.RFC3339)}, nil
+}
+
+// invite is the member route's invitation, audited as the cluster admin's
+// console_member_invited.
+func (s *Surface) invite(w http.ResponseWriter, r *http.Request, c *caller, email, role string) {
+	out, err := s.sendInvitation(r.Context(), invitation{clusterID: c.cluster.ID, clusterSlug: c.cluster.Slug,
+		email: email, role: role, inviterID: c.claims.UserID,
+		audit: func(ctx context.Context, tx pgx.Tx, _ string) error {
+			return s.audit(ctx, tx, c, "console_member_invited", email, map[string]any{"email": email, "role": role})
+		}})
+	if s.memberFailed(w, c, err) {
 		return
 	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"ok": true, "invited": true, "created": false, "invitation_id": id,
-		"email": email, "role": role, "expires_at": expires.UTC().Format(time.RFC3339)})
+	writeJSON(w, http.StatusAccepted, out)
 }
 
 type invitationJSON struct {
-	ID        string  `json:"id"`
-	Email     string  `json:"email"`
-	Role      string  `json:"role"`
-	InvitedBy *string `json:"invited_by"`
-	CreatedAt string  `json:"created_at"`
-	ExpiresAt string  `json:"expires_at"`
+	ID          string  `json:"id"`
+	Email       string  `json:"email"`
+	Role        string  `json:"role"`
+	ClusterID   string  `json:"cluster_id"`
+	ClusterSlug string  `json:"cluster_slug"`
+	TenantSlug  string  `json:"tenant_slug"`
+	InvitedBy   *string `json:"invited_by"`
+	CreatedAt   string  `json:"created_at"`
+	ExpiresAt   string  `json:"expires_at"`
 }
 
-// listInvitations is the cluster's pending invitations (never a token).
-func (s *Surface) listInvitations(w http.ResponseWriter, r *http.Request, c *caller) {
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+// pendingInvitations are the live invitations of one cluster, or of every
+// cluster when clusterID is "" (never a token).
+func (s *Surface) pendingInvitations(ctx context.Context, clusterID string) ([]invitationJSON, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	rows, err := s.o.Pool.Query(ctx, `SELECT t.id::text, t.email, t.role, u.email, t.created_at, t.expires_at
-		FROM queen_proxy.email_tokens t LEFT JOIN queen_proxy.users u ON u.id = t.created_by
-		WHERE t.purpose = 'invitation' AND t.cluster_id = $1::uuid AND t.used_at IS NULL AND t.revoked_at IS NULL
+	rows, err := s.o.Pool.Query(ctx, `SELECT t.id::text, t.email, t.role, c.id::text, c.slug, tn.slug, u.email, t.created_at, t.expires_at
+		FROM queen_proxy.email_tokens t
+		JOIN queen_proxy.clusters c ON c.id = t.cluster_id
+		JOIN queen_proxy.tenants tn ON tn.id = c.tenant_id
+		LEFT JOIN queen_proxy.users u ON u.id = t.created_by
+		WHERE t.purpose = 'invitation' AND ($1 = '' OR t.cluster_id = nullif($1, '')::uuid) AND t.used_at IS NULL AND t.revoked_at IS NULL
 		  AND t.expires_at > clock_timestamp()
-		ORDER BY t.email`, c.cluster.ID)
+		ORDER BY c.slug, t.email`, clusterID)
 	if err != nil {
-		writeError(w, errDatabase)
-		return
+		return nil, err
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (invitationJSON, error) {
 		var i invitationJSON
 		var created, expires time.Time
-		err := row.Scan(&i.ID, &i.Email, &i.Role, &i.InvitedBy, &created, &expires)
+		err := row.Scan(&i.ID, &i.Email, &i.Role, &i.ClusterID, &i.ClusterSlug, &i.TenantSlug, &i.InvitedBy, &created, &expires)
 		i.CreatedAt, i.ExpiresAt = created.UTC().Format(time.RFC3339), expires.UTC().Format(time.RFC3339)
 		return i, err
 	})
+	if out == nil {
+		out = []invitationJSON{}
+	}
+	return out, err
+}
+
+// listInvitations is the cluster's pending invitations.
+func (s *Surface) listInvitations(w http.ResponseWriter, r *http.Request, c *caller) {
+	out, err := s.pendingInvitations(r.Context(), c.cluster.ID)
 	if err != nil {
 		writeError(w, errDatabase)
 		return
-	}
-	if out == nil {
-		out = []invitationJSON{}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
 var errNoSuchInvitation = notFound("no such pending invitation on this cluster")
 
-// revokeInvitation withdraws a pending invitation: its link stops working.
+// withdrawInvitation revokes, in tx, a pending invitation (of the cluster
+// when clusterID is not ""): its link stops working. It returns the
+// invitation's address, cluster and tenant.
+func withdrawInvitation(ctx context.Context, tx pgx.Tx, id, clusterID string) (email, cluster, tenant string, err error) {
+	err = tx.QueryRow(ctx, `UPDATE queen_proxy.email_tokens SET revoked_at = clock_timestamp()
+		WHERE id = $1::uuid AND purpose = 'invitation' AND ($2 = '' OR cluster_id = nullif($2, '')::uuid)
+		  AND used_at IS NULL AND revoked_at IS NULL
+		RETURNING email, cluster_id::text, tenant_id::text`, id, clusterID).Scan(&email, &cluster, &tenant)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = memberError{errNoSuchInvitation}
+	}
+	return email, cluster, tenant, err
+}
+
+// revokeInvitation withdraws one of the cluster's pending invitations.
 func (s *Surface) revokeInvitation(w http.ResponseWriter, r *http.Request, c *caller, id string) {
 	if !uuidLike(id) {
 		writeError(w, errNoSuchInvitation)
@@ -494,13 +562,7 @@ func (s *Surface) revokeInvitation(w http.ResponseWriter, r *http.Request, c *ca
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	err := pgx.BeginFunc(ctx, s.o.Pool, func(tx pgx.Tx) error {
-		var email string
-		err := tx.QueryRow(ctx, `UPDATE queen_proxy.email_tokens SET revoked_at = clock_timestamp()
-			WHERE id = $1::uuid AND purpose = 'invitation' AND cluster_id = $2::uuid AND used_at IS NULL AND revoked_at IS NULL
-			RETURNING email`, id, c.cluster.ID).Scan(&email)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return memberError{errNoSuchInvitation}
-		}
+		email, _, _, err := withdrawInvitation(ctx, tx, id, c.cluster.ID)
 		if err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/queengate/queengate/controlplane"
+	"github.com/queengate/queengate/internal/apierror"
 	"github.com/queengate/queengate/internal/uuidtext"
 	"github.com/queengate/queengate/tenancy"
 )
@@ -164,9 +165,12 @@ func (s *Surface) fleetCreateAccount(w http.ResponseWriter, r *http.Request, cla
 	if req.Operator {
 		s.o.Identities.InvalidateUsers()
 	}
+	// An operator typed the address: its owner is asked to confirm it, as
+	// for an account an operator creates from a cluster's members.
 	writeJSON(w, http.StatusCreated, map[string]any{
 		"id": userID, "email": email, "name": name, "tenant_id": tenantID, "tenant_slug": tenantSlug,
 		"is_operator": req.Operator, "cluster_id": nilIfEmpty(clusterID), "role": nilIfEmpty(req.Role),
+		"verification_email": s.sendVerification(r.Context(), userID, email, claims.UserID),
 	})
 }
 
@@ -238,4 +242,95 @@ func (s *Surface) fleetSetOperator(w http.ResponseWriter, r *http.Request, claim
 		s.o.Identities.InvalidateUsers()
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "id": userID, "email": email, "is_operator": on, "changed": changed})
+}
+
+var errMailNotConfigured = apiErr(http.StatusServiceUnavailable, apierror.NotConfigured,
+	"e-mail is not configured on this gateway, so it sends no invitations; create the account instead")
+
+// fleetInvite invites an address no account has to a cluster with a role,
+// by e-mail, through the member route's invitation: the account is made in
+// the cluster's tenant when the invitation is accepted. Audited as the
+// operator's operator_member_invited, which the database refuses unless
+// the caller still holds the operator bit when it commits.
+func (s *Surface) fleetInvite(w http.ResponseWriter, r *http.Request, claims tenancy.SessionClaims) {
+	var req struct {
+		Email   string `json:"email"`
+		Cluster string `json:"cluster"`
+		Role    string `json:"role"`
+	}
+	if e := readJSON(r, &req); e != nil {
+		writeError(w, e)
+		return
+	}
+	email, ok := normalEmail(req.Email)
+	role, roleOK := checkedRole(req.Role)
+	clusterRef := strings.ToLower(strings.TrimSpace(req.Cluster))
+	switch {
+	case !ok:
+		writeError(w, invalid("email must be an e-mail address"))
+		return
+	case clusterRef == "":
+		writeError(w, invalid("cluster is required"))
+		return
+	case !roleOK:
+		writeError(w, invalid("role must be admin, producer, consumer or viewer"))
+		return
+	case !s.mailOn():
+		writeError(w, errMailNotConfigured)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	var clusterID, slug string
+	err := s.o.Pool.QueryRow(ctx, `SELECT id::text, slug FROM queen_proxy.clusters WHERE slug = $1 OR id::text = $1`,
+		clusterRef).Scan(&clusterID, &slug)
+	if errors.Is(err, pgx.ErrNoRows) {
+		writeError(w, errNoSuchFleetCluster)
+		return
+	}
+	if s.fleetActionFailed(w, "operator_member_invited", err) {
+		return
+	}
+	out, err := s.sendInvitation(r.Context(), invitation{clusterID: clusterID, clusterSlug: slug, email: email, role: role,
+		inviterID: claims.UserID,
+		audit: func(ctx context.Context, tx pgx.Tx, tenantID string) error {
+			return operatorAudit(ctx, tx, tenantID, clusterID, claims.UserID, "operator_member_invited", email,
+				map[string]any{"email": email, "role": role})
+		}})
+	if s.fleetActionFailed(w, "operator_member_invited", err) {
+		return
+	}
+	writeJSON(w, http.StatusAccepted, out)
+}
+
+// fleetInvitations lists the pending invitations of every cluster.
+func (s *Surface) fleetInvitations(w http.ResponseWriter, r *http.Request) {
+	out, err := s.pendingInvitations(r.Context(), "")
+	if err != nil {
+		s.fleetFailed(w, "invitations", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"invitations": out, "mail": s.mailOn()})
+}
+
+// fleetRevokeInvitation withdraws any cluster's pending invitation,
+// audited as the operator's operator_invitation_revoked.
+func (s *Surface) fleetRevokeInvitation(w http.ResponseWriter, r *http.Request, claims tenancy.SessionClaims, id string) {
+	if !uuidLike(id) {
+		writeError(w, errNoSuchInvitation)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	err := pgx.BeginFunc(ctx, s.o.Pool, func(tx pgx.Tx) error {
+		email, cluster, tenant, err := withdrawInvitation(ctx, tx, id, "")
+		if err != nil {
+			return err
+		}
+		return operatorAudit(ctx, tx, tenant, cluster, claims.UserID, "operator_invitation_revoked", id, map[string]any{"email": email})
+	})
+	if s.fleetActionFailed(w, "operator_invitation_revoked", err) {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 }

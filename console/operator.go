@@ -115,6 +115,15 @@ func (s *Surface) serveFleet(w http.ResponseWriter, r *http.Request, p []string)
 			return
 		}
 		s.requests(w, r, &caller{claims: claims, cluster: cl, role: tenancy.RoleAdmin, operator: true})
+	case len(p) == 2 && p[0] == "accounts" && p[1] == "invitations" && get:
+		s.fleetInvitations(w, r)
+	case len(p) == 2 && p[0] == "accounts" && p[1] == "invitations" && m == http.MethodPost:
+		s.fleetInvite(w, r, claims)
+	case len(p) == 3 && p[0] == "accounts" && p[1] == "invitations" && m == http.MethodDelete:
+		s.fleetRevokeInvitation(w, r, claims, strings.ToLower(p[2]))
+	case len(p) == 2 && p[0] == "accounts" && p[1] == "invitations",
+		len(p) == 3 && p[0] == "accounts" && p[1] == "invitations":
+		writeError(w, errMethod)
 	case len(p) == 1 && p[0] == "accounts" && get:
 		s.fleetAccounts(w, r)
 	case len(p) == 1 && p[0] == "accounts" && m == http.MethodPost:
@@ -367,8 +376,10 @@ func (s *Surface) operatorCreateUser(w http.ResponseWriter, r *http.Request, c *
 		return
 	}
 	s.changed(req.ClusterID)
+	// An operator typed the address: its owner is asked to confirm it.
 	writeJSON(w, http.StatusCreated, map[string]any{
 		"id": userID, "email": email, "name": name, "tenant_id": req.TenantID, "cluster_id": req.ClusterID, "role": req.Role,
+		"verification_email": s.sendVerification(r.Context(), userID, email, c.claims.UserID),
 	})
 }
 

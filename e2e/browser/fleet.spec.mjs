@@ -15,6 +15,8 @@
 //   QG_TENANT, QG_CLUSTER  (users) a customer's tenant and its cluster, which
 //                    has an admin already
 //   QG_NEW_USER, QG_NEW_OPERATOR  (users) addresses of the users to create
+//   QG_INVITEE, QG_WITHDRAWN_INVITEE  (users) addresses to invite to the
+//                    cluster by e-mail (the second invitation is revoked)
 //   QG_OUTPUT_DIR    screenshots, in a folder per phase (default test-output/fleet
 //                    beside this file)
 //   QG_CHROMIUM      browser executable (default /usr/bin/chromium)
@@ -140,6 +142,27 @@ async function runUsers() {
 		await page.click(`${userRow(newUser)} ${byTestId('fleet-user-role-revoke')}[data-cluster="${cluster}"]`);
 		await page.waitForFunction((sel) => !document.querySelector(sel),
 			`${userRow(newUser)} ${byTestId('fleet-user-role-chip')}`);
+	});
+	const invitee = env('QG_INVITEE');
+	const withdrawn = env('QG_WITHDRAWN_INVITEE');
+	const invitationRow = (email) => `${byTestId('fleet-invitation-row')}[data-email="${email}"]`;
+	const invite = async (email, role) => {
+		await page.fill(byTestId('fleet-invite-email'), email);
+		await page.selectOption(byTestId('fleet-invite-cluster'), { label: `${tenant} / ${cluster}` });
+		await page.selectOption(byTestId('fleet-invite-role'), role);
+		await page.click(byTestId('fleet-invite-send'));
+		await page.waitForSelector(`${invitationRow(email)}[data-cluster="${cluster}"][data-role="${role}"]`);
+	};
+	await step('users-invite', async () => {
+		check(!await page.$(byTestId('fleet-invite-off')), 'the fleet says e-mail is off on a gateway that has it');
+		await invite(invitee, 'producer');
+		await invite(withdrawn, 'admin');
+		check(!await page.$(userRow(invitee)), 'an invitation made an account before it was accepted');
+	});
+	await step('users-revoke-invitation', async () => {
+		await page.click(`${invitationRow(withdrawn)} ${byTestId('fleet-invitation-revoke')}`);
+		await page.waitForFunction((sel) => !document.querySelector(sel), invitationRow(withdrawn));
+		check(await page.$(invitationRow(invitee)), 'revoking one invitation took another away');
 	});
 	await step('users-create-operator', async () => {
 		await page.fill(byTestId('fleet-user-email'), newOperator);

@@ -160,8 +160,9 @@ export async function render(root, ctx) {
 	}
 
 	async function load() {
-		const [cells, tenants, plans, accounts] = await Promise.all([
-			get('/api/operator/cells'), get('/api/operator/tenants'), get('/api/operator/plans'), get('/api/operator/accounts')]);
+		const [cells, tenants, plans, accounts, invitations] = await Promise.all([
+			get('/api/operator/cells'), get('/api/operator/tenants'), get('/api/operator/plans'), get('/api/operator/accounts'),
+			get('/api/operator/accounts/invitations')]);
 		const rows = [];
 		const attrs = [];
 		let clusterCount = 0;
@@ -195,7 +196,7 @@ export async function render(root, ctx) {
 					empty: 'No tenants.',
 				}),
 				clusterCount === 0 ? nextSteps(cells.cells.length > 0) : null),
-			usersPanel(accounts, tenants.tenants, ctx, act),
+			usersPanel(accounts, invitations, tenants.tenants, ctx, act),
 			h('section', { class: 'panel', 'aria-labelledby': 'fleet-plans-h' },
 				h('h2', { id: 'fleet-plans-h' }, 'Plans'),
 				table({

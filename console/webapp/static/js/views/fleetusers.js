@@ -1,8 +1,9 @@
 // The fleet's accounts (live operators only): every user with its tenant,
 // operator bit, origin, last sign-in and roles; creating a user (a
 // tenant's, or an operator in the platform tenant), setting and removing
-// roles, granting and withdrawing the operator bit. The server checks the
-// caller's operator bit where each change commits.
+// roles, granting and withdrawing the operator bit; inviting an address to
+// a cluster by e-mail, and the fleet's pending invitations. The server
+// checks the caller's operator bit where each change commits.
 
 import { post, put, del } from '../api.js';
 import { h, table, timeEl } from '../dom.js';
@@ -53,9 +54,57 @@ function createForm(tenants, ctx, act) {
 		if (password.value) body.password = password.value;
 		if (cluster.value) { body.cluster = cluster.value; body.role = role.value; }
 		act(submit, () => post('/api/operator/accounts', body),
-			(u) => ctx.notify(`${u.email} created in ${u.tenant_slug}${u.is_operator ? ' as an operator' : ''}${u.role ? `, ${u.role}` : ''}.`));
+			(u) => ctx.notify(`${u.email} created in ${u.tenant_slug}${u.is_operator ? ' as an operator' : ''}${u.role ? `, ${u.role}` : ''}.${verificationWords(u.verification_email)}`));
 	});
 	return form;
+}
+
+function verificationWords(v) {
+	if (v === 'sent') return ' A link to confirm the address was sent to it.';
+	if (v === 'failed') return ' The link to confirm the address could not be sent.';
+	return '';
+}
+
+// inviteForm invites an address no account has to a cluster with a role;
+// the account is made in the cluster's tenant when the link is accepted.
+function inviteForm(tenants, ctx, act) {
+	const email = h('input', { id: 'fleet-invite-email', type: 'email', required: true, autocomplete: 'off', 'data-testid': 'fleet-invite-email' });
+	const clusters = tenants.flatMap((t) => t.clusters.map((c) => ({ id: c.id, label: `${t.slug} / ${c.slug}`, slug: c.slug })));
+	const cluster = h('select', { id: 'fleet-invite-cluster', required: true, 'data-testid': 'fleet-invite-cluster' },
+		clusters.map((c) => h('option', { value: c.id }, c.label)));
+	const role = roleSelect({ id: 'fleet-invite-role', 'data-testid': 'fleet-invite-role' }, 'viewer');
+	const submit = h('button', { type: 'submit', class: 'button', 'data-testid': 'fleet-invite-send', disabled: clusters.length === 0 }, 'Invite');
+	const form = h('form', { class: 'inline', 'data-testid': 'fleet-invite-form' },
+		h('div', { class: 'field' }, h('label', { for: 'fleet-invite-email' }, 'Email'), email),
+		h('div', { class: 'field' }, h('label', { for: 'fleet-invite-cluster' }, 'Cluster'), cluster),
+		h('div', { class: 'field' }, h('label', { for: 'fleet-invite-role' }, 'Role'), role),
+		submit);
+	form.addEventListener('submit', (e) => {
+		e.preventDefault();
+		act(submit, () => post('/api/operator/accounts/invitations', { email: email.value.trim().toLowerCase(), cluster: cluster.value, role: role.value }),
+			(r) => ctx.notify(`Invitation sent to ${r.email} for ${r.cluster} as ${r.role}.`));
+	});
+	return form;
+}
+
+function invitationsTable(invitations, ctx, act) {
+	return table({
+		testid: 'fleet-invitations',
+		columns: [{ label: 'Email' }, { label: 'Tenant' }, { label: 'Cluster' }, { label: 'Role' }, { label: 'Invited by' },
+			{ label: 'Expires' }, { label: 'Actions' }],
+		rows: invitations.map((i) => {
+			const revoke = h('button', { type: 'button', class: 'button small danger', 'data-testid': 'fleet-invitation-revoke',
+				'aria-label': `Revoke the invitation of ${i.email} to ${i.cluster_slug}` }, 'Revoke');
+			revoke.addEventListener('click', () => act(revoke,
+				() => del(`/api/operator/accounts/invitations/${i.id}`),
+				() => ctx.notify(`The invitation of ${i.email} to ${i.cluster_slug} is revoked.`)));
+			return [h('span', { class: 'mono' }, i.email), i.tenant_slug, i.cluster_slug, i.role,
+				i.invited_by || h('span', { class: 'muted' }, '—'), timeEl(i.expires_at), revoke];
+		}),
+		rowAttrs: (n) => ({ 'data-testid': 'fleet-invitation-row', 'data-email': invitations[n].email,
+			'data-cluster': invitations[n].cluster_slug, 'data-role': invitations[n].role, 'data-invitation-id': invitations[n].id }),
+		empty: 'No pending invitations.',
+	});
 }
 
 function rolesCell(u, ctx, act) {
@@ -95,13 +144,20 @@ function actionsCell(u, tenants, ctx, act) {
 }
 
 // usersPanel is the fleet view's Users section.
-export function usersPanel(accounts, tenants, ctx, act) {
+export function usersPanel(accounts, invitations, tenants, ctx, act) {
 	const users = accounts.users;
 	const platform = new Set(tenants.filter((t) => t.is_platform).map((t) => t.id));
 	return h('section', { class: 'panel', 'aria-labelledby': 'fleet-users-h', 'data-testid': 'fleet-users-panel' },
 		h('h2', { id: 'fleet-users-h' }, 'Users'),
 		h('p', { class: 'muted' }, 'Every account of every tenant. Operators live in the platform tenant; a new user without a password signs in with a provider.'),
 		createForm(tenants, ctx, act),
+		h('h3', {}, 'Invite by e-mail'),
+		invitations.mail
+			? [h('p', { class: 'muted' }, 'The address gets a link; accepting it creates the account in the cluster\'s tenant with the role.'),
+				inviteForm(tenants, ctx, act)]
+			: h('p', { class: 'muted', 'data-testid': 'fleet-invite-off' }, 'E-mail is not configured on this gateway, so it sends no invitations.'),
+		invitationsTable(invitations.invitations, ctx, act),
+		h('h3', {}, 'Accounts'),
 		table({
 			testid: 'fleet-users',
 			columns: [{ label: 'User' }, { label: 'Tenant' }, { label: 'Operator' }, { label: 'Created from' },
