@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/queengate/queengate/meter"
 )
 
 // UsageRow is one cluster's usage over a period. Messages counts every op
@@ -99,7 +101,7 @@ const usageSQL = usageCTE + `
 SELECT c.slug, t.slug,
        coalesce(sum(u.reqs), 0)::bigint,
        coalesce(sum(u.msgs), 0)::bigint,
-       coalesce(sum(u.msgs) FILTER (WHERE u.op_class IN ('push', 'txn')), 0)::bigint,
+       coalesce(sum(u.msgs) FILTER (WHERE u.op_class IN ` + meter.BilledOpsSQL + `), 0)::bigint,
        coalesce(sum(u.msgs) FILTER (WHERE u.op_class = 'delivery'), 0)::bigint,
        coalesce(sum(u.bytes_in), 0)::bigint,
        coalesce(sum(u.bytes_out), 0)::bigint

@@ -25,6 +25,16 @@ const (
 	OpRead      Op = "read"
 )
 
+// Billed reports whether the messages of an op class are billable
+// messages: those that pushes and transactions stored. Deliveries and reads
+// are counted, not billed, so a message is billed once however often it is
+// read.
+func (o Op) Billed() bool { return o == OpPush || o == OpTxn }
+
+// BilledOpsSQL is Billed as a SQL list, for the queries that sum billable
+// messages.
+const BilledOpsSQL = "('" + string(OpPush) + "', '" + string(OpTxn) + "')"
+
 // Valid reports whether o is one of the five operation classes.
 func (o Op) Valid() bool {
 	switch o {

@@ -28,6 +28,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/queengate/queengate/internal/harden"
+	"github.com/queengate/queengate/meter"
 )
 
 // Defaults of Config.
@@ -214,18 +215,21 @@ type Event struct {
 // Usage is an event's data: what one cluster used in one period and op
 // class, beyond what earlier events of the sink carried.
 type Usage struct {
-	TenantID       string `json:"tenant_id"`
-	TenantSlug     string `json:"tenant_slug"`
-	ClusterID      string `json:"cluster_id"`
-	ClusterSlug    string `json:"cluster_slug"`
-	OpClass        string `json:"op_class"`
-	PeriodStart    string `json:"period_start"`
-	PeriodEnd      string `json:"period_end"`
-	Msgs           int64  `json:"msgs"`
-	Reqs           int64  `json:"reqs"`
-	BytesIn        int64  `json:"bytes_in"`
-	BytesOut       int64  `json:"bytes_out"`
-	UnansweredMsgs int64  `json:"unanswered_msgs"`
+	TenantID    string `json:"tenant_id"`
+	TenantSlug  string `json:"tenant_slug"`
+	ClusterID   string `json:"cluster_id"`
+	ClusterSlug string `json:"cluster_slug"`
+	OpClass     string `json:"op_class"`
+	PeriodStart string `json:"period_start"`
+	PeriodEnd   string `json:"period_end"`
+	Msgs        int64  `json:"msgs"`
+	// BillableMsgs is Msgs for the op classes that are billed (push and
+	// txn) and 0 for the others: the one number a billing system should sum.
+	BillableMsgs   int64 `json:"billable_msgs"`
+	Reqs           int64 `json:"reqs"`
+	BytesIn        int64 `json:"bytes_in"`
+	BytesOut       int64 `json:"bytes_out"`
+	UnansweredMsgs int64 `json:"unanswered_msgs"`
 }
 
 const pendingEvents = `
@@ -251,6 +255,9 @@ func (e *Exporter) sendBatch(ctx context.Context, tx pgx.Tx) (int, error) {
 			&start, &end, &u.Msgs, &u.Reqs, &u.BytesIn, &u.BytesOut, &u.UnansweredMsgs); err != nil {
 			rows.Close()
 			return 0, err
+		}
+		if meter.Op(u.OpClass).Billed() {
+			u.BillableMsgs = u.Msgs
 		}
 		u.PeriodStart, u.PeriodEnd = start.UTC().Format(time.RFC3339), end.UTC().Format(time.RFC3339)
 		seqs = append(seqs, seq)

@@ -106,6 +106,24 @@ func (b *billing) msgs() (sum int64) {
 	return sum
 }
 
+// billable sums the events' billable_msgs, and checks each event's against
+// its class: a billing system sums that one field.
+func (b *billing) billable(t *testing.T) (sum int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for id, e := range b.byID {
+		want := int64(0)
+		if e.Data.OpClass == "push" || e.Data.OpClass == "txn" {
+			want = e.Data.Msgs
+		}
+		if e.Data.BillableMsgs != want {
+			t.Errorf("event %s (%s): billable_msgs %d, msgs %d", id, e.Data.OpClass, e.Data.BillableMsgs, e.Data.Msgs)
+		}
+		sum += e.Data.BillableMsgs
+	}
+	return sum
+}
+
 func setup(t *testing.T) (*pgxpool.Pool, string, string) {
 	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t))
 	if _, err := migrations.Apply(ctxT(t), pool); err != nil {
@@ -162,6 +180,9 @@ func TestExportedUsageEqualsBookedUsage(t *testing.T) {
 	}
 	if got, want := rcv.msgs(), closed(); got != want || want != 190 {
 		t.Fatalf("exported %d msgs, usage_minutes has %d in closed minutes (want 190)", got, want)
+	}
+	if got := rcv.billable(t); got != 145 { // the pushes 10..19 of the closed minutes; deliveries are not billed
+		t.Fatalf("exported %d billable messages, want 145", got)
 	}
 	if rcv.repeats == 0 {
 		t.Fatal("the batch whose answer was lost was not sent again")
