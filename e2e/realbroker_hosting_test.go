@@ -316,14 +316,24 @@ http:// {
 				t.Fatalf("automating.md:%d: the Caddyfile does not adapt: %v", st.line, err)
 			}
 		case "console":
+			out := ""
 			for _, line := range strings.Split(st.text, "\n") {
 				cmd, isCmd := strings.CutPrefix(line, "$ caddy queen ")
-				if !isCmd {
+				if isCmd {
+					out = q.ok(t, strings.Fields(cmd)...)
+					if tok := regexp.MustCompile(`qmt_[A-Za-z0-9_-]+`).FindString(out); tok != "" {
+						token = tok
+					}
 					continue
 				}
-				out := q.ok(t, strings.Fields(cmd)...)
-				if tok := regexp.MustCompile(`qmt_[A-Za-z0-9_-]+`).FindString(out); tok != "" {
-					token = tok
+				// An output line shown is printed, up to its first
+				// elided value (without the value's shown start).
+				shown, _, _ := strings.Cut(line, "…")
+				if i := strings.LastIndex(shown, " "); i >= 0 && strings.Contains(line, "…") {
+					shown = shown[:i]
+				}
+				if !strings.Contains(out, shown) {
+					t.Fatalf("automating.md:%d: the command printed\n%s\nwithout %q", st.line, out, shown)
 				}
 			}
 		case "http":
