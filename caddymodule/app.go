@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/queengate/queengate/limits"
+	"github.com/queengate/queengate/meter"
 	"github.com/queengate/queengate/tenancy"
 )
 
@@ -136,6 +137,11 @@ type App struct {
 	// with what the broker holds. Default 60s.
 	ReconcileInterval caddy.Duration `json:"reconcile_interval,omitempty"`
 
+	// QuotaInterval is how often the usage maintenance runs (also once at
+	// start): the roll-up, the pruning and the monthly quota chain, whose
+	// warning and block a shorter interval announces sooner. Default 1h.
+	QuotaInterval caddy.Duration `json:"quota_interval,omitempty"`
+
 	// IsolationProbeInterval is how often each served cell's broker is
 	// probed again for whether it scopes by x-queen-tenant (it is also
 	// probed when first seen and after it was unreachable). A cell whose
@@ -254,6 +260,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	setDuration(&a.StaleGrace, 10*time.Minute)
 	setDuration(&a.KeyTouchInterval, 10*time.Second)
 	setDuration(&a.ReconcileInterval, time.Minute)
+	setDuration(&a.QuotaInterval, meter.DefaultQuotaEvery)
 	setDuration(&a.IsolationProbeInterval, 15*time.Minute)
 	setDuration(&a.LeaderLeaseTTL, 2*time.Second)
 	// Names may come from the environment at run time ({env.POD_NAME}):
@@ -317,6 +324,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		spoolDir:       a.SpoolDir,
 		meterFlush:     time.Duration(a.MeterFlushInterval),
 		reconcile:      time.Duration(a.ReconcileInterval),
+		quotaEvery:     time.Duration(a.QuotaInterval),
 		isolationEvery: time.Duration(a.IsolationProbeInterval),
 		webhooks:       a.Webhooks.settings(),
 		usageExport:    exportSettings,

@@ -35,6 +35,7 @@ type backendSettings struct {
 	spoolDir       string
 	meterFlush     time.Duration
 	reconcile      time.Duration
+	quotaEvery     time.Duration
 	isolationEvery time.Duration
 	leader         leaderSettings
 	webhooks       webhookSettings
@@ -94,8 +95,8 @@ type backend struct {
 const listenerReadyWait = 5 * time.Second
 
 func acquireBackend(ctx caddy.Context, s backendSettings, log *zap.Logger) (*backend, error) {
-	key := fmt.Sprintf("%s|%d|%v|%v|%+v|%+v|%s|%v|%v|%v|%+v|%+v|%+v", s.databaseURL, s.poolMaxConns, s.skipMigrations, s.keyTouch,
-		s.cache, s.identity, s.spoolDir, s.meterFlush, s.reconcile, s.isolationEvery, s.leader, s.webhooks, s.usageExport)
+	key := fmt.Sprintf("%s|%d|%v|%v|%+v|%+v|%s|%v|%v|%v|%v|%+v|%+v|%+v", s.databaseURL, s.poolMaxConns, s.skipMigrations, s.keyTouch,
+		s.cache, s.identity, s.spoolDir, s.meterFlush, s.reconcile, s.quotaEvery, s.isolationEvery, s.leader, s.webhooks, s.usageExport)
 	v, _, err := backends.LoadOrNew(key, func() (caddy.Destructor, error) {
 		return newBackend(ctx, key, s, log)
 	})
@@ -190,7 +191,7 @@ func newBackend(ctx context.Context, key string, s backendSettings, log *zap.Log
 	if b.elector != nil {
 		workers.Go(func() { b.elector.Run(runCtx) })
 	}
-	b.runLimitsAndMeter(runCtx, &workers, log)
+	b.runLimitsAndMeter(runCtx, &workers, s.quotaEvery, log)
 	if err := b.startWebhooks(runCtx, &workers, s.databaseURL, s.leader.name, s.webhooks, log); err != nil {
 		// Only a database URL pgx cannot parse gets here, and the main
 		// pool parsed the same one: deliveries wait for the next start.

@@ -48,12 +48,12 @@ func (b *backend) newLimitsAndMeter(s backendSettings, log *zap.Logger) error {
 const requestFlushEvery = 5 * time.Second
 
 // runLimitsAndMeter starts the background work: the meter's flushes and
-// spool replay, the hourly quota chain (also at start), the registry's
+// spool replay, the quota chain every quotaEvery (also at start), the registry's
 // coalescing writer, and the inventory reconciler.
-func (b *backend) runLimitsAndMeter(ctx context.Context, workers *sync.WaitGroup, log *zap.Logger) {
+func (b *backend) runLimitsAndMeter(ctx context.Context, workers *sync.WaitGroup, quotaEvery time.Duration, log *zap.Logger) {
 	workers.Go(func() { b.meter.Run(ctx) })
 	workers.Go(func() { b.requests.Run(ctx, requestFlushEvery) })
-	workers.Go(func() { b.quota.Run(ctx, time.Hour) })
+	workers.Go(func() { b.quota.Run(ctx, quotaEvery) })
 	workers.Go(func() { b.admission.Run(ctx, time.Second) })
 	workers.Go(func() { b.reconciler.Run(ctx) })
 	workers.Go(func() { b.reconcileOnNewCells(ctx) })

@@ -45,6 +45,7 @@ import (
 //		cell_max_parked      <n>
 //		max_batch_items      <n>
 //		reconcile_interval   <duration>
+//		quota_interval       <duration>
 //		isolation_probe_interval <duration>
 //		cells             <cell slug...>
 //		leader_group      <group name>
@@ -220,6 +221,10 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "reconcile_interval":
 			if err := parseDuration(d, &a.ReconcileInterval); err != nil {
+				return err
+			}
+		case "quota_interval":
+			if err := parseDuration(d, &a.QuotaInterval); err != nil {
 				return err
 			}
 		case "isolation_probe_interval":

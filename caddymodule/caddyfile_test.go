@@ -22,6 +22,7 @@ func TestAppUnmarshalCaddyfile(t *testing.T) {
 		stale_grace 1m
 		skip_migrations
 		isolation_probe_interval 5m
+		quota_interval 2m
 		leader_group eu1-a
 		gateway_name gw-1
 		leader_lease_ttl 3s
@@ -41,7 +42,7 @@ func TestAppUnmarshalCaddyfile(t *testing.T) {
 	if a.DatabaseURL != "{env.DB}" || len(a.BaseDomains) != 2 || a.PoolMaxConns != 4 ||
 		a.DatabaseTimeout != caddy.Duration(2*time.Second) || a.CacheTTL != caddy.Duration(10*time.Second) ||
 		a.KeyNegativeTTL != caddy.Duration(time.Second) || a.StaleGrace != caddy.Duration(time.Minute) || !a.SkipMigrations ||
-		a.IsolationProbeInterval != caddy.Duration(5*time.Minute) || a.LeaderGroup != "eu1-a" || a.GatewayName != "gw-1" ||
+		a.IsolationProbeInterval != caddy.Duration(5*time.Minute) || a.QuotaInterval != caddy.Duration(2*time.Minute) || a.LeaderGroup != "eu1-a" || a.GatewayName != "gw-1" ||
 		a.LeaderLeaseTTL != caddy.Duration(3*time.Second) || a.LeaderGroupSize != 3 ||
 		strings.Join(a.LeaderGroupMembers, ",") != "gw-1,gw-2,gw-3" {
 		t.Fatalf("parsed %+v", a)

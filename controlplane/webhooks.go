@@ -59,7 +59,9 @@ func scanWebhook(row pgx.Row) (WebhookEndpoint, error) {
 	return w, err
 }
 
-func checkWebhookName(raw string) (string, error) {
+// CheckWebhookName checks an endpoint name (a slug) and answers it
+// normalized.
+func CheckWebhookName(raw string) (string, error) {
 	s := normalize(raw)
 	if s == "" {
 		return "", errorf(Invalid, "webhook endpoint name is required")
@@ -70,7 +72,9 @@ func checkWebhookName(raw string) (string, error) {
 	return s, nil
 }
 
-func checkWebhookEvents(events []string) ([]string, error) {
+// CheckWebhookEvents checks an event filter (kinds the webhook package
+// knows; empty is every kind) and answers it without blanks.
+func CheckWebhookEvents(events []string) ([]string, error) {
 	out := []string{}
 	for _, e := range events {
 		if e = strings.TrimSpace(e); e != "" {
@@ -83,7 +87,8 @@ func checkWebhookEvents(events []string) ([]string, error) {
 	return out, nil
 }
 
-func checkWebhookURL(raw string) (string, error) {
+// CheckWebhookURL checks an endpoint URL as the dispatcher will use it.
+func CheckWebhookURL(raw string) (string, error) {
 	u := strings.TrimSpace(raw)
 	if u == "" {
 		return "", errorf(Invalid, "webhook endpoint URL is required")
@@ -100,6 +105,15 @@ func findWebhook(ctx context.Context, db DB, raw string) (ref, error) {
 		`SELECT id::text, name, status, '' FROM queen_proxy.webhook_endpoints WHERE name = $1 OR id::text = $1`)
 }
 
+// GetWebhook reads one endpoint by name or id.
+func GetWebhook(ctx context.Context, db DB, raw string) (WebhookEndpoint, error) {
+	r, err := findWebhook(ctx, db, raw)
+	if err != nil {
+		return WebhookEndpoint{}, err
+	}
+	return getWebhook(ctx, db, r.ID)
+}
+
 func getWebhook(ctx context.Context, db DB, id string) (WebhookEndpoint, error) {
 	w, err := scanWebhook(db.QueryRow(ctx, webhookSelect+` WHERE e.id = $1::uuid`, id))
 	if err != nil {
@@ -111,15 +125,15 @@ func getWebhook(ctx context.Context, db DB, id string) (WebhookEndpoint, error) 
 // AddWebhook creates an endpoint with a fresh secret. It receives the
 // events recorded from now on (see ReplayWebhook for earlier ones).
 func AddWebhook(ctx context.Context, db DB, n NewWebhook) (WebhookSecret, error) {
-	name, err := checkWebhookName(n.Name)
+	name, err := CheckWebhookName(n.Name)
 	if err != nil {
 		return WebhookSecret{}, err
 	}
-	url, err := checkWebhookURL(n.URL)
+	url, err := CheckWebhookURL(n.URL)
 	if err != nil {
 		return WebhookSecret{}, err
 	}
-	events, err := checkWebhookEvents(n.Events)
+	events, err := CheckWebhookEvents(n.Events)
 	if err != nil {
 		return WebhookSecret{}, err
 	}
@@ -172,7 +186,7 @@ func UpdateWebhook(ctx context.Context, db DB, raw string, u WebhookUpdate) (Web
 	}
 	var url *string
 	if u.URL != nil {
-		s, err := checkWebhookURL(*u.URL)
+		s, err := CheckWebhookURL(*u.URL)
 		if err != nil {
 			return WebhookEndpoint{}, err
 		}
@@ -181,7 +195,7 @@ func UpdateWebhook(ctx context.Context, db DB, raw string, u WebhookUpdate) (Web
 	var events []string
 	if len(u.Events) > 0 || u.AllEvents {
 		var err error
-		if events, err = checkWebhookEvents(u.Events); err != nil {
+		if events, err = CheckWebhookEvents(u.Events); err != nil {
 			return WebhookEndpoint{}, err
 		}
 	}

@@ -480,3 +480,58 @@ func TestUnknownTokensAreBackedOff(t *testing.T) {
 	}
 	e.want(e.call(e.token, "GET", "/plans", nil), 200)
 }
+
+// Webhook endpoints over the API: the secret is answered only where it is
+// made, an ensure that differs names what differs, the CLI's checks refuse
+// bad filters and URLs with the field named, the operations without a
+// natural key need an Idempotency-Key, a token without the provision
+// scope is refused, and every call is audited under the token.
+func TestWebhookEndpointsOverTheAPI(t *testing.T) {
+	e := newEnv(t)
+	tok := e.token
+	req := map[string]any{"url": "https://hooks.example.com/q", "events": []string{"cluster_status_changed"}}
+	w1 := e.call(tok, "PUT", "/webhooks/alerts", req)
+	e.want(w1, 201, `"secret":"whsec_`)
+	w2 := e.call(tok, "PUT", "/webhooks/alerts", map[string]any{"events": []string{"cluster_status_changed"}})
+	e.want(w2, 200)
+	if w2.body["id"] != w1.body["id"] || w2.body["secret"] != nil {
+		t.Fatalf("the second ensure answered %s", w2.raw)
+	}
+	for _, path := range []string{"/webhooks", "/webhooks/alerts"} {
+		if r := e.call(tok, "GET", path, nil); r.status != 200 || strings.Contains(string(r.raw), "whsec_") {
+			t.Fatalf("GET %s: %d %s", path, r.status, r.raw)
+		}
+	}
+	e.want(e.call(tok, "PUT", "/webhooks/alerts", map[string]any{"events": []string{}}), 409, `events is \"cluster_status_changed\", not \"all\"`)
+	e.want(e.call(tok, "PUT", "/webhooks/alerts", map[string]any{"url": "ftp://x.example"}), 400, `"url: `)
+	e.want(e.call(tok, "PUT", "/webhooks/other", map[string]any{}), 400, `"url: webhook endpoint URL is required`)
+	e.want(e.call(tok, "PUT", "/webhooks/other", map[string]any{"url": "https://h.example", "events": []string{"nope"}}), 400, `"events: unknown event`)
+	e.want(e.call(tok, "PUT", "/webhooks/Bad_Name", map[string]any{"url": "https://h.example"}), 400, `"webhook: invalid webhook endpoint name`)
+	e.want(e.call(tok, "PUT", "/webhooks/alerts/events", map[string]any{}), 400, `"events: is required`)
+	e.want(e.call(tok, "PUT", "/webhooks/alerts/status", map[string]any{"status": "paused"}), 400, `"status: \"paused\" is not active or disabled`)
+	e.want(e.call(tok, "GET", "/webhooks/alerts/attempts?limit=0", nil), 400, `limit`)
+	e.want(e.call(tok, "POST", "/webhooks/alerts/rotate-secret", map[string]any{}), 400, "Idempotency-Key")
+	e.want(e.call(tok, "POST", "/webhooks/alerts/replay", map[string]any{"since": "2026-01-01"}), 400, "Idempotency-Key")
+	e.want(e.call(tok, "POST", "/webhooks/alerts/replay", map[string]any{}, "Idempotency-Key", "r-1"), 400, "event id or a start time")
+	e.want(e.call(tok, "GET", "/webhooks/nope", nil), 404, `unknown webhook endpoint`)
+
+	r1 := e.call(tok, "POST", "/webhooks/alerts/rotate-secret", map[string]any{"overlap": "0"}, "Idempotency-Key", "rot-1")
+	e.want(r1, 200, `"secret":"whsec_`)
+	r2 := e.call(tok, "POST", "/webhooks/alerts/rotate-secret", map[string]any{"overlap": "0"}, "Idempotency-Key", "rot-1")
+	if r2.body["secret"] != r1.body["secret"] || r1.body["secret"] == w1.body["secret"] {
+		t.Fatalf("the rotation's retry answered another secret, or the rotation kept it: %s %s", r1.raw, r2.raw)
+	}
+	if n := e.scalar(`SELECT count(*) FROM queen_proxy.webhook_endpoints WHERE secret = $1 AND previous_secret IS NULL`, r1.body["secret"]); n != 1 {
+		t.Fatalf("the retry rotated again (%d endpoints hold the answered secret)", n)
+	}
+
+	reader := e.newToken("reader", []string{"read", "usage"}, 0, 0)
+	e.want(e.call(reader, "GET", "/webhooks", nil), 403, `"code":"forbidden"`)
+
+	e.want(e.call(tok, "DELETE", "/webhooks/alerts", nil), 200, `"removed":true`)
+	e.want(e.call(tok, "DELETE", "/webhooks/alerts", nil), 404)
+	if n := e.scalar(`SELECT count(*) FROM queen_proxy.operations o JOIN queen_proxy.machine_tokens m ON m.id = o.actor_id
+		WHERE m.name = 'signup' AND o.action = 'provision_ensureWebhook' AND o.target = 'alerts'`); n < 2 {
+		t.Fatalf("%d audited webhook ensures", n)
+	}
+}

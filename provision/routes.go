@@ -99,6 +99,18 @@ func (a *API) routeTable() []route {
 
 		{method: http.MethodGet, pattern: "/usage", op: "getUsage", scope: scopeUsage, handle: getUsage},
 		{method: http.MethodGet, pattern: "/clusters/{cluster}/activity", op: "getActivity", scope: scopeUsage, handle: getActivity},
+
+		{method: http.MethodGet, pattern: "/webhooks", op: "listWebhooks", scope: scopeProvision, handle: listWebhooks},
+		{method: http.MethodPut, pattern: "/webhooks/{webhook}", op: "ensureWebhook", scope: scopeProvision, handle: ensureWebhook},
+		{method: http.MethodGet, pattern: "/webhooks/{webhook}", op: "getWebhook", scope: scopeProvision, handle: getWebhook},
+		{method: http.MethodDelete, pattern: "/webhooks/{webhook}", op: "removeWebhook", scope: scopeProvision, handle: removeWebhook},
+		{method: http.MethodPut, pattern: "/webhooks/{webhook}/events", op: "setWebhookEvents", scope: scopeProvision, handle: setWebhookEvents},
+		{method: http.MethodPut, pattern: "/webhooks/{webhook}/status", op: "setWebhookStatus", scope: scopeProvision, handle: setWebhookStatus},
+		{method: http.MethodPost, pattern: "/webhooks/{webhook}/rotate-secret", op: "rotateWebhookSecret", scope: scopeProvision,
+			idempotency: idemRequired, handle: rotateWebhookSecret},
+		{method: http.MethodGet, pattern: "/webhooks/{webhook}/attempts", op: "listWebhookAttempts", scope: scopeProvision, handle: listWebhookAttempts},
+		{method: http.MethodPost, pattern: "/webhooks/{webhook}/replay", op: "replayWebhook", scope: scopeProvision,
+			idempotency: idemRequired, handle: replayWebhook},
 	}
 	for i := range rs {
 		rs[i].segs = strings.Split(strings.TrimPrefix(rs[i].pattern, "/"), "/")
