@@ -209,6 +209,13 @@ func TestStatedScopedContradictedRefusesAndSaysSo(t *testing.T) {
 			!strings.Contains(vs[0].Detail, "cell update") {
 			t.Fatalf("verdicts %+v", vs)
 		}
+		// The verdict is published before it is written to the database,
+		// so the record may trail the refusal by a moment.
+		eventually(t, func() bool {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return len(p.recorded) > 0
+		})
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if len(p.recorded) != 1 || !strings.HasPrefix(p.recorded[0], "unscoped|CONTRADICTION") {
