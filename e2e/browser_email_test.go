@@ -1,18 +1,10 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/queengate/queengate/internal/fakebroker"
 	"github.com/queengate/queengate/internal/mailpit"
@@ -27,7 +19,7 @@ import (
 // in the console and signs in with it (e2e/browser/email.spec.mjs). The
 // database must then hold what the browser did.
 func TestBrowserEmail(t *testing.T) {
-	node, chromium, dir := browserPrerequisites(t)
+	browserPrerequisites(t) // before the setup, so a machine without a browser fails fast
 	mp := mailpit.Start(t, mailpit.Options{})
 
 	broker := startBroker(t, fakebroker.Options{Name: "mail-cell", RequireTenant: true})
@@ -59,43 +51,17 @@ func TestBrowserEmail(t *testing.T) {
 		}`, hex.EncodeToString(secret), origin, mp.SMTPHost, mp.SMTPPort)
 	startGateway(t, gatewayCaddyfile(port, pgtest.URL(t), app, ""))
 
-	out := filepath.Join(dir, "test-output-email")
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "email.spec.mjs")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(),
+	results := runBrowserSpec(t, "email.spec.mjs",
 		"QG_CONSOLE_URL="+origin,
 		fmt.Sprintf("QG_GATEWAY_ADDR=127.0.0.1:%d", port),
 		"QG_EMAIL="+admin,
 		"QG_PASSWORD="+adminPassword,
 		"QG_INVITEE="+invitee,
 		"QG_MAILPIT_API="+mp.API,
-		"QG_OUTPUT_DIR="+out,
-		"QG_CHROMIUM="+chromium,
-		"NO_COLOR=1",
 	)
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = 10 * time.Second
-	started := time.Now()
-	output, err := cmd.CombinedOutput()
-	took := time.Since(started).Round(time.Millisecond)
-	if err != nil {
-		t.Fatalf("email.spec.mjs failed after %v (%v); its output:\n%s\nscreenshots: %s", took, err, output, out)
-	}
-	t.Logf("email.spec.mjs passed in %v; screenshots: %s\n%s", took, out, output)
-	results := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(output))
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "RESULT "); ok {
-			if k, v, ok := strings.Cut(rest, "="); ok {
-				results[k] = v
-			}
-		}
-	}
 	for _, k := range []string{"invitee_signed_in", "reset_signed_in", "changed_signed_in"} {
 		if results[k] != "1" {
-			t.Fatalf("email.spec.mjs printed no RESULT %s=1; its output:\n%s", k, output)
+			t.Fatalf("email.spec.mjs printed no RESULT %s=1", k)
 		}
 	}
 

@@ -1,15 +1,10 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,40 +14,6 @@ import (
 	"github.com/queengate/queengate/internal/mailpit"
 	"github.com/queengate/queengate/internal/pgtest"
 )
-
-// runBrowserSpec runs one script of e2e/browser in Node with the given
-// QG_* environment, fails the test with its output when it fails, and
-// returns the "RESULT name=value" lines it printed.
-func runBrowserSpec(t *testing.T, script string, env ...string) map[string]string {
-	t.Helper()
-	node, chromium, dir := browserPrerequisites(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, script)
-	cmd.Dir = dir
-	cmd.Env = append(append(os.Environ(), "QG_CHROMIUM="+chromium, "NO_COLOR=1",
-		"QG_OUTPUT_DIR="+filepath.Join(dir, "test-output", strings.TrimSuffix(script, ".spec.mjs"))), env...)
-	// On a time-out, let Playwright close its browser before Node goes.
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = 10 * time.Second
-	started := time.Now()
-	output, err := cmd.CombinedOutput()
-	took := time.Since(started).Round(time.Millisecond)
-	if err != nil {
-		t.Fatalf("%s failed after %v (%v); its output:\n%s", script, took, err, output)
-	}
-	t.Logf("%s passed in %v\n%s", script, took, output)
-	results := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(output))
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "RESULT "); ok {
-			if k, v, ok := strings.Cut(rest, "="); ok {
-				results[k] = v
-			}
-		}
-	}
-	return results
-}
 
 // TestBrowserFleetFirstDay opens the console on the operator host of a
 // fleet that has nothing yet: a freshly migrated database (the platform

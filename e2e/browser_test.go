@@ -54,6 +54,40 @@ func browserPrerequisites(t *testing.T) (node, chromium, dir string) {
 	return node, chromium, dir
 }
 
+// runBrowserSpec runs one script of e2e/browser in Node with the given
+// QG_* environment, fails the test with its output when it fails, and
+// returns the "RESULT name=value" lines it printed.
+func runBrowserSpec(t *testing.T, script string, env ...string) map[string]string {
+	t.Helper()
+	node, chromium, dir := browserPrerequisites(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, script)
+	cmd.Dir = dir
+	screenshots := filepath.Join(dir, "test-output", strings.TrimSuffix(script, ".spec.mjs"))
+	cmd.Env = append(append(os.Environ(), "QG_CHROMIUM="+chromium, "NO_COLOR=1", "QG_OUTPUT_DIR="+screenshots), env...)
+	// On a time-out, let Playwright close its browser before Node goes.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 10 * time.Second
+	started := time.Now()
+	output, err := cmd.CombinedOutput()
+	took := time.Since(started).Round(time.Millisecond)
+	if err != nil {
+		t.Fatalf("%s failed after %v (%v); its output:\n%s\nscreenshots: %s", script, took, err, output, screenshots)
+	}
+	t.Logf("%s passed in %v; screenshots: %s\n%s", script, took, screenshots, output)
+	results := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(output))
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "RESULT "); ok {
+			if k, v, ok := strings.Cut(rest, "="); ok {
+				results[k] = v
+			}
+		}
+	}
+	return results
+}
+
 // TestBrowserConsole is the console's acceptance test in a real browser.
 // Go starts a real gateway (Caddy, PostgreSQL, a fake broker) with
 // sessions and the identity surface, provisions a cluster and an admin
@@ -73,7 +107,7 @@ func browserPrerequisites(t *testing.T) (node, chromium, dir string) {
 // environment variables and comes back in "RESULT name=value" lines,
 // which the test checks against the database and the broker.
 func TestBrowserConsole(t *testing.T) {
-	node, chromium, dir := browserPrerequisites(t)
+	browserPrerequisites(t) // before the setup, so a machine without a browser fails fast
 
 	// RequireTenant is a tripwire: no real broker refuses a request without x-queen-tenant; here a lost header fails loudly.
 	broker := startBroker(t, fakebroker.Options{Name: "browser-cell", RequireTenant: true})
@@ -157,12 +191,7 @@ func TestBrowserConsole(t *testing.T) {
 	}
 	cellUsed := cp.scalar(`SELECT used_slots::text FROM queen_proxy.cells WHERE id = $1::uuid`, cell)
 
-	out := filepath.Join(dir, "test-output")
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "console.spec.mjs")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(),
+	results := runBrowserSpec(t, "console.spec.mjs",
 		"QG_CONSOLE_URL="+origin,
 		fmt.Sprintf("QG_GATEWAY_ADDR=127.0.0.1:%d", port),
 		"QG_EMAIL="+email,
@@ -170,7 +199,6 @@ func TestBrowserConsole(t *testing.T) {
 		"QG_PUSHED="+strconv.Itoa(pushedMsgs),
 		"QG_PUSHED_QUEUE=orders",
 		"QG_QUEUE=browser-e2e",
-		"QG_OUTPUT_DIR="+out,
 		"QG_OPERATOR_EMAIL="+opEmail,
 		"QG_OPERATOR_PASSWORD="+opPassword,
 		"QG_CLUSTER_KEY="+key,
@@ -180,35 +208,13 @@ func TestBrowserConsole(t *testing.T) {
 		"QG_CELL=browser-cell",
 		"QG_CELL_USED="+cellUsed,
 		"QG_CELL_CAPACITY=10",
-		"QG_CHROMIUM="+chromium,
 		"QG_OIDC_ISSUER="+idp.URL,
 		"QG_OIDC_LABEL="+oidcLabel,
-		"NO_COLOR=1",
 	)
-	// On a time-out, let Playwright close its browser before Node goes.
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = 10 * time.Second
-	started := time.Now()
-	output, err := cmd.CombinedOutput()
-	took := time.Since(started).Round(time.Millisecond)
-	if err != nil {
-		t.Fatalf("console.spec.mjs failed after %v (%v); its output:\n%s\nscreenshots: %s", took, err, output, out)
-	}
-	t.Logf("console.spec.mjs passed in %v; screenshots: %s\n%s", took, out, output)
-
-	results := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(output))
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "RESULT "); ok {
-			if k, v, ok := strings.Cut(rest, "="); ok {
-				results[k] = v
-			}
-		}
-	}
 	for _, k := range []string{"key_id", "pushed_with_key", "refused_after_ms", "accepted_after_revoke", "old_cookie_status",
 		"requests_forbidden", "fleet_key_id", "suspended_push_status", "oidc_user_id"} {
 		if results[k] == "" {
-			t.Fatalf("console.spec.mjs printed no RESULT %s; its output:\n%s", k, output)
+			t.Fatalf("console.spec.mjs printed no RESULT %s", k)
 		}
 	}
 
