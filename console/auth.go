@@ -252,14 +252,8 @@ func (s *Surface) sessionToken(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errNotConfigured)
 		return
 	}
-	token, ok := s.cookieSession(r)
+	claims, ok := s.cookieClaims(w, r)
 	if !ok {
-		writeError(w, errNoSession)
-		return
-	}
-	claims, e := s.verifySession(r.Context(), token)
-	if e != nil {
-		writeError(w, e)
 		return
 	}
 	if !s.o.Identities.UserExists(r.Context(), claims.UserID) {
@@ -319,14 +313,8 @@ func (s *Surface) me(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	token, ok := s.cookieSession(r)
+	claims, ok := s.cookieClaims(w, r)
 	if !ok {
-		writeError(w, errNoSession)
-		return
-	}
-	claims, e := s.verifySession(r.Context(), token)
-	if e != nil {
-		writeError(w, e)
 		return
 	}
 	doc, e := s.sessionDocument(r, claims)

@@ -856,14 +856,8 @@ func (s *Surface) changePassword(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errNotConfigured)
 		return
 	}
-	token, ok := s.cookieSession(r)
+	claims, ok := s.cookieClaims(w, r)
 	if !ok {
-		writeError(w, errNoSession)
-		return
-	}
-	claims, e := s.verifySession(r.Context(), token)
-	if e != nil {
-		writeError(w, e)
 		return
 	}
 	var req struct {

@@ -98,3 +98,19 @@ func (s *Surface) startSession(w http.ResponseWriter, r *http.Request, userID, n
 
 // canMint reports whether sessions can be issued here.
 func (s *Surface) canMint() bool { return s.o.Sessions != nil && s.o.Sessions.CanMint() }
+
+// cookieClaims reads and verifies the session of the request's cookie,
+// answering the refusal itself when there is none or it does not verify.
+func (s *Surface) cookieClaims(w http.ResponseWriter, r *http.Request) (tenancy.SessionClaims, bool) {
+	token, ok := s.cookieSession(r)
+	if !ok {
+		writeError(w, errNoSession)
+		return tenancy.SessionClaims{}, false
+	}
+	claims, e := s.verifySession(r.Context(), token)
+	if e != nil {
+		writeError(w, e)
+		return tenancy.SessionClaims{}, false
+	}
+	return claims, true
+}
