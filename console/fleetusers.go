@@ -180,8 +180,8 @@ var errOwnOperatorBit = conflict("you cannot withdraw your own operator bit; ano
 // set_operator, the only way to change it, which also tells every gateway
 // at once. An operator cannot withdraw their own bit, so the fleet always
 // keeps one operator who can grant it again; two operators withdrawing
-// each other's at once are serialised by the database's locks (one of
-// them fails and changes nothing).
+// each other's at once are serialised on both rows: the second finds its
+// own bit gone and is refused, changing nothing.
 func (s *Surface) fleetSetOperator(w http.ResponseWriter, r *http.Request, claims tenancy.SessionClaims, userID string) {
 	var req struct {
 		Operator *bool `json:"operator"`
@@ -211,9 +211,17 @@ func (s *Surface) fleetSetOperator(w http.ResponseWriter, r *http.Request, claim
 	var email, tenant string
 	changed := false
 	err := pgx.BeginFunc(ctx, s.o.Pool, func(tx pgx.Tx) error {
+		// The caller's row and the target's are locked together, in id
+		// order, before anything reads them: the audit below checks the
+		// caller's bit, so two operators changing each other's bits would
+		// otherwise each hold the row the other waits for.
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM queen_proxy.users WHERE id IN ($1::uuid, $2::uuid)
+			ORDER BY id FOR UPDATE`, userID, claims.UserID); err != nil {
+			return err
+		}
 		var was bool
 		err := tx.QueryRow(ctx, `SELECT email, tenant_id::text, is_operator FROM queen_proxy.users
-			WHERE id = $1::uuid FOR UPDATE`, userID).Scan(&email, &tenant, &was)
+			WHERE id = $1::uuid`, userID).Scan(&email, &tenant, &was)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return memberError{notFound("no such user")}
 		}
@@ -223,8 +231,6 @@ func (s *Surface) fleetSetOperator(w http.ResponseWriter, r *http.Request, claim
 		if was == on {
 			return nil
 		}
-		// Audited first: the check of the caller's own bit locks the
-		// caller's row before the target's changes.
 		if err := operatorAudit(ctx, tx, tenant, "", claims.UserID, action, userID,
 			map[string]any{"email": email, "is_operator": on, "was": was}); err != nil {
 			return err

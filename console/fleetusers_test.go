@@ -215,3 +215,38 @@ func TestFleetAccountsAuthorityAndCSRF(t *testing.T) {
 	e.do(req{method: "POST", host: "ops.test", path: "/api/operator/accounts", cookie: op, body: body,
 		header: map[string]string{"Origin": "http://ops.test", "X-Requested-With": "queengate"}}).want(http.StatusCreated, "")
 }
+
+// Two operators withdrawing each other's bit at the same moment: one
+// withdrawal lands, the other is refused because its caller no longer
+// holds the bit, and neither ends in a database error (a deadlock of the
+// two transactions, each holding the row the other checks, was a 500).
+func TestOperatorsWithdrawingEachOtherAtOnce(t *testing.T) {
+	e, _, aID, _ := accountsEnv(t)
+	platform := e.scalar(`SELECT tenant_id::text FROM queen_proxy.users WHERE id = $1::uuid`, aID)
+	bID, _ := e.user(platform, "")
+	aTok, bTok := e.token(aID), e.token(bID)
+	for round := 0; round < 20; round++ {
+		e.exec(`SELECT queen_proxy.set_operator(email, true) FROM queen_proxy.users WHERE id IN ($1::uuid, $2::uuid)`, aID, bID)
+		e.ids.InvalidateUsers()
+		codes := make(chan int, 2)
+		withdraw := func(tok, target string) {
+			codes <- e.do(req{method: http.MethodPut, host: "ops.test", path: "/api/operator/accounts/" + target + "/operator",
+				bearer: tok, body: `{"operator":false}`}).Code
+		}
+		go withdraw(aTok, bID)
+		go withdraw(bTok, aID)
+		c1, c2 := <-codes, <-codes
+		if c1 > c2 {
+			c1, c2 = c2, c1
+		}
+		// The loser is refused by the database (403) or, when the
+		// winner's change reached the gateway first, no longer finds the
+		// operator routes (404).
+		if c1 != http.StatusOK || (c2 != http.StatusForbidden && c2 != http.StatusNotFound) {
+			t.Fatalf("round %d: statuses %d and %d, want one 200 and one 403 or 404", round, c1, c2)
+		}
+		if n := e.scalar(`SELECT count(*)::text FROM queen_proxy.users WHERE id IN ($1::uuid, $2::uuid) AND is_operator`, aID, bID); n != "1" {
+			t.Fatalf("round %d: %s of the two still operators, want 1", round, n)
+		}
+	}
+}
