@@ -3,6 +3,8 @@ package migrations
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -334,6 +336,11 @@ func TestUsagePartitionsEnsure(t *testing.T) {
 		wantPgErr(t, callErr(t, pool, bad), "22023", "usage_partitions_ensure")
 	}
 	wantPgErr(t, callErr(t, pool, "SELECT * FROM queen_proxy.usage_partitions('operations')"), "22023", "usage_partitions")
+	// What an empty day costs, for docs/metering.md.
+	t.Logf("an empty day partition of usage_minutes: %s on disk (table and indexes), %d catalog objects",
+		scalar[string](t, pool, "SELECT pg_size_pretty(pg_total_relation_size($1::regclass))", "queen_proxy.usage_minutes_p"+ymd(far.AddDate(0, 0, -5))),
+		scalar[int](t, pool, `SELECT 1 + (SELECT count(*) FROM pg_index WHERE indrelid = $1::regclass) + (SELECT count(*) FROM pg_constraint WHERE conrelid = $1::regclass)`,
+			"queen_proxy.usage_minutes_p"+ymd(far.AddDate(0, 0, -5))))
 }
 
 // The prunes drop whole day partitions older than the retention (a usage
@@ -446,4 +453,56 @@ func TestUsagePartitionsPruneSkipsBusyDay(t *testing.T) {
 	if _, ok := partitions(t, pool, "request_minutes")["request_minutes_p"+ymd(old)]; ok {
 		t.Fatal("the day was not dropped once free")
 	}
+}
+
+// What the conversion costs: the time 036 holds the tables for a
+// usage_minutes of QG_CONVERT_ROWS rows (default 200,000) over 90 days,
+// printed with -v; the rows are all there after. docs/upgrading.md quotes
+// a run with 5,000,000.
+func TestUsagePartitionsConvertCost(t *testing.T) {
+	rows := 200_000
+	if v := os.Getenv("QG_CONVERT_ROWS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("QG_CONVERT_ROWS=%q: want a positive number", v)
+		}
+		rows = n
+	}
+	_, pool := migratedUpTo(t, "036_usage_partitions")
+	tenant, _ := newTenant(t, pool)
+	cell := newCell(t, pool)
+	clusters := make([]string, 50)
+	for i := range clusters {
+		clusters[i] = newCluster(t, pool, tenant, cell)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	// One row per cluster, minute and class, from 90 days ago on.
+	if _, err := pool.Exec(ctx, `INSERT INTO queen_proxy.usage_minutes (cluster_id, minute, op_class, msgs, reqs)
+		SELECT c[1 + i % 50], date_trunc('minute', now() - interval '90 days') + (i / 250) * interval '1 minute',
+		       (ARRAY['push', 'delivery', 'txn', 'configure', 'read'])[1 + (i / 50) % 5], 1, 1
+		  FROM generate_series(0, $2::int - 1) AS i, (SELECT $1::uuid[] AS c) AS cs`, clusters, rows); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, pool, "ANALYZE queen_proxy.usage_minutes")
+	before := scalar[string](t, pool, totalsSQL)
+	ms, _ := load()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	start := time.Now()
+	for _, m := range ms {
+		if m.name == "036_usage_partitions" {
+			if err := applyOne(ctx, conn, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	took := time.Since(start)
+	if after := scalar[string](t, pool, totalsSQL); after != before {
+		t.Fatalf("after: %s, before: %s", after, before)
+	}
+	t.Logf("036 converted a usage_minutes of %d rows in %v (%.0f rows/s)", rows, took.Round(time.Millisecond), float64(rows)/took.Seconds())
 }
