@@ -506,3 +506,39 @@ func TestUsagePartitionsConvertCost(t *testing.T) {
 	}
 	t.Logf("036 converted a usage_minutes of %d rows in %v (%.0f rows/s)", rows, took.Round(time.Millisecond), float64(rows)/took.Seconds())
 }
+
+// Making a partition lets the gateways' writes go on: it succeeds while a
+// flush's transaction is open on the table (a lock that excludes writers
+// on the parent would wait for it and time out). A reader of the DEFAULT
+// partition does hold it up: docs/metering.md says so.
+func TestUsagePartitionsEnsureBesideOpenWrite(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	pool := pgtest.PoolFor(t, url)
+	if _, err := Apply(ctxT(t), pool); err != nil {
+		t.Fatal(err)
+	}
+	tenant, _ := newTenant(t, pool)
+	cluster := newCluster(t, pool, tenant, newCell(t, pool))
+	writer, err := pool.Begin(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = writer.Rollback(context.Background()) }()
+	if _, err := writer.Exec(ctxT(t), flushSQL, "open-"+randHex(4), cluster, utcDay(0).Add(time.Minute), 5); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var n int
+	if err := pool.QueryRow(ctxT(t), "SELECT queen_proxy.usage_partitions_ensure($1::date, $1::date)", utcDay(20)).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("ensure beside an open write = %d, %v; want 2 partitions", n, err)
+	}
+	if took := time.Since(start); took > 4*time.Second {
+		t.Fatalf("ensure waited %v for the open write", took)
+	}
+	if err := writer.Commit(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got := scalar[int](t, pool, "SELECT msgs::int FROM queen_proxy.usage_minutes WHERE cluster_id = $1", cluster); got != 5 {
+		t.Fatalf("the write committed %d msgs, want 5", got)
+	}
+}
