@@ -22,6 +22,11 @@ const (
 	DefaultQuotaEvery       = time.Hour
 	DefaultQuotaWarnPercent = 80
 	DefaultUsageKeepDays    = 90
+	// DefaultPartitionsAhead is how many UTC days after today have their
+	// usage_minutes and request_minutes partitions made in advance: a
+	// week of gateways not running the task before a day's rows land in
+	// the DEFAULT partition (where they are kept all the same).
+	DefaultPartitionsAhead = 7
 )
 
 // The outbox kinds of the monthly quota chain.
@@ -67,9 +72,10 @@ type Quota struct {
 	log  *zap.Logger
 
 	// Settings; change them before the first RunOnce.
-	WarnPercent   int // default 80
-	KeepDays      int // usage_minutes kept (rolled-up days only); default 90
-	BatchKeepDays int // meter batch ids kept; default 90
+	WarnPercent     int // default 80
+	KeepDays        int // usage_minutes kept (rolled-up days only); default 90
+	BatchKeepDays   int // meter batch ids kept; default 90
+	PartitionsAhead int // days after today given their partitions; default 7
 
 	mu        sync.Mutex // one run at a time; guards month and announced
 	month     string
@@ -91,7 +97,8 @@ func NewQuota(pool *pgxpool.Pool, now func() time.Time, log *zap.Logger) *Quota 
 	return &Quota{
 		pool: pool, now: now, log: log,
 		WarnPercent: DefaultQuotaWarnPercent, KeepDays: DefaultUsageKeepDays, BatchKeepDays: DefaultUsageKeepDays,
-		announced: map[string]quotaLevel{},
+		PartitionsAhead: DefaultPartitionsAhead,
+		announced:       map[string]quotaLevel{},
 	}
 }
 
@@ -167,11 +174,15 @@ type quotaRow struct {
 	msgs      int64
 }
 
-// RunOnce rolls usage_minutes up into usage_days, prunes minute rows older
-// than KeepDays (only rolled-up days) and batch ids older than
-// BatchKeepDays, then evaluates the monthly quota of every cluster that has
-// one. A failed roll-up skips the pruning; a failed quota query leaves the
-// previous decisions in place. The errors are logged and returned joined.
+// RunOnce makes the usage tables' day partitions from yesterday to
+// PartitionsAhead days ahead (by the database's clock), rolls usage_minutes
+// up into usage_days, prunes minute rows older than KeepDays (only
+// rolled-up days; whole day partitions where it can) and batch ids older
+// than BatchKeepDays, then evaluates the monthly quota of every cluster
+// that has one. A failed roll-up skips the pruning; a failed quota query
+// leaves the previous decisions in place; a failed partition run is
+// retried at the next (a day without its partition keeps its rows in the
+// DEFAULT partition). The errors are logged and returned joined.
 func (q *Quota) RunOnce(ctx context.Context) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -185,14 +196,26 @@ func (q *Quota) RunOnce(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// partitionsSQL makes the day partitions from yesterday (a minute closed
+// just before midnight is written just after it) to $1 days ahead.
+const partitionsSQL = `SELECT queen_proxy.usage_partitions_ensure(
+    (now() AT TIME ZONE 'UTC')::date - 1, (now() AT TIME ZONE 'UTC')::date + $1::integer)`
+
 func (q *Quota) maintain(ctx context.Context) error {
+	var errs []error
+	var made int
+	if err := q.pool.QueryRow(ctx, partitionsSQL, max(q.PartitionsAhead, 1)).Scan(&made); err != nil {
+		q.log.Warn("usage partitions not made; retried next run", zap.Error(err))
+		errs = append(errs, fmt.Errorf("meter: usage partitions: %w", err))
+	} else if made > 0 {
+		q.log.Info("usage partitions made", zap.Int("partitions", made), zap.Int("days_ahead", q.PartitionsAhead))
+	}
 	var rolled int
 	if err := q.pool.QueryRow(ctx, "SELECT queen_proxy.rollup_usage_days(NULL)").Scan(&rolled); err != nil {
 		q.log.Warn("usage_days rollup failed; pruning skipped", zap.Error(err))
-		return fmt.Errorf("meter: usage roll-up: %w", err)
+		return errors.Join(append(errs, fmt.Errorf("meter: usage roll-up: %w", err))...)
 	}
 	q.log.Info("usage_days rollup ok", zap.Int("rows", rolled))
-	var errs []error
 	var pruned int
 	if err := q.pool.QueryRow(ctx, "SELECT queen_proxy.prune_usage_minutes($1)", q.KeepDays).Scan(&pruned); err != nil {
 		q.log.Warn("usage_minutes prune failed", zap.Error(err))

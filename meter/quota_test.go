@@ -365,3 +365,29 @@ func TestLevelOf(t *testing.T) {
 		}
 	}
 }
+
+// RunOnce makes the usage tables' day partitions PartitionsAhead days
+// ahead, so that the gateways' writes of those days never land in the
+// DEFAULT partition.
+func TestQuotaMakesPartitionsAhead(t *testing.T) {
+	pool := db(t)
+	q := newQuota(t, pool, time.Now)
+	q.PartitionsAhead = 12
+	ahead := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, 12)
+	name := "_p" + ahead.Format("20060102")
+	if err := q.RunOnce(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"usage_minutes", "request_minutes"} {
+		if n := scalar[int](t, pool, `SELECT count(*)::int FROM queen_proxy.usage_partitions($1)
+			WHERE partition_name = $2 AND from_at = $3::timestamptz AND to_at = $3::timestamptz + interval '1 day'`,
+			table, table+name, ahead); n != 1 {
+			t.Errorf("no %s partition for %s after a run", table, ahead.Format("2006-01-02"))
+		}
+	}
+	cluster := newCluster(t, pool, "free")
+	exec(t, pool, `INSERT INTO queen_proxy.usage_minutes (cluster_id, minute, op_class, msgs) VALUES ($1, $2, 'push', 1)`, cluster, ahead.Add(time.Hour))
+	if p := scalar[string](t, pool, `SELECT tableoid::regclass::text FROM queen_proxy.usage_minutes WHERE cluster_id = $1`, cluster); p != "queen_proxy.usage_minutes"+name {
+		t.Fatalf("a row of %s is in %s", ahead.Format("2006-01-02"), p)
+	}
+}

@@ -270,7 +270,7 @@ func TestSchemaColumns(t *testing.T) {
 		       CASE WHEN a.attnotnull THEN 'NN' ELSE 'NULL' END,
 		       coalesce(pg_get_expr(d.adbin, d.adrelid), '-')
 		  FROM pg_attribute a
-		  JOIN pg_class c ON c.oid = a.attrelid AND c.relkind = 'r'
+		  JOIN pg_class c ON c.oid = a.attrelid AND c.relkind IN ('r', 'p') AND NOT c.relispartition
 		  JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'queen_proxy'
 		  LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 		 WHERE a.attnum > 0 AND NOT a.attisdropped`)
@@ -365,7 +365,8 @@ func TestSchemaForeignKeys(t *testing.T) {
 		  JOIN pg_class src ON src.oid = con.conrelid
 		  JOIN pg_class dst ON dst.oid = con.confrelid
 		  JOIN pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = con.conkey[1]
-		 WHERE con.contype = 'f' AND con.connamespace = 'queen_proxy'::regnamespace`)
+		 WHERE con.contype = 'f' AND con.connamespace = 'queen_proxy'::regnamespace
+		   AND con.conparentid = 0 AND NOT src.relispartition`)
 	if err != nil {
 		t.Fatal(err)
 	}
