@@ -756,7 +756,7 @@ func (s *Stream) stringText(p []byte, i int) int {
 			case c == '\\':
 				if i+1 < len(p) {
 					if e := p[i+1]; e != 'u' {
-						if !simpleEscape[e] || s.highSurr {
+						if unescaped[e] == 0 || s.highSurr {
 							return s.fail()
 						}
 						i += 2
@@ -825,7 +825,7 @@ func (s *Stream) stringText(p []byte, i int) int {
 			switch {
 			case c == 'u':
 				s.sub, s.hex, s.hexLeft = subHex, 0, 4
-			case simpleEscape[c] && !s.highSurr:
+			case unescaped[c] != 0 && !s.highSurr:
 				s.sub = subNone
 			default:
 				return s.fail()
@@ -887,13 +887,6 @@ func PlainLen(q []byte) int {
 	}
 	return n
 }
-
-var simpleEscape = func() (t [256]bool) {
-	for _, c := range `"\/bfnrt` {
-		t[c] = true
-	}
-	return t
-}()
 
 // WordIs reports whether raw, a string's text with escapes intact (nil
 // when too long to have been kept), is word once unescaped; plain says
