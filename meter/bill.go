@@ -21,7 +21,7 @@ const MaxBilledBody = 64 << 20
 // is2xx reports a successful upstream status.
 func is2xx(status int) bool { return status >= 200 && status <= 299 }
 
-// topMembers reads the members names of an answer, by the rules
+// topMembers reads the named top-level members of an answer, by the rules
 // of answers (doc.go): the body must pass wire.Check and be an object;
 // vals[k] is then the raw text of the last member named exactly names[k]
 // (nil when absent), and ok is true.
@@ -117,8 +117,9 @@ func BillTransaction(status int, body []byte, countedItems int) int64 {
 // "__QUEUE_MODE__" in queue mode), so the same message popped again by the
 // same consumer group gives the same key, and a second consumer group
 // reading it does not. A message without partitionId or transactionId is
-// keyed "id/" + its id; one with neither gets no key, so len(ids) can be
-// smaller than messages.
+// keyed "id/" + its id; one with neither gets no key, nor does one whose
+// key is built from a member that is neither a plain string nor null (the
+// rules of answers, doc.go), so len(ids) can be smaller than messages.
 func BillPop(status int, body []byte) (messages int64, ids []string) {
 	if !is2xx(status) {
 		return 0, nil

@@ -1,6 +1,7 @@
 package meter
 
 import (
+	"bytes"
 	"math"
 	"strings"
 
@@ -238,7 +239,7 @@ func (w *popWatch) Value(depth int, first byte, raw []byte, _ bool) {
 		switch {
 		case first == 'n':
 			w.set(member, span{}, true)
-		case first == '"' && raw != nil && !hasEscape(raw):
+		case first == '"' && raw != nil && bytes.IndexByte(raw, '\\') < 0: // no escape: its spelling is its text
 			w.set(member, span{int32(w.bodyCap - cap(raw)), int32(len(raw))}, true)
 		default:
 			w.set(member, span{}, false)
@@ -367,18 +368,6 @@ func (m *popFields) key(answerGroup span, answerGroupBad bool) (head, tail, grou
 		return idKeyHead, m.id, group, true
 	}
 	return span{}, span{}, span{}, false
-}
-
-// hasEscape reports whether a string's raw text holds an escape: its
-// spelling in the answer is then not its text, and no key is built from
-// it.
-func hasEscape(raw []byte) bool {
-	for _, c := range raw {
-		if c == '\\' {
-			return true
-		}
-	}
-	return false
 }
 
 // popNames are the member names BillPop reads.

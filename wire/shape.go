@@ -9,16 +9,16 @@ import (
 // shapes: the same members, in the same (sorted) order, compact, their
 // strings plain. An element reader recognises an element of such a shape
 // by its bytes (each member's name, quotes and colon compared at once, no
-// name measured or told) and takes what the tally reads from it in one
+// name measured or told) and takes what its reader needs from it in one
 // step; the first byte that differs from the shape, or an element cut by
 // the end of a piece, leaves the element to the general reader, which
 // reads it again from its start. So what the shapes read is what the
-// general reader would: the fuzz targets of the tallies check it.
+// general reader would: the fuzz targets of meter's tallies check it.
 
 // ElementReader reads an element object at p[i] whole when it knows its
 // shape, and returns the index past it; it returns -1 having changed
-// nothing when it does not know it.
-// It may use s.inner to check a nested value.
+// nothing when it does not know it. It may have MatchShape check a nested
+// value with the Stream's inner reader (SetInner).
 type ElementReader interface {
 	Element(s *Stream, p []byte, i int) int
 }
@@ -72,7 +72,7 @@ func ShapeOf(nested int, names ...string) *Shape {
 // last members of an object whose first ones were read already.
 func ShapeFrom(first string, nested int, names ...string) *Shape {
 	if len(names) > MaxShapeMembers {
-		panic("meter: a shape of too many members")
+		panic("wire: a shape of too many members")
 	}
 	sh := &Shape{nested: nested}
 	for i, name := range names {
@@ -88,7 +88,7 @@ func ShapeFrom(first string, nested int, names ...string) *Shape {
 // HeadOf is the head text, to compare eight bytes at a time.
 func HeadOf(text string) Head {
 	if len(text) > 24 {
-		panic("meter: a shape's member name is too long")
+		panic("wire: a shape's member name is too long")
 	}
 	h := Head{text: text}
 	for j := range len(text) {
@@ -98,9 +98,9 @@ func HeadOf(text string) Head {
 	return h
 }
 
-// ShapeValue is where one member's value lies in the piece: first is '"'
-// for a plain string (at and end its text, between the quotes), else the
-// value's first byte (at and end the value).
+// ShapeValue is where one member's value lies in the piece: First is '"'
+// for a plain string (At and End its text, between the quotes), else the
+// value's first byte (At and End the value).
 type ShapeValue struct {
 	First   byte
 	At, End int32
@@ -124,7 +124,7 @@ var noNames = &Names{}
 // its values in vals (when not nil), and returns the index past its
 // closing brace; -1 when it is not, or is cut by the end of p. depth is the
 // object's own depth; s.inner checks a nested value, which it reads on its
-// own. p is shorter than 2 GiB (a piece, or a body BillPop reads).
+// own. p is shorter than 2 GiB (a piece, or a kept answer).
 func (s *Stream) MatchShape(sh *Shape, p []byte, i int, depth int, vals *ShapeValues) int {
 	i = s.MatchMembers(sh, p, i, depth, vals)
 	if i < 0 || i >= len(p) || p[i] != '}' {

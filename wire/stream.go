@@ -59,7 +59,7 @@ type Stream struct {
 	// value read on its own inside a piece (stopped is where it ended).
 	stopAtEnd bool
 
-	streamState // what reset clears
+	streamState // what Reset clears
 }
 
 type streamState struct {
@@ -188,7 +188,7 @@ func (s *Stream) isArray(depth int) bool { return s.arrays[depth>>6]>>(depth&63)
 // Feed reads the next piece of the text.
 func (s *Stream) Feed(p []byte) {
 	if s.failed || s.watch == nil {
-		// Never reset: a tally that was not readied bills nothing, as
+		// Never Reset: a reader that was not readied reads nothing, as
 		// one that read nothing it watches.
 		s.failed = true
 		return
