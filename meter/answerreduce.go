@@ -2,7 +2,6 @@ package meter
 
 import (
 	"bytes"
-	"strings"
 
 	"github.com/queengate/queengate/wire"
 )
@@ -25,13 +24,11 @@ import (
 // CycleAnswer reduces a streams cycle answer as it streams.
 type CycleAnswer struct{ r answerReducer }
 
-// NewCycleAnswer keeps "success" and "push_results", whose names
-// BillCycle's decoding matches in any letter case.
+// NewCycleAnswer keeps "success" and "push_results", which BillCycle
+// reads by their exact names.
 func NewCycleAnswer() *CycleAnswer {
 	a := &CycleAnswer{}
-	a.r.init(func(name string) bool {
-		return strings.EqualFold(name, "success") || strings.EqualFold(name, "push_results")
-	})
+	a.r.init(func(name string) bool { return name == "success" || name == "push_results" })
 	return a
 }
 

@@ -86,22 +86,14 @@ func checkAgainstOracles(t *testing.T, name string, body []byte) {
 			t.Fatalf("%s: pop count of %q in pieces of %d: %d, the oracle %d", name, body, piece, got, want)
 		}
 	}
-	n, ids := BillPop(200, body)
-	wantN, wantIDs := oldBillPop(200, body)
-	if n != wantN || !slices.Equal(ids, wantIDs) {
-		t.Fatalf("%s: BillPop of %q: %d %q, the oracle %d %q", name, body, n, ids, wantN, wantIDs)
-	}
-	_, _, oldOK := oldScanPopBilling(body)
-	if _, _, ok := scanPopBilling(body); ok != oldOK {
-		t.Fatalf("%s: BillPop's fast path on %q answers %v, the oracle's %v", name, body, ok, oldOK)
-	}
+	checkBillPop(t, name, body)
 	checkPopAnswer(t, body)
 }
 
 // TestShapedElementsKeepTheDepthLimit: a message's data read on its own
 // is held to the nesting limit of the whole answer (1,000, the message
-// at depth 3), as the general reader holds it. (BillPop itself decodes
-// what its reader declines, and encoding/json nests deeper.)
+// at depth 3), as the general reader holds it: past it, the answer is
+// unreadable and bills nothing, as an answer wire.Check refuses.
 func TestShapedElementsKeepTheDepthLimit(t *testing.T) {
 	for _, depth := range []int{996, 997, 998} {
 		for _, open := range []string{"[", `{"a":`} {

@@ -1,11 +1,10 @@
 package meter
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"strconv"
 	"sync"
+
+	"github.com/queengate/queengate/wire"
 )
 
 // The billing rules read what the broker answered, never the status alone:
@@ -22,16 +21,30 @@ const MaxBilledBody = 64 << 20
 // is2xx reports a successful upstream status.
 func is2xx(status int) bool { return status >= 200 && status <= 299 }
 
-// decodeLenient decodes body into v. A JSON value of the wrong type for a
-// field leaves that field at its zero value and is not an error (encoding/json
-// finishes the rest of the document); malformed JSON is.
-func decodeLenient(body []byte, v any) bool {
-	err := json.Unmarshal(body, v)
-	if err == nil {
-		return true
+// topMembers reads the named top-level members of an answer, by the rules
+// of answers (doc.go): the body must pass wire.Check and be an object;
+// vals[k] is then the raw text of the last member named exactly names[k]
+// (nil when absent), and ok is true.
+func topMembers(body []byte, names []string, vals [][]byte) bool {
+	if wire.Check(body) != nil {
+		return false
 	}
-	var typeErr *json.UnmarshalTypeError
-	return errors.As(err, &typeErr)
+	i := wire.SkipSpace(body, 0)
+	if body[i] != '{' {
+		return false
+	}
+	wire.MemberValues(body, i, names, vals)
+	return true
+}
+
+// stringValue is the text of a JSON string value's raw text v (quotes
+// included), decoded; ok false for any other value.
+func stringValue(v []byte) (string, bool) {
+	if len(v) < 2 || v[0] != '"' {
+		return "", false
+	}
+	text, ok := wire.Unquote(v[1:len(v)-1], nil)
+	return string(text), ok
 }
 
 // PushOutcome is what a push response says about its items.
@@ -70,13 +83,11 @@ func BillEphemeralPush(status int, body []byte) int64 {
 	if !is2xx(status) {
 		return 0
 	}
-	var r struct {
-		Pushed json.RawMessage `json:"pushed"`
-	}
-	if !decodeLenient(body, &r) {
+	var pushed [1][]byte
+	if !topMembers(body, []string{"pushed"}, pushed[:]) {
 		return 0
 	}
-	n, err := strconv.ParseInt(string(r.Pushed), 10, 64)
+	n, err := strconv.ParseInt(string(pushed[0]), 10, 64)
 	if err != nil || n < 0 {
 		return 0
 	}
@@ -95,18 +106,6 @@ func BillTransaction(status int, body []byte, countedItems int) int64 {
 	return t.Billed(status, countedItems)
 }
 
-type popAnswer struct {
-	ConsumerGroup string        `json:"consumerGroup"`
-	Messages      []*popMessage `json:"messages"`
-}
-
-type popMessage struct {
-	ID            string `json:"id"`
-	PartitionID   string `json:"partitionId"`
-	TransactionID string `json:"transactionId"`
-	ConsumerGroup string `json:"consumerGroup"`
-}
-
 // BillPop is M4: a 2xx pop answer (durable or ephemeral) bills the elements
 // of its top-level "messages" array; an error body ({"error": ..., "messages":
 // []}), a 204, another status or an unreadable body bill 0.
@@ -118,8 +117,9 @@ type popMessage struct {
 // "__QUEUE_MODE__" in queue mode), so the same message popped again by the
 // same consumer group gives the same key, and a second consumer group
 // reading it does not. A message without partitionId or transactionId is
-// keyed "id/" + its id; one with neither gets no key, so len(ids) can be
-// smaller than messages.
+// keyed "id/" + its id; one with neither gets no key, nor does one whose
+// key is built from a member that is neither a plain string nor null (the
+// rules of answers, doc.go), so len(ids) can be smaller than messages.
 func BillPop(status int, body []byte) (messages int64, ids []string) {
 	if !is2xx(status) {
 		return 0, nil
@@ -130,39 +130,14 @@ func BillPop(status int, body []byte) (messages int64, ids []string) {
 		popBillers.Put(b)
 	}()
 	if ok, _ := b.read(body); ok {
-		return int64(len(b.watch.msgs)), popKeys(body, b.watch.msgs, b.watch.group)
+		return int64(len(b.watch.msgs)), popKeys(body, b.watch.msgs, b.watch.group, b.watch.groupBad)
 	}
-	return billDecodedPop(body)
+	return 0, nil
 }
 
 // popBillers keep BillPop's reading state, so that a pop allocates its
 // result only, whatever it delivered.
 var popBillers = sync.Pool{New: func() any { return new(popBiller) }}
-
-// billDecodedPop is BillPop for an answer the fast scanner declined,
-// decoded with encoding/json.
-func billDecodedPop(body []byte) (messages int64, ids []string) {
-	var r popAnswer
-	if !decodeLenient(body, &r) || len(r.Messages) == 0 {
-		return 0, nil
-	}
-	for _, m := range r.Messages {
-		if m == nil {
-			continue
-		}
-		group := m.ConsumerGroup
-		if group == "" {
-			group = r.ConsumerGroup
-		}
-		switch {
-		case m.PartitionID != "" && m.TransactionID != "":
-			ids = append(ids, m.PartitionID+"/"+m.TransactionID+"/"+group)
-		case m.ID != "":
-			ids = append(ids, "id/"+m.ID+"/"+group)
-		}
-	}
-	return int64(len(r.Messages)), ids
-}
 
 // CycleGroup is one (queue, partition) group of a streams cycle's push_items,
 // as the gateway counted them from the request (partition "Default" when the
@@ -170,13 +145,6 @@ func billDecodedPop(body []byte) (messages int64, ids []string) {
 type CycleGroup struct {
 	Queue, Partition string
 	Items            int
-}
-
-type cyclePushResult struct {
-	Status    string  `json:"status"`
-	Queue     *string `json:"queue"`
-	QueueName *string `json:"queueName"`
-	Partition *string `json:"partition"`
 }
 
 // BillCycle is M5: the sink items of a 2xx POST /streams/v1/cycle whose
@@ -192,35 +160,41 @@ func BillCycle(status int, body []byte, groups []CycleGroup) int64 {
 	if !is2xx(status) || len(groups) == 0 {
 		return 0
 	}
-	var r struct {
-		Success     *bool              `json:"success"`
-		PushResults []*cyclePushResult `json:"push_results"`
-	}
-	if !decodeLenient(body, &r) || r.Success == nil || !*r.Success {
+	var top [2][]byte
+	if !topMembers(body, []string{"success", "push_results"}, top[:]) || string(top[0]) != "true" {
 		return 0
 	}
 	type qp struct{ queue, partition string }
 	named := map[qp]bool{}
 	anonymous := map[string]int{} // queue -> confirmed items without a partition name
-	for _, res := range r.PushResults {
-		if res == nil || (res.Status != "queued" && res.Status != "buffered") {
-			continue
+	results := top[1]
+	if len(results) == 0 || results[0] != '[' {
+		results = []byte("[]") // absent, or not an array: nothing confirmed
+	}
+	var res [4][]byte // status, queue, queueName, partition
+	wire.Elements(results, 0, func(at int) int {
+		end := wire.ValueEnd(results, at)
+		if results[at] != '{' {
+			return end
 		}
-		var queue string
-		switch {
-		case res.Queue != nil:
-			queue = *res.Queue
-		case res.QueueName != nil:
-			queue = *res.QueueName
-		default:
-			continue
+		res = [4][]byte{}
+		wire.MemberValues(results, at, []string{"status", "queue", "queueName", "partition"}, res[:])
+		if status, _ := stringValue(res[0]); status != "queued" && status != "buffered" {
+			return end
 		}
-		if res.Partition != nil {
-			named[qp{queue, *res.Partition}] = true
+		queue, ok := stringValue(res[1])
+		if !ok {
+			if queue, ok = stringValue(res[2]); !ok {
+				return end
+			}
+		}
+		if partition, ok := stringValue(res[3]); ok {
+			named[qp{queue, partition}] = true
 		} else {
 			anonymous[queue]++
 		}
-	}
+		return end
+	})
 	var billed int64
 	for _, g := range groups {
 		if g.Items <= 0 {
@@ -253,21 +227,12 @@ func BillReplay(status int, body []byte) (stored, readable bool) {
 	if !is2xx(status) {
 		return false, true
 	}
-	trimmed := bytes.TrimSpace(body)
-	if len(trimmed) == 0 || trimmed[0] != '{' {
+	var top [2][]byte
+	if !topMembers(body, []string{"success", "result"}, top[:]) {
 		return false, false
 	}
-	var top map[string]json.RawMessage
-	if json.Unmarshal(trimmed, &top) != nil {
-		return false, false
-	}
-	var success bool
-	if raw, ok := top["success"]; !ok || json.Unmarshal(raw, &success) != nil || !success {
+	if string(top[0]) != "true" {
 		return false, true
 	}
-	result, present := top["result"]
-	if !present {
-		return true, true
-	}
-	return string(bytes.TrimSpace(result)) == `"moved"`, true
+	return top[1] == nil || string(top[1]) == `"moved"`, true
 }

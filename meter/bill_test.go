@@ -358,3 +358,50 @@ func TestAckBodiesBillNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestAnswersAreReadByTheBrokersRules: every answer is read by the rules of
+// answers (doc.go): member names exactly as the broker writes them, the
+// last of a repeated member, and nothing billed from a text wire.Check
+// refuses, whichever reading bills it.
+func TestAnswersAreReadByTheBrokersRules(t *testing.T) {
+	groups := []CycleGroup{{Queue: "q", Partition: "p", Items: 2}}
+	cycle := func(body string) int64 { return BillCycle(200, []byte(body), groups) }
+	for _, c := range []struct {
+		name string
+		got  int64
+		want int64
+	}{
+		{"cycle", cycle(`{"success":true,"push_results":[{"status":"queued","queue":"q","partition":"p"}]}`), 2},
+		{"cycle, escaped values", cycle(`{"success":true,"push_results":[{"status":"qu\u0065ued","queue":"\u0071","partition":"p"}]}`), 2},
+		{"cycle, Success", cycle(`{"Success":true,"push_results":[{"status":"queued","queue":"q","partition":"p"}]}`), 0},
+		{"cycle, Push_Results", cycle(`{"success":true,"Push_Results":[{"status":"queued","queue":"q","partition":"p"}]}`), 0},
+		{"cycle, Status", cycle(`{"success":true,"push_results":[{"Status":"queued","queue":"q","partition":"p"}]}`), 0},
+		{"cycle, the last success", cycle(`{"success":true,"success":false,"push_results":[{"status":"queued","queue":"q","partition":"p"}]}`), 0},
+		{"cycle, bad UTF-8", cycle("{\"success\":true,\"push_results\":[{\"status\":\"queued\",\"queue\":\"q\",\"partition\":\"p\",\"x\":\"\xff\"}]}"), 0},
+		{"cycle, half a surrogate pair", cycle(`{"success":true,"push_results":[{"status":"queued","queue":"q","partition":"p","x":"\ud800"}]}`), 0},
+		{"ephemeral push", BillEphemeralPush(200, []byte(`{"pushed":3}`)), 3},
+		{"ephemeral push, Pushed", BillEphemeralPush(200, []byte(`{"Pushed":3}`)), 0},
+		{"ephemeral push, the last pushed", BillEphemeralPush(200, []byte(`{"pushed":3,"pushed":1}`)), 1},
+		{"ephemeral push, bad UTF-8", BillEphemeralPush(200, []byte("{\"pushed\":3,\"x\":\"\xc0\"}")), 0},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: billed %d, want %d", c.name, c.got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		body             string
+		stored, readable bool
+	}{
+		{`{"success":true,"result":"moved"}`, true, true},
+		{`{"Success":true,"result":"moved"}`, false, true},
+		{`{"success":true,"Result":"duplicate"}`, true, true},
+		{`{"success":true,"result":"duplicate","result":"moved"}`, true, true},
+		{"{\"success\":true,\"x\":\"\xff\"}", false, false},
+		{`{"success":true,"x":"\udc00"}`, false, false},
+	} {
+		stored, readable := BillReplay(200, []byte(c.body))
+		if stored != c.stored || readable != c.readable {
+			t.Errorf("replay %q: stored %v readable %v, want %v %v", c.body, stored, readable, c.stored, c.readable)
+		}
+	}
+}

@@ -1,26 +1,30 @@
 package meter
 
 import (
+	"bytes"
 	"math"
 	"strings"
+
+	"github.com/queengate/queengate/wire"
 )
 
-// The fast path below bills the answer of every pop without decoding it
-// into Go values (push answers are tallied as they stream, by PushTally).
-// It either gives exactly what decoding with encoding/json gives
-// (billDecodedPop), or declines (ok false) on anything out of the
-// ordinary — an escaped key or value, a key that matches a field only
-// case-insensitively, a value of an unexpected type, an element that is
-// not an object, a text wire.Checker refuses — and the caller decodes
-// the body properly.
+// BillPop and ReadPopAnswer read a kept pop answer in one pass over
+// wire.Stream, without decoding it into Go values, by the rules of answers
+// (doc.go): member names exactly as the broker writes them, the last of a
+// repeated member wins, and what cannot be read exactly bills as the
+// broker's answer would at most: a field a key is built from that is not a
+// plain string or null leaves its message without a key (a first
+// delivery), and a text wire.Check refuses bills nothing.
 
 // popFields is what one message of a pop answer contributes to billing:
 // where the raw contents of its keying members lie in the answer (empty
-// when absent; a null member leaves what an earlier one of the same name
-// set). Offsets rather than slices: a pooled list holds no pointer into
-// an answer, and filling it costs no write barrier.
+// when absent or null), and which of them could not be read exactly.
+// Offsets rather than slices: a pooled list holds no pointer into an
+// answer, and filling it costs no write barrier.
 type popFields struct {
 	id, partitionID, transactionID, group span
+	bad                                   uint8 // bit per keying member (popMember*) its last value was neither a plain string nor null
+	unkeyable                             bool  // the element is not an object
 }
 
 // span is a stretch of the answer: start and length.
@@ -31,35 +35,34 @@ func (s span) of(body []byte) []byte { return body[s.at : s.at+s.n] }
 // popBiller is the state of one pop billing, kept in a pool so that a pop
 // allocates its result only, whatever it delivered.
 type popBiller struct {
-	scan  answerScan
+	scan  wire.Stream
 	watch popWatch
-	inner answerScan // checks the data of the messages read whole
+	inner wire.Stream // checks the data of the messages read whole
 }
 
 // maxPooledMessages bounds the message list a pooled biller keeps.
 const maxPooledMessages = 1 << 16
 
-// read reads a pop answer (a JSON object with a consumerGroup and a
-// messages array of objects) in one pass, leaving its messages' keying
-// members in b.watch: ok false when it declines the answer (the caller
-// decodes it), shaped true when the answer was the broker's envelope
-// (popWatch.envelope) read whole.
+// read reads a pop answer in one pass, leaving its messages' keying
+// members in b.watch: ok false when it is not one well-formed JSON object
+// (it bills nothing), shaped true when the answer was the broker's
+// envelope (popWatch.envelope) read whole.
 func (b *popBiller) read(body []byte) (ok, shaped bool) {
 	if len(body) > math.MaxInt32 {
 		return false, false // past what a span holds (far past MaxBilledBody)
 	}
 	w := &b.watch
 	w.bodyCap = cap(body)
-	b.scan.reset(w, 3, popNames)
-	b.scan.readElements(w, 2)
-	b.scan.inner = &b.inner
-	if w.envelope(&b.scan, body) {
+	b.scan.Reset(w, 3, popNames)
+	b.scan.ReadElements(w, 2)
+	b.scan.SetInner(&b.inner)
+	if b.scan.Whole(body, '}', func(p []byte) bool { return w.envelope(&b.scan, p) }) {
 		return true, true
 	}
 	// Not in the broker's shape: the general reader, from the start.
 	*w = popWatch{msgs: w.msgs[:0], bodyCap: cap(body)}
-	b.scan.write(body)
-	return b.scan.ok() && w.isObject && !w.declined, false
+	b.scan.Feed(body)
+	return b.scan.OK() && w.isObject, false
 }
 
 // clear readies the biller for its pool, keeping its message list unless
@@ -75,81 +78,37 @@ func (b *popBiller) clear() {
 // The broker's pop answer around its messages (testdata/broker: S8, C34):
 // its head, up to the messages array, and its tails after it.
 var (
-	popHeadGroup    = headOf(`{"consumerGroup":`)
-	popHeadLease    = headOf(`,"leaseId":`)
-	popHeadMessages = headOf(`,"messages":[`)
-	popTails        = [...]*answerShape{
-		shapeFrom(",", -1, "partition", "partitionId", "queue", "success"),
-		shapeFrom(",", -1, "partition", "partitionId", "partitionsClaimed", "queue", "success"),
+	popHeadShape    = wire.ShapeOf(-1, "consumerGroup", "leaseId")
+	popHeadMessages = wire.HeadOf(`,"messages":[`)
+	popTails        = [...]*wire.Shape{
+		wire.ShapeFrom(",", -1, "partition", "partitionId", "queue", "success"),
+		wire.ShapeFrom(",", -1, "partition", "partitionId", "partitionsClaimed", "queue", "success"),
 	}
 )
 
 // popHead reads the head of a pop answer of the broker's shape, up to
 // the '[' of its messages, and returns where they start and the value of
 // its consumerGroup (a plain string or a scalar); 0 when it differs.
-func popHead(body []byte) (int, shapeValue) {
-	if len(body) < 64 || !popHeadGroup.is(body, 0) {
-		return 0, shapeValue{}
+func popHead(s *wire.Stream, body []byte) (int, wire.ShapeValue) {
+	if len(body) < 64 {
+		return 0, wire.ShapeValue{}
 	}
-	i := len(popHeadGroup.text)
-	var group shapeValue
-	for k, head := range [...]*shapeHead{nil, &popHeadLease} {
-		if head != nil {
-			if len(body)-i <= len(head.text) || !head.is(body, i) {
-				return 0, shapeValue{}
-			}
-			i += len(head.text)
-		}
-		v := shapeValue{first: body[i], at: int32(i)}
-		if v.first == '"' {
-			end := i + 1 + plainLen(body[i+1:])
-			if end >= len(body) || body[end] != '"' {
-				return 0, shapeValue{}
-			}
-			v.at, v.end = int32(i+1), int32(end)
-			i = end + 1
-		} else if i = scalarEnd(body, i); i == 0 {
-			return 0, shapeValue{}
-		}
-		if k == 0 {
-			group = v
-		}
+	var vals wire.ShapeValues
+	i := s.MatchMembers(popHeadShape, body, 0, 1, &vals)
+	if i < 0 {
+		return 0, wire.ShapeValue{}
 	}
-	if len(body)-i <= len(popHeadMessages.text) || !popHeadMessages.is(body, i) {
-		return 0, shapeValue{}
+	if i = popHeadMessages.Skip(body, i); i < 0 {
+		return 0, wire.ShapeValue{}
 	}
-	return i + len(popHeadMessages.text), group
-}
-
-// popMessagesEnd reads the messages from body[i] (past the '[') with
-// element, and returns the index past the ']'; -1 when one is not of the
-// known shape.
-func popMessagesEnd(body []byte, i int, element func(p []byte, i int) int) int {
-	if body[i] == ']' {
-		return i + 1
-	}
-	for {
-		if body[i] != '{' {
-			return -1
-		}
-		if i = element(body, i); i < 0 || i+1 >= len(body) {
-			return -1
-		}
-		if body[i] == ']' {
-			return i + 1
-		}
-		if body[i] != ',' {
-			return -1
-		}
-		i++
-	}
+	return i, vals[0]
 }
 
 // popTailEnds reports whether body[i:] is one of the tails of the
 // broker's pop answer, ending body.
-func popTailEnds(s *answerScan, body []byte, i int) bool {
+func popTailEnds(s *wire.Stream, body []byte, i int) bool {
 	for _, tail := range &popTails {
-		if s.matchShape(tail, body, i, 1, nil) == len(body) {
+		if s.MatchShape(tail, body, i, 1, nil) == len(body) {
 			return true
 		}
 	}
@@ -159,179 +118,168 @@ func popTailEnds(s *answerScan, body []byte, i int) bool {
 // envelope reads a whole pop answer of the broker's shape, its messages
 // all of the known shape, as the general reader would; false (the
 // watcher's state then unspecified) when any byte differs.
-func (w *popWatch) envelope(s *answerScan, body []byte) bool {
-	i, group := popHead(body)
+func (w *popWatch) envelope(s *wire.Stream, body []byte) bool {
+	i, group := popHead(s, body)
 	if i == 0 {
 		return false
 	}
-	switch group.first {
+	switch group.First {
 	case '"':
-		w.group = span{group.at, group.end - group.at}
+		w.group = span{group.At, group.End - group.At}
 	case 'n':
 	default:
 		return false
 	}
-	w.isObject, w.seenList, w.inMessages = true, true, true
-	if i = popMessagesEnd(body, i, func(p []byte, i int) int { return w.element(s, p, i) }); i < 0 {
+	w.isObject, w.inMessages = true, true
+	if i = wire.ElementsEnd(body, i, func(p []byte, i int) int { return w.Element(s, p, i) }); i < 0 {
 		return false
 	}
 	w.inMessages = false
 	return popTailEnds(s, body, i)
 }
 
-// The member whose value popWatch reads next.
+// The member whose value popWatch reads next; the keying ones double as
+// bits of popFields.bad.
 const (
-	popMemberNone uint8 = iota
-	popMemberGroup
-	popMemberMessages
-	popMemberID
-	popMemberPartitionID
-	popMemberTransactionID
-	popMemberMessageGroup
+	popMemberNone          uint8 = 0
+	popMemberID            uint8 = 1
+	popMemberPartitionID   uint8 = 2
+	popMemberTransactionID uint8 = 4
+	popMemberMessageGroup  uint8 = 8
+	popMemberGroup         uint8 = 16
+	popMemberMessages      uint8 = 32
 )
 
-// popWatch reads the top-level consumerGroup and the keying members of
-// each element of the messages array, and declines what the walk cannot
-// promise to read as encoding/json does.
+// popWatch reads the top-level consumerGroup and messages, and the keying
+// members of each element of the messages array.
 type popWatch struct {
 	isObject   bool
-	declined   bool
-	seenList   bool
 	inMessages bool // inside the messages array (depth 2)
 	inMessage  bool // inside one of its objects (depth 3)
 	member     uint8
 	group      span
+	groupBad   bool // the last top-level consumerGroup was neither a plain string nor null
 	message    popFields
 	msgs       []popFields
 	// bodyCap is the answer's capacity: the watcher is told slices of the
 	// answer, one whole piece, and a slice's offset in it is bodyCap less
 	// the slice's capacity.
 	bodyCap int
-	shape   shapeValues // the values of the last message read whole
+	shape   wire.ShapeValues // the values of the last message read whole
 }
 
-func (w *popWatch) open(depth int, kind byte) {
+func (w *popWatch) Open(depth int, kind byte) {
 	member := w.member
 	w.member = popMemberNone
 	switch {
 	case depth == 1:
 		w.isObject = kind == '{'
-		w.declined = w.declined || !w.isObject
-	case member == popMemberMessages && kind == '[':
-		w.inMessages = true
+	case member == popMemberMessages:
+		w.inMessages = kind == '['
 	case member != popMemberNone:
-		// The messages as an object; a consumer group, an id or a
-		// partition as a container.
-		w.declined = true
+		w.set(member, span{}, false) // a keying member that is a container
 	case depth == 3 && w.inMessages:
-		if kind != '{' {
-			w.declined = true
-			return
+		w.inMessage = kind == '{'
+		w.message = popFields{unkeyable: !w.inMessage}
+		if !w.inMessage {
+			w.msgs = append(w.msgs, w.message)
 		}
-		w.inMessage, w.message = true, popFields{}
 	}
 }
 
-func (w *popWatch) close(depth int) {
+func (w *popWatch) Close(depth int) {
 	switch {
 	case depth == 3 && w.inMessage:
 		w.inMessage = false
 		w.msgs = append(w.msgs, w.message)
-	case depth == 2 && w.inMessages:
+	case depth == 2:
 		w.inMessages = false
 	}
 }
 
-func (w *popWatch) key(depth int, raw []byte, plain bool) bool {
+func (w *popWatch) Key(depth int, raw []byte, plain bool) bool {
 	w.member = popMemberNone
-	if w.declined {
-		return false
-	}
 	switch {
-	case raw == nil:
-		w.declined = true // not kept: cannot happen for one whole body
-	case depth == 1:
-		switch string(raw) {
-		case "consumerGroup":
+	case depth == 1 && w.isObject:
+		switch {
+		case wire.WordIs(raw, plain, "consumerGroup"):
 			w.member = popMemberGroup
-		case "messages":
-			if w.seenList {
-				w.declined = true // a repeated key: encoding/json merges into the first
-				return false
-			}
-			w.seenList, w.member = true, popMemberMessages
-		default:
-			w.declined = (!plain && hasEscape(raw)) || foldsTo(raw, plain, "consumerGroup", "messages")
+		case wire.WordIs(raw, plain, "messages"):
+			// The last "messages" is the answer's: what an earlier one
+			// held is gone.
+			w.member, w.msgs, w.inMessages = popMemberMessages, w.msgs[:0], false
 		}
 	case depth == 3 && w.inMessage:
-		switch string(raw) {
-		case "id":
+		switch {
+		case wire.WordIs(raw, plain, "id"):
 			w.member = popMemberID
-		case "partitionId":
+		case wire.WordIs(raw, plain, "partitionId"):
 			w.member = popMemberPartitionID
-		case "transactionId":
+		case wire.WordIs(raw, plain, "transactionId"):
 			w.member = popMemberTransactionID
-		case "consumerGroup":
+		case wire.WordIs(raw, plain, "consumerGroup"):
 			w.member = popMemberMessageGroup
-		default:
-			w.declined = (!plain && hasEscape(raw)) || foldsTo(raw, plain, "id", "partitionId", "transactionId", "consumerGroup")
 		}
 	}
 	return w.member != popMemberNone
 }
 
-func (w *popWatch) value(depth int, first byte, raw []byte, plain bool) {
+func (w *popWatch) Value(depth int, first byte, raw []byte, _ bool) {
 	member := w.member
 	w.member = popMemberNone
-	if w.declined {
-		return
-	}
-	var into *span
 	switch member {
 	case popMemberNone:
 		if depth == 2 && w.inMessages {
-			// An element that is not an object: null is billed,
-			// without a key.
-			if first != 'n' {
-				w.declined = true
-				return
-			}
-			w.msgs = append(w.msgs, popFields{})
+			// An element that is not an object: a message without a key.
+			w.msgs = append(w.msgs, popFields{unkeyable: true})
 		}
-		return
 	case popMemberMessages:
-		w.declined = first != 'n' // null: no messages
-		return
-	case popMemberGroup:
-		into = &w.group
-	case popMemberID:
-		into = &w.message.id
-	case popMemberPartitionID:
-		into = &w.message.partitionID
-	case popMemberTransactionID:
-		into = &w.message.transactionID
-	case popMemberMessageGroup:
-		into = &w.message.group
-	}
-	// null leaves what an earlier member of the name set, as
-	// encoding/json does; a plain string sets it (the last wins).
-	switch {
-	case first == 'n':
-	case first == '"' && raw != nil && (plain || !hasEscape(raw)):
-		*into = span{int32(w.bodyCap - cap(raw)), int32(len(raw))}
+		// Not an array: no messages.
 	default:
-		w.declined = true
+		switch {
+		case first == 'n':
+			w.set(member, span{}, true)
+		case first == '"' && raw != nil && bytes.IndexByte(raw, '\\') < 0: // no escape: its spelling is its text
+			w.set(member, span{int32(w.bodyCap - cap(raw)), int32(len(raw))}, true)
+		default:
+			w.set(member, span{}, false)
+		}
 	}
 }
 
-// element takes the keying members of a message of the known shape, read
+// set takes the last value of a keying member: ok false when it was not
+// read exactly (an escaped string, a number, a container).
+func (w *popWatch) set(member uint8, v span, ok bool) {
+	if member == popMemberGroup {
+		w.group, w.groupBad = v, !ok
+		return
+	}
+	m := &w.message
+	switch member {
+	case popMemberID:
+		m.id = v
+	case popMemberPartitionID:
+		m.partitionID = v
+	case popMemberTransactionID:
+		m.transactionID = v
+	case popMemberMessageGroup:
+		m.group = v
+	}
+	if ok {
+		m.bad &^= member
+	} else {
+		m.bad |= member
+	}
+}
+
+// Element takes the keying members of a message of the known shape, read
 // whole: a plain string sets its field, null leaves it empty, and anything
-// else is left to the general reader (which declines it).
-func (w *popWatch) element(scan *answerScan, p []byte, i int) int {
-	if !w.inMessages || w.declined {
+// else is left to the general reader.
+func (w *popWatch) Element(scan *wire.Stream, p []byte, i int) int {
+	if !w.inMessages {
 		return -1
 	}
-	end := scan.matchShape(popMessageShape, p, i, 3, &w.shape)
+	end := scan.MatchShape(popMessageShape, p, i, 3, &w.shape)
 	if end < 0 {
 		return -1
 	}
@@ -341,9 +289,9 @@ func (w *popWatch) element(scan *answerScan, p []byte, i int) int {
 		at   int
 		into *span
 	}{{popShapeGroup, &m.group}, {popShapeID, &m.id}, {popShapePartitionID, &m.partitionID}, {popShapeTransactionID, &m.transactionID}} {
-		switch v := w.shape[f.at]; v.first {
+		switch v := w.shape[f.at]; v.First {
 		case '"':
-			*f.into = span{int32(base) + v.at, v.end - v.at}
+			*f.into = span{int32(base) + v.At, v.End - v.At}
 		case 'n':
 		default:
 			return -1
@@ -355,11 +303,11 @@ func (w *popWatch) element(scan *answerScan, p []byte, i int) int {
 
 // popKeys builds the redelivery keys of BillPop, all in one string: two
 // allocations, the string and the list.
-func popKeys(body []byte, msgs []popFields, answerGroup span) []string {
+func popKeys(body []byte, msgs []popFields, answerGroup span, groupBad bool) []string {
 	size, count := 0, 0
 	for i := range msgs {
-		if head, tail, ok := msgs[i].key(); ok {
-			size += int(head.n) + 1 + int(tail.n) + 1 + int(msgs[i].groupOr(answerGroup).n)
+		if head, tail, group, ok := msgs[i].key(answerGroup, groupBad); ok {
+			size += int(head.n) + 1 + int(tail.n) + 1 + int(group.n)
 			count++
 		}
 	}
@@ -370,7 +318,7 @@ func popKeys(body []byte, msgs []popFields, answerGroup span) []string {
 	b.Grow(size)
 	ids := make([]string, 0, count)
 	for i := range msgs {
-		if head, tail, ok := msgs[i].key(); ok {
+		if head, tail, group, ok := msgs[i].key(answerGroup, groupBad); ok {
 			if head == idKeyHead {
 				b.WriteString("id")
 			} else {
@@ -379,14 +327,14 @@ func popKeys(body []byte, msgs []popFields, answerGroup span) []string {
 			b.WriteByte('/')
 			b.Write(tail.of(body))
 			b.WriteByte('/')
-			b.Write(msgs[i].groupOr(answerGroup).of(body))
+			b.Write(group.of(body))
 		}
 	}
 	all := b.String()
 	start := 0
 	for i := range msgs {
-		if head, tail, ok := msgs[i].key(); ok {
-			end := start + int(head.n) + 1 + int(tail.n) + 1 + int(msgs[i].groupOr(answerGroup).n)
+		if head, tail, group, ok := msgs[i].key(answerGroup, groupBad); ok {
+			end := start + int(head.n) + 1 + int(tail.n) + 1 + int(group.n)
 			ids = append(ids, all[start:end])
 			start = end
 		}
@@ -399,61 +347,28 @@ func popKeys(body []byte, msgs []popFields, answerGroup span) []string {
 var idKeyHead = span{at: -1, n: int32(len("id"))}
 
 // key names the message: partitionId and transactionId when it has both,
-// else "id" and its id; ok false when it has neither. The key is head,
-// tail and the consumer group joined by '/'.
-func (m *popFields) key() (head, tail span, ok bool) {
+// else "id" and its id, with its own consumer group, else the answer's;
+// ok false when it has neither, or a member it is built from could not be
+// read exactly. The key is head, tail and group joined by '/'.
+func (m *popFields) key(answerGroup span, answerGroupBad bool) (head, tail, group span, ok bool) {
+	if m.unkeyable || m.bad != 0 {
+		return span{}, span{}, span{}, false
+	}
+	group = m.group
+	if group.n == 0 {
+		if answerGroupBad {
+			return span{}, span{}, span{}, false
+		}
+		group = answerGroup
+	}
 	switch {
 	case m.partitionID.n > 0 && m.transactionID.n > 0:
-		return m.partitionID, m.transactionID, true
+		return m.partitionID, m.transactionID, group, true
 	case m.id.n > 0:
-		return idKeyHead, m.id, true
+		return idKeyHead, m.id, group, true
 	}
-	return span{}, span{}, false
+	return span{}, span{}, span{}, false
 }
 
-func (m *popFields) groupOr(answerGroup span) span {
-	if m.group.n > 0 {
-		return m.group
-	}
-	return answerGroup
-}
-
-func hasEscape(k []byte) bool {
-	for _, c := range k {
-		if c == '\\' {
-			return true
-		}
-	}
-	return false
-}
-
-// foldsTo reports whether encoding/json would take k for one of names
-// (it matches field names case-insensitively, with Unicode folding: only
-// a key with non-ASCII bytes can fold to a name of another length).
-func foldsTo(k []byte, plain bool, names ...string) bool {
-	ascii := plain // a plain key is ASCII
-	if !plain {
-		ascii = true
-		for _, c := range k {
-			if c >= 0x80 {
-				ascii = false
-				break
-			}
-		}
-	}
-	for _, n := range names {
-		// The names start with letters: a key whose first byte is
-		// another letter in neither case cannot fold to one.
-		if ascii && (len(k) != len(n) || k[0]|0x20 != n[0]|0x20) {
-			continue
-		}
-		if strings.EqualFold(string(k), n) {
-			return true
-		}
-	}
-	return false
-}
-
-// popNames are the member names BillPop reads, in either case: encoding/json
-// folds case.
-var popNames = namesOf(true, "consumerGroup", "messages", "id", "partitionId", "transactionId")
+// popNames are the member names BillPop reads.
+var popNames = wire.NamesOf("consumerGroup", "messages", "id", "partitionId", "transactionId")

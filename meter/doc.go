@@ -43,6 +43,13 @@
 //	everything else (configure, admin, reads, acks,   {op for the route class, Reqs:1, BytesIn, BytesOut}
 //	leases, fetch, kv, timers, traces, operator)
 //
+// Every answer is read by the rules of answers in package wire (its doc,
+// "The rules of answers"): the broker's grammar, its exact member names,
+// the last of a repeated member, and no bill from a text the grammar
+// refuses. The readers here are watchers over wire.Stream, wire.Checker and
+// wire's walkers, and hold only the billing decisions: what counts as
+// accepted, committed or delivered, and which key a delivery has.
+//
 // The op of a route class: POST /api/v1/push and ephemeral push → OpPush;
 // other produce (transaction) → OpTxn; pops → OpDelivery; other consume
 // (ack, ack/batch, lease) → OpRead; queue admin → OpConfigure; reads,

@@ -5,7 +5,9 @@ package meter
 // oracle the fast paths are fuzzed against: same verdict, same counts.
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"strings"
 
 	"github.com/queengate/queengate/wire"
@@ -520,7 +522,7 @@ func oldScanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
 			case "consumerGroup":
 				into = &m.group
 			default:
-				if hasEscape(k) || foldsTo(k, false, "id", "partitionId", "transactionId", "consumerGroup") {
+				if oldHasEscape(k) || oldFoldsTo(k, "id", "partitionId", "transactionId", "consumerGroup") {
 					return decline()
 				}
 				return end
@@ -553,7 +555,7 @@ func oldScanPopBilling(body []byte) (messages int64, ids []string, ok bool) {
 				return wire.Elements(body, at, readMessage)
 			}
 			return decline()
-		case strings.EqualFold(string(k), "consumerGroup") || strings.EqualFold(string(k), "messages") || hasEscape(k):
+		case strings.EqualFold(string(k), "consumerGroup") || strings.EqualFold(string(k), "messages") || oldHasEscape(k):
 			return decline()
 		}
 		return wire.ValueEnd(body, at)
@@ -586,7 +588,7 @@ func oldBillPop(status int, body []byte) (int64, []string) {
 	if n, ids, ok := oldScanPopBilling(body); ok {
 		return n, ids
 	}
-	return billDecodedPop(body)
+	return oldBillDecodedPop(body)
 }
 
 // oldPopFields is what one message of a pop answer contributes to billing:
@@ -665,3 +667,62 @@ func unescapedIs(raw []byte, word string) bool {
 	}
 	return string(raw) == word
 }
+
+// oldPopAnswer, oldDecodeLenient and oldBillDecodedPop are BillPop's
+// reading before wire.Stream's, for what the fast path declined: decoded
+// with encoding/json, whose member names fold case.
+type oldPopAnswer struct {
+	ConsumerGroup string           `json:"consumerGroup"`
+	Messages      []*oldPopMessage `json:"messages"`
+}
+
+type oldPopMessage struct {
+	ID            string `json:"id"`
+	PartitionID   string `json:"partitionId"`
+	TransactionID string `json:"transactionId"`
+	ConsumerGroup string `json:"consumerGroup"`
+}
+
+func oldDecodeLenient(body []byte, v any) bool {
+	err := json.Unmarshal(body, v)
+	if err == nil {
+		return true
+	}
+	var typeErr *json.UnmarshalTypeError
+	return errors.As(err, &typeErr)
+}
+
+func oldBillDecodedPop(body []byte) (messages int64, ids []string) {
+	var r oldPopAnswer
+	if !oldDecodeLenient(body, &r) || len(r.Messages) == 0 {
+		return 0, nil
+	}
+	for _, m := range r.Messages {
+		if m == nil {
+			continue
+		}
+		group := m.ConsumerGroup
+		if group == "" {
+			group = r.ConsumerGroup
+		}
+		switch {
+		case m.PartitionID != "" && m.TransactionID != "":
+			ids = append(ids, m.PartitionID+"/"+m.TransactionID+"/"+group)
+		case m.ID != "":
+			ids = append(ids, "id/"+m.ID+"/"+group)
+		}
+	}
+	return int64(len(r.Messages)), ids
+}
+
+// oldFoldsTo reports whether encoding/json would take k for one of names.
+func oldFoldsTo(k []byte, names ...string) bool {
+	for _, n := range names {
+		if strings.EqualFold(string(k), n) {
+			return true
+		}
+	}
+	return false
+}
+
+func oldHasEscape(k []byte) bool { return bytes.IndexByte(k, '\\') >= 0 }

@@ -5,17 +5,14 @@ import "sync"
 // PopAnswer is BillPop's reading of one pop answer, kept until the
 // redelivery filter has taken its keys. The keys are spelled on demand,
 // one at a time, from where their parts lie in the answer (AppendKey),
-// so a pop of the broker's shape costs no key strings and no list of
-// them: the gateway bills every pop answer it keeps whole through it
-// (one past MaxBilledBody is counted as it streams, by PopKeys). It is
-// pooled: Release gives it back.
+// so a pop costs no key strings and no list of them: the gateway bills
+// every pop answer it keeps whole through it (one past MaxBilledBody is
+// counted as it streams, by PopKeys). It is pooled: Release gives it back.
 type PopAnswer struct {
 	biller   popBiller
 	body     []byte
 	messages int64
-	keyed    []int32  // the messages with a key, by index in biller.watch.msgs
-	ids      []string // the keys, when the answer was decoded (the scanner declined it)
-	decoded  bool
+	keyed    []int32 // the messages with a key, by index in biller.watch.msgs
 	shaped   bool
 	indexed  bool // keyed is filled
 }
@@ -32,8 +29,7 @@ func ReadPopAnswer(status int, body []byte) *PopAnswer {
 	}
 	ok, shaped := a.biller.read(body)
 	if !ok {
-		a.decoded = true
-		a.messages, a.ids = billDecodedPop(body)
+		a.biller.watch.msgs = a.biller.watch.msgs[:0] // an unreadable answer has no keys
 		return a
 	}
 	a.messages, a.shaped = int64(len(a.biller.watch.msgs)), shaped
@@ -47,9 +43,9 @@ func (a *PopAnswer) index() {
 		return
 	}
 	a.indexed = true
-	msgs := a.biller.watch.msgs
-	for i := range msgs {
-		if _, _, ok := msgs[i].key(); ok {
+	w := &a.biller.watch
+	for i := range w.msgs {
+		if _, _, _, ok := w.msgs[i].key(w.group, w.groupBad); ok {
 			a.keyed = append(a.keyed, int32(i))
 		}
 	}
@@ -65,8 +61,8 @@ func (a *PopAnswer) Release() {
 	if cap(keyed) > maxPooledKeyed {
 		keyed = nil
 	}
-	a.body, a.messages, a.keyed, a.ids = nil, 0, keyed, nil
-	a.decoded, a.shaped, a.indexed = false, false, false
+	a.body, a.messages, a.keyed = nil, 0, keyed
+	a.shaped, a.indexed = false, false
 	popAnswers.Put(a)
 }
 
@@ -82,22 +78,15 @@ func (a *PopAnswer) BrokerShaped() bool { return a.shaped }
 
 // Keys is how many redelivery keys the answer has (len of BillPop's ids).
 func (a *PopAnswer) Keys() int {
-	if a.decoded {
-		return len(a.ids)
-	}
 	a.index()
 	return len(a.keyed)
 }
 
 // AppendKey appends the i-th redelivery key (BillPop's ids[i]) to dst.
 func (a *PopAnswer) AppendKey(dst []byte, i int) []byte {
-	if a.decoded {
-		return append(dst, a.ids[i]...)
-	}
 	a.index()
 	w := &a.biller.watch
-	m := &w.msgs[a.keyed[i]]
-	head, tail, _ := m.key()
+	head, tail, group, _ := w.msgs[a.keyed[i]].key(w.group, w.groupBad)
 	if head == idKeyHead {
 		dst = append(dst, "id"...)
 	} else {
@@ -106,5 +95,5 @@ func (a *PopAnswer) AppendKey(dst []byte, i int) []byte {
 	dst = append(dst, '/')
 	dst = append(dst, tail.of(a.body)...)
 	dst = append(dst, '/')
-	return append(dst, m.groupOr(w.group).of(a.body)...)
+	return append(dst, group.of(a.body)...)
 }

@@ -1,5 +1,7 @@
 package meter
 
+import "github.com/queengate/queengate/wire"
+
 // PopCount counts the messages of a pop answer as it streams past, without
 // keeping it. The gateway bills a pop from a copy of its answer (BillPop,
 // which also yields the ids the redelivery filter needs) up to
@@ -13,58 +15,58 @@ package meter
 // object (wire.Checker's rules), or whose "messages" is not an array,
 // counts 0.
 type PopCount struct {
-	scan     answerScan
+	scan     wire.Stream
 	messages messagesWatch
-	inner    answerScan // checks the data of the messages read whole
+	inner    wire.Stream // checks the data of the messages read whole
 }
 
 // NewPopCount returns a count ready for the first piece of an answer.
 func NewPopCount() *PopCount {
 	p := &PopCount{}
-	p.scan.reset(&p.messages, 3, messagesNames)
-	p.scan.readElements(&p.messages, 2)
-	p.scan.inner = &p.inner
+	p.scan.Reset(&p.messages, 3, messagesNames)
+	p.scan.ReadElements(&p.messages, 2)
+	p.scan.SetInner(&p.inner)
 	return p
 }
 
 // Write takes the next piece of the answer; it never fails.
 func (p *PopCount) Write(b []byte) (int, error) {
-	// Only a piece that ends as the answer does may be all of it: one
-	// cut out of a longer answer is not read twice.
-	if !p.scan.started && !p.scan.failed && p.scan.watch != nil && len(b) > 0 && b[len(b)-1] == '}' {
-		if p.messages.envelope(&p.scan, b) {
-			return len(b), nil
-		}
-		p.messages = messagesWatch{} // nothing was read yet
+	if !p.scan.Whole(b, '}', p.envelope) {
+		p.scan.Feed(b)
 	}
-	p.scan.write(b)
 	return len(b), nil
+}
+
+// envelope is messagesWatch.envelope for Stream.Whole: when it declines,
+// the watcher is cleared of what it heard.
+func (p *PopCount) envelope(b []byte) bool {
+	if p.messages.envelope(&p.scan, b) {
+		return true
+	}
+	p.messages = messagesWatch{}
+	return false
 }
 
 // envelope reads b, the whole answer, when it has the broker's shape (see
 // popWatch.envelope) and its messages all have the known shape, leaving
 // s and the watcher as the general reader would.
-func (w *messagesWatch) envelope(s *answerScan, b []byte) bool {
-	i, _ := popHead(b)
+func (w *messagesWatch) envelope(s *wire.Stream, b []byte) bool {
+	i, _ := popHead(s, b)
 	if i == 0 {
 		return false
 	}
 	w.isObject, w.inMessages = true, true
-	if i = popMessagesEnd(b, i, func(p []byte, i int) int { return w.element(s, p, i) }); i < 0 {
+	if i = wire.ElementsEnd(b, i, func(p []byte, i int) int { return w.Element(s, p, i) }); i < 0 {
 		return false
 	}
 	w.inMessages = false
-	if !popTailEnds(s, b, i) {
-		return false
-	}
-	s.started, s.next = true, nextEnd
-	return true
+	return popTailEnds(s, b, i)
 }
 
 // Messages is how many messages the whole answer delivered, for an
 // upstream status.
 func (p *PopCount) Messages(status int) int64 {
-	if !is2xx(status) || !p.scan.ok() || !p.messages.isObject {
+	if !is2xx(status) || !p.scan.OK() || !p.messages.isObject {
 		return 0
 	}
 	return p.messages.count
@@ -78,7 +80,7 @@ type messagesWatch struct {
 	count      int64
 }
 
-func (s *messagesWatch) open(depth int, kind byte) {
+func (s *messagesWatch) Open(depth int, kind byte) {
 	switch {
 	case depth == 1:
 		s.isObject = kind == '{'
@@ -90,23 +92,23 @@ func (s *messagesWatch) open(depth int, kind byte) {
 	}
 }
 
-func (s *messagesWatch) close(depth int) {
+func (s *messagesWatch) Close(depth int) {
 	if depth == 2 {
 		s.inMessages = false
 	}
 }
 
-func (s *messagesWatch) key(depth int, raw []byte, plain bool) bool {
+func (s *messagesWatch) Key(depth int, raw []byte, plain bool) bool {
 	if depth != 1 || !s.isObject {
 		return false
 	}
-	s.pending = wordIs(raw, plain, "messages")
+	s.pending = wire.WordIs(raw, plain, "messages")
 	return s.pending
 }
 
 // value is a scalar or string: an element of the messages array, or the
 // value of a top-level "messages" member that is not an array.
-func (s *messagesWatch) value(depth int, _ byte, _ []byte, _ bool) {
+func (s *messagesWatch) Value(depth int, _ byte, _ []byte, _ bool) {
 	switch {
 	case depth == 1 && s.pending:
 		s.pending, s.count = false, 0
@@ -116,12 +118,12 @@ func (s *messagesWatch) value(depth int, _ byte, _ []byte, _ bool) {
 }
 
 // messagesNames is the member name PopCount reads.
-var messagesNames = namesOf(false, "messages")
+var messagesNames = wire.NamesOf("messages")
 
 // popMessageShape is a message of the broker's pop answer (testdata/broker,
 // S8 and C34), its data any JSON value; popKeyAt is where the members
 // BillPop keys from are in it.
-var popMessageShape = shapeOf(2, "consumerGroup", "createdAt", "data", "id", "leaseId", "partition", "partitionId", "producerSub", "traceId", "transactionId")
+var popMessageShape = wire.ShapeOf(2, "consumerGroup", "createdAt", "data", "id", "leaseId", "partition", "partitionId", "producerSub", "traceId", "transactionId")
 
 const (
 	popShapeGroup         = 0
@@ -131,11 +133,11 @@ const (
 )
 
 // element counts a message of the known shape, read whole.
-func (s *messagesWatch) element(scan *answerScan, p []byte, i int) int {
+func (s *messagesWatch) Element(scan *wire.Stream, p []byte, i int) int {
 	if !s.inMessages {
 		return -1
 	}
-	end := scan.matchShape(popMessageShape, p, i, 3, nil)
+	end := scan.MatchShape(popMessageShape, p, i, 3, nil)
 	if end > 0 {
 		s.count++
 	}
@@ -151,7 +153,7 @@ func (s *messagesWatch) element(scan *answerScan, p []byte, i int) int {
 // that is not well-formed JSON, or not an object, counts 0, as Messages
 // does. It is the same reading as Messages, stopped where the bytes did.
 func (p *PopCount) Begun(status int) int64 {
-	if !is2xx(status) || p.scan.failed || !p.messages.isObject {
+	if !is2xx(status) || p.scan.Failed() || !p.messages.isObject {
 		return 0
 	}
 	return p.messages.count

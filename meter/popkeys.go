@@ -11,10 +11,11 @@ import (
 // redelivery key of each, as BillPop spells them, so that the redelivery
 // filter sees an oversized pop as it sees any other.
 //
-// It fails closed: a message whose key it cannot read exactly as BillPop
-// would (a field that is not a plain string: escaped, not a string, longer
-// than maxPopKeyField; or a message that is not an object) gets no key, and
-// a message without a key is billed as a first delivery and not
+// It reads by the same rules as BillPop (doc.go) and fails closed alike: a
+// message whose key it cannot read exactly (a field whose last value is
+// neither a plain string nor null: escaped, of another type, or longer
+// than maxPopKeyField; or a message that is not an object) gets no key,
+// and a message without a key is billed as a first delivery and not
 // remembered. Only the first maxStreamedPopKeys messages are keyed; the
 // rest are billed as first deliveries too. The parts it keeps are a few
 // short strings per message, never the payloads.
@@ -66,14 +67,15 @@ func (p *PopKeys) Result(status int) (messages int64, keys []string) {
 // popKeyFields are what one message's key is built from.
 type popKeyFields struct {
 	id, partitionID, transactionID, group string
-	unkeyable                             bool // a field was not read exactly, or the message is no object
+	bad                                   uint8 // bit 1<<field: the field's last value was not read exactly
+	unkeyable                             bool  // the message is no object
 }
 
 // key is BillPop's key for the message: partitionId/transactionId/group,
 // else id/<id>/group, with the answer's top-level group when the message
 // names none.
 func (m *popKeyFields) key(topGroup string, topGroupBad bool) (string, bool) {
-	if m.unkeyable {
+	if m.unkeyable || m.bad != 0 {
 		return "", false
 	}
 	group := m.group
@@ -127,7 +129,7 @@ func (s *popKeyScan) Open(depth int, kind byte) {
 	case depth == 1:
 		s.isObject = kind == '{'
 	case depth == 2:
-		s.topValue()
+		s.topValue('{')
 		if s.pending {
 			s.pending = false
 			s.count, s.msgs = 0, s.msgs[:0]
@@ -143,7 +145,7 @@ func (s *popKeyScan) Open(depth int, kind byte) {
 		}
 		s.msgField = fieldNone
 	case depth == 4 && s.inMsg:
-		s.msgValue(false)
+		s.msgValue(kind)
 	}
 }
 
@@ -156,10 +158,10 @@ func (s *popKeyScan) Close(depth int) {
 	}
 }
 
-func (s *popKeyScan) Scalar(depth int, _ byte) {
+func (s *popKeyScan) Scalar(depth int, first byte) {
 	switch {
 	case depth == 1:
-		s.topValue()
+		s.topValue(first)
 		if s.pending {
 			s.pending, s.count, s.msgs = false, 0, s.msgs[:0]
 		}
@@ -169,25 +171,45 @@ func (s *popKeyScan) Scalar(depth int, _ byte) {
 			s.msgs = append(s.msgs, popKeyFields{unkeyable: true})
 		}
 	case depth == 3 && s.inMsg:
-		s.msgValue(false)
+		s.msgValue(first)
 	}
 }
 
-// topValue notes a top-level member's value that is not a string: a
-// "consumerGroup" that is not one cannot be read as BillPop reads it.
-func (s *popKeyScan) topValue() {
+// topValue notes a top-level member's value that is not a string, by its
+// first byte: a "consumerGroup" null is none, any other is not read.
+func (s *popKeyScan) topValue(first byte) {
 	if s.groupNext {
-		s.groupNext, s.topGroup, s.topGroupBad = false, "", true
+		s.groupNext, s.topGroup, s.topGroupBad = false, "", first != 'n'
 	}
 }
 
-// msgValue notes a message member's value that is not a plain string.
-func (s *popKeyScan) msgValue(isString bool) {
-	if s.msgField != fieldNone && !isString {
-		s.msgs[len(s.msgs)-1].unkeyable = true
+// msgValue notes a message member's value that is not a string, by its
+// first byte: a keying field null is empty, any other is not read.
+func (s *popKeyScan) msgValue(first byte) {
+	if s.msgField != fieldNone {
+		s.setField(s.msgField, "", first == 'n')
 	}
-	if !isString {
-		s.msgField = fieldNone
+	s.msgField = fieldNone
+}
+
+// setField takes the last value of a keying field of the current message:
+// ok false when it was not read exactly.
+func (s *popKeyScan) setField(field int, v string, ok bool) {
+	m := &s.msgs[len(s.msgs)-1]
+	switch field {
+	case fieldID:
+		m.id = v
+	case fieldPartitionID:
+		m.partitionID = v
+	case fieldTransactionID:
+		m.transactionID = v
+	case fieldGroup:
+		m.group = v
+	}
+	if ok {
+		m.bad &^= 1 << field
+	} else {
+		m.bad |= 1 << field
 	}
 }
 
@@ -235,10 +257,10 @@ func (s *popKeyScan) StringEnd() {
 	plain := !s.long && bytes.IndexByte(s.text, '\\') < 0
 	switch field {
 	case fieldTopKey:
-		// Member names are compared decoded, as the broker's library
-		// reads them (and PopCount counts).
+		// Member names are compared decoded and exactly, as the broker's
+		// library reads them.
 		s.pending = !s.long && wire.UnescapedIs(s.text, "messages")
-		s.groupNext = !s.long && nameFolds(s.text, "consumerGroup")
+		s.groupNext = !s.long && wire.UnescapedIs(s.text, "consumerGroup")
 	case fieldTopGroup:
 		s.topGroup, s.topGroupBad = string(s.text), !plain
 	case fieldMsgKey:
@@ -250,40 +272,17 @@ func (s *popKeyScan) StringEnd() {
 			name  string
 			field int
 		}{{"id", fieldID}, {"partitionId", fieldPartitionID}, {"transactionId", fieldTransactionID}, {"consumerGroup", fieldGroup}} {
-			if nameFolds(s.text, f.name) {
+			if wire.UnescapedIs(s.text, f.name) {
 				s.msgField = f.field
 			}
 		}
 	case fieldID, fieldPartitionID, fieldTransactionID, fieldGroup:
-		m := &s.msgs[len(s.msgs)-1]
 		if !plain {
-			m.unkeyable = true
+			s.setField(field, "", false)
 			return
 		}
-		v := string(s.text)
-		switch field {
-		case fieldID:
-			m.id = v
-		case fieldPartitionID:
-			m.partitionID = v
-		case fieldTransactionID:
-			m.transactionID = v
-		case fieldGroup:
-			m.group = v
-		}
+		s.setField(field, string(s.text), true)
 	}
-}
-
-// nameFolds reports whether a member name's raw text (escapes intact)
-// spells word once decoded, in any letter case, as encoding/json (and so
-// BillPop) matches the fields a key is built from.
-func nameFolds(raw []byte, word string) bool {
-	if bytes.IndexByte(raw, '\\') < 0 {
-		return bytes.EqualFold(raw, []byte(word))
-	}
-	var buf [64]byte
-	text, ok := wire.Unquote(raw, buf[:0])
-	return ok && bytes.EqualFold(text, []byte(word))
 }
 
 // Begun is PopCount.Begun for an answer too large to keep: the messages

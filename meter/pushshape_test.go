@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/queengate/queengate/internal/threadcpu"
+	"github.com/queengate/queengate/wire"
 )
 
 // TestPushShapeGuessesMatchOracle: an item read at the lengths the item
@@ -69,21 +70,21 @@ func tallyAgreesWithOld(t *testing.T, body []byte, pieces ...int) {
 }
 
 // BenchmarkPushShapeGuess times the items of a 1,000-item broker answer
-// read by matchShape and by matchPushShape, in turns, on the thread's CPU
+// read by MatchShape and by MatchShapeGuessing, in turns, on the thread's CPU
 // clock: old/new is how many times faster the guess is.
 func BenchmarkPushShapeGuess(b *testing.B) {
 	body := pushAnswer(1000)
-	var scan answerScan
-	var vals shapeValues
-	var lens pushLengths
+	var scan wire.Stream
+	var vals wire.ShapeValues
+	var lens wire.ShapeLengths
 	sh := pushShapes[0].shape
 	walk := func(guess bool) {
 		for i := 1; i < len(body); {
 			end := -1
 			if guess {
-				end = matchPushShape(sh, &lens, body, i, &vals)
+				end = wire.MatchShapeGuessing(sh, &lens, body, i, &vals)
 			} else {
-				end = scan.matchShape(sh, body, i, 2, &vals)
+				end = scan.MatchShape(sh, body, i, 2, &vals)
 			}
 			if end < 0 {
 				b.Fatal("an item of the answer did not match its shape")

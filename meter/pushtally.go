@@ -1,5 +1,7 @@
 package meter
 
+import "github.com/queengate/queengate/wire"
+
 // PushTally counts the per-item statuses of a POST /api/v1/push answer as
 // it streams past, without keeping it: the answer to a large push can be
 // far larger than anything the gateway should copy (320,000 tiny items
@@ -14,9 +16,9 @@ package meter
 //
 // Write it the answer in pieces, then read Outcome once.
 type PushTally struct {
-	scan  answerScan
+	scan  wire.Stream
 	items statusWatch
-	shape shapeValues
+	shape wire.ShapeValues
 }
 
 // NewPushTally returns a tally ready for the first piece of an answer.
@@ -30,20 +32,20 @@ func NewPushTally() *PushTally {
 // it is reset (it points into itself).
 func (t *PushTally) Reset() {
 	t.items = statusWatch{shape: &t.shape}
-	t.scan.reset(&t.items, 2, pushNames)
-	t.scan.readElements(&t.items, 1)
+	t.scan.Reset(&t.items, 2, pushNames)
+	t.scan.ReadElements(&t.items, 1)
 }
 
 // Write takes the next piece of the answer; it never fails, so it can sit
 // beside the client's writer. An unreadable answer is noted and bills 0.
 func (t *PushTally) Write(p []byte) (int, error) {
-	t.scan.write(p)
+	t.scan.Feed(p)
 	return len(p), nil
 }
 
 // Outcome is what the whole answer said, for an upstream status.
 func (t *PushTally) Outcome(status int) PushOutcome {
-	if !is2xx(status) || !t.scan.ok() || !t.items.isArray {
+	if !is2xx(status) || !t.scan.OK() || !t.items.isArray {
 		return PushOutcome{}
 	}
 	return t.items.out
@@ -56,8 +58,8 @@ type statusWatch struct {
 	inItem    bool // inside an element object (depth 2)
 	afterName bool // the member being read is named "status"
 	status    statusWord
-	shape     *shapeValues                 // the values of the last item read whole
-	lens      [len(pushShapes)]pushLengths // per shape, its strings' lengths in the last item read in it
+	shape     *wire.ShapeValues                  // the values of the last item read whole
+	lens      [len(pushShapes)]wire.ShapeLengths // per shape, its strings' lengths in the last item read in it
 }
 
 type statusWord uint8
@@ -68,7 +70,7 @@ const (
 	statusBuffered
 )
 
-func (s *statusWatch) open(depth int, kind byte) {
+func (s *statusWatch) Open(depth int, kind byte) {
 	switch depth {
 	case 1:
 		s.isArray = kind == '['
@@ -79,7 +81,7 @@ func (s *statusWatch) open(depth int, kind byte) {
 	}
 }
 
-func (s *statusWatch) close(depth int) {
+func (s *statusWatch) Close(depth int) {
 	if depth != 2 || !s.inItem {
 		return
 	}
@@ -94,20 +96,20 @@ func (s *statusWatch) close(depth int) {
 	}
 }
 
-func (s *statusWatch) key(depth int, raw []byte, plain bool) bool {
+func (s *statusWatch) Key(depth int, raw []byte, plain bool) bool {
 	if depth != 2 || !s.inItem {
 		return false
 	}
 	// A later "status" replaces an earlier one even when its value is
 	// not a string (then the item is not billed).
-	s.afterName = wordIs(raw, plain, "status")
+	s.afterName = wire.WordIs(raw, plain, "status")
 	if s.afterName {
 		s.status = statusOther
 	}
 	return s.afterName
 }
 
-func (s *statusWatch) value(depth int, first byte, raw []byte, plain bool) {
+func (s *statusWatch) Value(depth int, first byte, raw []byte, plain bool) {
 	if depth != 2 || !s.inItem || !s.afterName {
 		return
 	}
@@ -115,41 +117,41 @@ func (s *statusWatch) value(depth int, first byte, raw []byte, plain bool) {
 	// The last "status" member wins, as in the broker's JSON library.
 	switch {
 	case first != '"':
-	case wordIs(raw, plain, "queued"):
+	case wire.WordIs(raw, plain, "queued"):
 		s.status = statusQueued
-	case wordIs(raw, plain, "buffered"):
+	case wire.WordIs(raw, plain, "buffered"):
 		s.status = statusBuffered
 	}
 }
 
 // pushNames is the member name PushTally reads.
-var pushNames = namesOf(false, "status")
+var pushNames = wire.NamesOf("status")
 
 // The shapes of the broker's push answer items (testdata/broker, S5): a
 // message stored, and a duplicate. statusAt is where "status" is in each.
 var pushShapes = [...]struct {
-	shape    *answerShape
+	shape    *wire.Shape
 	statusAt int
 }{
-	{shapeOf(-1, "index", "message_id", "partition_id", "queueName", "status", "trace_id", "transaction_id"), 4},
-	{shapeOf(-1, "index", "message_id", "queueName", "status", "transaction_id"), 3},
+	{wire.ShapeOf(-1, "index", "message_id", "partition_id", "queueName", "status", "trace_id", "transaction_id"), 4},
+	{wire.ShapeOf(-1, "index", "message_id", "queueName", "status", "transaction_id"), 3},
 }
 
 // element reads an item of a known shape whole: the same count as its
 // open, its members and its close would make.
-func (s *statusWatch) element(scan *answerScan, p []byte, i int) int {
+func (s *statusWatch) Element(scan *wire.Stream, p []byte, i int) int {
 	if !s.isArray {
 		return -1
 	}
 	for k := range pushShapes {
 		sh := &pushShapes[k]
-		end := matchPushShape(sh.shape, &s.lens[k], p, i, s.shape)
+		end := wire.MatchShapeGuessing(sh.shape, &s.lens[k], p, i, s.shape)
 		if end < 0 {
 			continue
 		}
 		s.out.Items++
-		if v := s.shape[sh.statusAt]; v.first == '"' {
-			switch string(p[v.at:v.end]) {
+		if v := s.shape[sh.statusAt]; v.First == '"' {
+			switch string(p[v.At:v.End]) {
 			case "queued":
 				s.out.Accepted++
 			case "buffered":

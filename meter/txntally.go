@@ -1,5 +1,7 @@
 package meter
 
+import "github.com/queengate/queengate/wire"
+
 // TxnTally reads a POST /api/v1/transaction answer as it streams past,
 // without keeping it, for BillTransaction's rule (M3): a committed
 // transaction is an object whose last "success" member is true; its push
@@ -9,7 +11,7 @@ package meter
 // exactly and the last of duplicated keys wins, as in the broker's JSON
 // library.
 type TxnTally struct {
-	scan    answerScan
+	scan    wire.Stream
 	results txnWatch
 }
 
@@ -24,29 +26,33 @@ func NewTxnTally() *TxnTally {
 // is reset (it points into itself).
 func (t *TxnTally) Reset() {
 	t.results = txnWatch{}
-	t.scan.reset(&t.results, 3, txnNames)
-	t.scan.readElements(&t.results, 2)
+	t.scan.Reset(&t.results, 3, txnNames)
+	t.scan.ReadElements(&t.results, 2)
 }
 
 // Write takes the next piece of the answer; it never fails.
 func (t *TxnTally) Write(p []byte) (int, error) {
-	// Only a piece that ends as the answer does may be all of it: one
-	// cut out of a longer answer is not read twice.
-	if !t.scan.started && !t.scan.failed && t.scan.watch != nil && len(p) > 0 && p[len(p)-1] == '}' {
-		if t.results.envelope(&t.scan, p) {
-			return len(p), nil
-		}
-		t.results = txnWatch{} // as Reset left it: nothing was read yet
+	if !t.scan.Whole(p, '}', t.envelope) {
+		t.scan.Feed(p)
 	}
-	t.scan.write(p)
 	return len(p), nil
+}
+
+// envelope is txnWatch.envelope for Stream.Whole: when it declines, the
+// watcher is cleared of what it heard, as Reset left it.
+func (t *TxnTally) envelope(p []byte) bool {
+	if t.results.envelope(&t.scan, p) {
+		return true
+	}
+	t.results = txnWatch{}
+	return false
 }
 
 // The broker's transaction answer around its results (testdata/broker,
 // S11), when it comes in one piece: its head and its tail.
 var (
-	txnHead = headOf(`{"results":[`)
-	txnTail = shapeFrom(",", -1, "success", "transactionId")
+	txnHead = wire.HeadOf(`{"results":[`)
+	txnTail = wire.ShapeFrom(",", -1, "success", "transactionId")
 )
 
 // envelope reads p, the whole answer, when it has the broker's shape and
@@ -54,39 +60,21 @@ var (
 // general reader would; false (the watcher then to be cleared) when any
 // byte differs. What follows in later pieces is read as after any whole
 // answer.
-func (w *txnWatch) envelope(s *answerScan, p []byte) bool {
-	if len(p) < 32 || !txnHead.is(p, 0) {
+func (w *txnWatch) envelope(s *wire.Stream, p []byte) bool {
+	i := txnHead.Skip(p, 0)
+	if len(p) < 32 || i < 0 {
 		return false
 	}
-	i := len(txnHead.text)
 	w.isObject, w.inResults = true, true
-	if p[i] == ']' {
-		i++
-	} else {
-		for {
-			if p[i] != '{' {
-				return false
-			}
-			if i = w.element(s, p, i); i < 0 || i+1 >= len(p) {
-				return false
-			}
-			if p[i] == ']' {
-				i++
-				break
-			}
-			if p[i] != ',' {
-				return false
-			}
-			i++
-		}
+	if i = wire.ElementsEnd(p, i, func(p []byte, i int) int { return w.Element(s, p, i) }); i < 0 {
+		return false
 	}
 	w.inResults = false
-	var vals shapeValues
-	if s.matchShape(txnTail, p, i, 1, &vals) != len(p) {
+	var vals wire.ShapeValues
+	if s.MatchShape(txnTail, p, i, 1, &vals) != len(p) {
 		return false
 	}
-	w.success = vals[0].first == 't'
-	s.started, s.next = true, nextEnd
+	w.success = vals[0].First == 't'
 	return true
 }
 
@@ -94,7 +82,7 @@ func (w *txnWatch) envelope(s *answerScan, p []byte) bool {
 // the push items the gateway counted in the request.
 func (t *TxnTally) Billed(status, countedItems int) int64 {
 	s := &t.results
-	if !is2xx(status) || countedItems <= 0 || !t.scan.ok() || !s.isObject || !s.success {
+	if !is2xx(status) || countedItems <= 0 || !t.scan.OK() || !s.isObject || !s.success {
 		return 0
 	}
 	return max(int64(countedItems)-s.duplicates, 0)
@@ -123,7 +111,7 @@ const (
 	memberDuplicate
 )
 
-func (s *txnWatch) open(depth int, kind byte) {
+func (s *txnWatch) Open(depth int, kind byte) {
 	switch {
 	case depth == 1:
 		s.isObject = kind == '{'
@@ -135,7 +123,7 @@ func (s *txnWatch) open(depth int, kind byte) {
 	s.member = memberOther
 }
 
-func (s *txnWatch) close(depth int) {
+func (s *txnWatch) Close(depth int) {
 	switch {
 	case depth == 3 && s.inResult:
 		s.inResult = false
@@ -153,7 +141,7 @@ func (s *txnWatch) watched(depth int) bool {
 	return (depth == 1 && s.isObject) || (depth == 3 && s.inResult)
 }
 
-func (s *txnWatch) key(depth int, raw []byte, plain bool) bool {
+func (s *txnWatch) Key(depth int, raw []byte, plain bool) bool {
 	s.member = memberOther
 	if !s.watched(depth) {
 		return false
@@ -181,13 +169,13 @@ func (s *txnWatch) key(depth int, raw []byte, plain bool) bool {
 		return s.member != memberOther
 	}
 	switch {
-	case s.inResult && wordIs(raw, plain, "type"):
+	case s.inResult && wire.WordIs(raw, plain, "type"):
 		s.member, s.resultPush = memberType, false
-	case s.inResult && wordIs(raw, plain, "duplicate"):
+	case s.inResult && wire.WordIs(raw, plain, "duplicate"):
 		s.member, s.resultDup = memberDuplicate, false
-	case !s.inResult && wordIs(raw, plain, "success"):
+	case !s.inResult && wire.WordIs(raw, plain, "success"):
 		s.member, s.success = memberSuccess, false
-	case !s.inResult && wordIs(raw, plain, "results"):
+	case !s.inResult && wire.WordIs(raw, plain, "results"):
 		// A later "results" replaces an earlier one, whatever it is.
 		s.member, s.duplicates = memberResults, 0
 	}
@@ -196,7 +184,7 @@ func (s *txnWatch) key(depth int, raw []byte, plain bool) bool {
 
 // value reads a string, number or literal: only true is true, and only
 // the string "push" a push.
-func (s *txnWatch) value(depth int, first byte, raw []byte, plain bool) {
+func (s *txnWatch) Value(depth int, first byte, raw []byte, plain bool) {
 	if !s.watched(depth) {
 		return
 	}
@@ -206,30 +194,30 @@ func (s *txnWatch) value(depth int, first byte, raw []byte, plain bool) {
 	case memberDuplicate:
 		s.resultDup = first == 't'
 	case memberType:
-		s.resultPush = first == '"' && wordIs(raw, plain, "push")
+		s.resultPush = first == '"' && wire.WordIs(raw, plain, "push")
 	}
 	s.member = memberOther
 }
 
 // txnNames are the member names TxnTally reads.
-var txnNames = namesOf(false, "success", "results", "type", "duplicate")
+var txnNames = wire.NamesOf("success", "results", "type", "duplicate")
 
 // The shapes of the broker's transaction results (testdata/broker, S11):
 // an ack and a push stored. Neither has a "duplicate" member, so neither
 // changes the bill.
-var txnShapes = [...]*answerShape{
-	shapeOf(-1, "index", "messageId", "partitionId", "queueName", "success", "transactionId", "type"),
-	shapeOf(-1, "dlq", "error", "index", "success", "transactionId", "type"),
+var txnShapes = [...]*wire.Shape{
+	wire.ShapeOf(-1, "index", "messageId", "partitionId", "queueName", "success", "transactionId", "type"),
+	wire.ShapeOf(-1, "dlq", "error", "index", "success", "transactionId", "type"),
 }
 
 // element reads a "results" entry of a known shape whole, leaving the
 // watcher as its open, members and close would.
-func (s *txnWatch) element(scan *answerScan, p []byte, i int) int {
+func (s *txnWatch) Element(scan *wire.Stream, p []byte, i int) int {
 	if !s.inResults {
 		return -1
 	}
 	for _, sh := range &txnShapes {
-		if end := scan.matchShape(sh, p, i, 3, nil); end > 0 {
+		if end := scan.MatchShape(sh, p, i, 3, nil); end > 0 {
 			s.member = memberOther
 			return end
 		}

@@ -22,14 +22,31 @@
 //
 // A member named twice is read as the broker reads it: the last one wins.
 //
-// Answers pass the same grammar before anything bills from them (an answer
-// it refuses bills nothing). Member names in a request body and in push,
-// transaction, cycle and replay answers are matched exactly, once
-// unescaped (UnescapedIs). Pop billing is the one exception today: the
-// fields a message's redelivery key is built from (id, partitionId,
-// transactionId, consumerGroup) are matched in any letter case, because
-// the reading it falls back to is encoding/json's, which folds case; the
-// fast pop readers in meter fold likewise so that both give one count.
+// # The rules of answers
+//
+// Every answer the gateway bills from is read by one semantics, the
+// broker's own, and fails closed. The broker writes its answers with
+// exactly spelled member names and reads JSON by them exactly (a name in
+// another letter case is another member to it, as to its SDKs, which read
+// the parsed answer's properties by name); its parser keeps the last of a
+// repeated member. So every answer reader here and in meter:
+//
+//   - reads nothing from a text the grammar refuses: it bills nothing (a
+//     push, transaction, pop or cycle), or is unreadable (a replay);
+//   - matches member names exactly, once unescaped (WordIs, UnescapedIs,
+//     MemberValues); a name in another letter case is not the member;
+//   - takes the last of a repeated member, whatever it holds (a later
+//     null or number replaces an earlier string);
+//   - where it cannot read a value exactly as the broker meant it, bills
+//     as if it were absent only when that cannot lower the bill: a pop
+//     message whose redelivery key is built from a field that is not a
+//     plain string or null gets no key, so it is billed as a first
+//     delivery rather than risk being taken for a redelivery.
+//
+// Pop billing once read case-insensitively (encoding/json's matching, the
+// fallback of its fast path, which copied that folding); no reference
+// billing depends on it, since the broker never writes another spelling,
+// and a second semantics meant a second set of readers to keep in step.
 //
 // # The files
 //
@@ -46,7 +63,14 @@
 //     of a UTF-8 sequence) and Surrogate. Readers elsewhere call these
 //     rather than keep a copy.
 //   - number.go: NumberStep, RFC 8259's number grammar a byte at a time,
-//     for the Checker and for meter's answer reader alike.
+//     for the Checker and for Stream alike.
+//   - stream.go: Stream, the grammar over the pieces of a streamed answer,
+//     which tells a StreamWatcher only what an answer reader looks at;
+//     every answer tally and BillPop read through it.
+//   - shape.go: the broker's fixed element shapes (Shape, Head,
+//     MatchShape, MatchShapeGuessing, ElementsEnd), which read an element
+//     of a known shape whole, byte for byte, and leave any other to
+//     Stream; WordIs, a member name compared as the readers compare it.
 //   - strings.go: the string helpers: Unquote (a string's text, as the
 //     broker decodes it), UnescapedIs (compare without allocating), NULAt
 //     (U+0000 raw or escaped) and StringChars (characters of a JSON
@@ -75,14 +99,16 @@
 //
 // Answers (billed or relayed):
 //
-//   - the streaming answer grammar the tallies run on: meter/answerscan.go,
-//     with the broker's fixed element shapes in meter/answershape.go and
-//     meter/pushshape.go;
-//   - push: meter/pushtally.go; transaction: meter/txntally.go;
-//   - pop: meter/billscan.go (kept answers), meter/popcount.go and
-//     meter/popkeys.go (answers too large to keep), falling back to
-//     encoding/json in meter/bill.go where the fast reading declines;
-//   - streams cycle and DLQ replay: meter/answerreduce.go and meter/bill.go;
+//   - the streaming answer grammar the tallies run on: stream.go, with the
+//     broker's fixed element shapes in shape.go;
+//   - push: meter/pushtally.go; transaction: meter/txntally.go (both
+//     watchers over Stream, with the broker's shapes);
+//   - pop: meter/billscan.go (kept answers, over Stream), meter/popcount.go
+//     (over Stream) and meter/popkeys.go (over Checker) for answers too
+//     large to keep;
+//   - ephemeral push, streams cycle and DLQ replay: meter/bill.go, over
+//     Check and MemberValues; answers too large to keep are first reduced
+//     to the members billing reads by meter/answerreduce.go (over Checker);
 //   - error answers that expose the cell's internals:
 //     internal/cellerror/cellerror.go, applied by caddymodule/errorscrub.go.
 package wire

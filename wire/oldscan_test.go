@@ -1,7 +1,11 @@
-package meter
+package wire_test
+
+// The answer reader as it was in meter before wire.Stream took its place,
+// kept only as the oracle wire.Stream is fuzzed against
+// (FuzzStreamMatchesOldScan): the general reader alone, without the
+// element shapes (meter's tallies hold those to their own oracles).
 
 import (
-	"bytes"
 	"encoding/binary"
 	"math/bits"
 	"unicode/utf8"
@@ -9,7 +13,7 @@ import (
 	"github.com/queengate/queengate/wire"
 )
 
-// answerScan is the reader under the answer tallies: a strict, streaming
+// oldAnswerScan is the reader under the answer tallies: a strict, streaming
 // JSON checker that accepts exactly what wire.Checker accepts (valid
 // UTF-8, no byte-order mark, no half surrogate pair, nesting within
 // wire.DefaultMaxDepth, RFC 8259 otherwise), and tells its watcher
@@ -40,19 +44,14 @@ import (
 // The reader and the tallies' verdicts are fuzzed against wire.Checker
 // and the tallies as they were before it (FuzzAnswerScanVerdict and the
 // Fuzz*MatchesOracle targets).
-type answerScan struct {
-	watch      answerWatcher
+type oldAnswerScan struct {
+	watch      oldAnswerWatcher
 	watchDepth int
-	names      nameFilter                               // the plain member names told
+	names      oldNameFilter                            // the plain member names told
 	arrays     [(wire.DefaultMaxDepth + 64) / 64]uint64 // bit d: the container at depth d is an array (set as it opens)
 	// The text of a string the watcher hears, when it is cut by the end
 	// of a piece: up to len(carry) bytes, else carryLong.
 	carry [64]byte
-	// elems reads whole the element objects of arrays at elemDepth that it
-	// knows the shape of (see answershape.go); -1 when none is read so.
-	elems     elementReader
-	elemDepth int
-	inner     *answerScan // checks the nested values of the elements it reads
 	// maxDepth is the deepest nesting accepted (wire.DefaultMaxDepth,
 	// less the depth at which a value read on its own sits).
 	maxDepth int
@@ -60,10 +59,10 @@ type answerScan struct {
 	// value read on its own inside a piece (stopped is where it ended).
 	stopAtEnd bool
 
-	answerScanState // what reset clears
+	oldAnswerScanState // what reset clears
 }
 
-type answerScanState struct {
+type oldAnswerScanState struct {
 	failed  bool
 	started bool  // the top-level value has started
 	next    uint8 // what may come after the last complete token
@@ -93,7 +92,7 @@ type answerScanState struct {
 	stopped int // with stopAtEnd: where the top-level value ended
 }
 
-type answerWatcher interface {
+type oldAnswerWatcher interface {
 	open(depth int, kind byte)
 	close(depth int)
 	key(depth int, raw []byte, plain bool) (wantValue bool)
@@ -127,18 +126,18 @@ const (
 	subUTF8         // inside a multi-byte sequence
 )
 
-// nameFilter is the plain member names (no escape, nothing past ASCII) a
+// oldNameFilter is the plain member names (no escape, nothing past ASCII) a
 // watcher hears: those with the length and the first byte of one of its
 // words, since no other can be one of them.
-type nameFilter struct {
+type oldNameFilter struct {
 	lens  uint64    // bit n: names of n bytes
 	first [4]uint64 // bit c: names that start with c
 }
 
-// namesOf is the filter for words; eitherCase lets the first letters
+// oldNamesOf is the filter for words; eitherCase lets the first letters
 // through in the other case too, for a watcher that folds case.
-func namesOf(eitherCase bool, words ...string) *nameFilter {
-	f := &nameFilter{}
+func oldNamesOf(eitherCase bool, words ...string) *oldNameFilter {
+	f := &oldNameFilter{}
 	for _, word := range words {
 		f.lens |= 1 << len(word)
 		c := word[0]
@@ -154,28 +153,21 @@ func namesOf(eitherCase bool, words ...string) *nameFilter {
 // reset readies s for a new text, told to w up to depth, of the plain
 // member names the filter lets through. The nesting bits and the carried
 // text need no clearing: each is written before it is read.
-func (s *answerScan) reset(w answerWatcher, depth int, names *nameFilter) {
+func (s *oldAnswerScan) reset(w oldAnswerWatcher, depth int, names *oldNameFilter) {
 	s.watch, s.watchDepth, s.names = w, depth, *names
-	s.elems, s.elemDepth, s.maxDepth, s.stopAtEnd = nil, -1, wire.DefaultMaxDepth, false
-	s.answerScanState = answerScanState{}
-}
-
-// readElements has r read the element objects of the arrays at depth
-// (the arrays' own depth) whole, where it knows their shape; it comes
-// after reset.
-func (s *answerScan) readElements(r elementReader, depth int) {
-	s.elems, s.elemDepth = r, depth
+	s.maxDepth, s.stopAtEnd = wire.DefaultMaxDepth, false
+	s.oldAnswerScanState = oldAnswerScanState{}
 }
 
 // tellsKey reports whether the watcher hears the plain member name raw.
-func (s *answerScan) tellsKey(raw []byte) bool {
+func (s *oldAnswerScan) tellsKey(raw []byte) bool {
 	n := len(raw)
 	return n < 64 && s.names.lens>>n&1 != 0 && s.names.first[raw[0]>>6]>>(raw[0]&63)&1 != 0
 }
 
 // ok reports whether everything written is one complete, well-formed
 // JSON text.
-func (s *answerScan) ok() bool {
+func (s *oldAnswerScan) ok() bool {
 	if s.failed || !s.started {
 		return false
 	}
@@ -188,10 +180,10 @@ func (s *answerScan) ok() bool {
 	return false
 }
 
-func (s *answerScan) isArray(depth int) bool { return s.arrays[depth>>6]>>(depth&63)&1 != 0 }
+func (s *oldAnswerScan) isArray(depth int) bool { return s.arrays[depth>>6]>>(depth&63)&1 != 0 }
 
 // write reads the next piece of the text.
-func (s *answerScan) write(p []byte) {
+func (s *oldAnswerScan) write(p []byte) {
 	if s.failed || s.watch == nil {
 		// Never reset: a tally that was not readied bills nothing, as
 		// one that read nothing it watches.
@@ -214,13 +206,13 @@ func (s *answerScan) write(p []byte) {
 }
 
 // fail marks the text unreadable; it returns -1, for the token readers.
-func (s *answerScan) fail() int {
+func (s *oldAnswerScan) fail() int {
 	s.failed = true
 	return -1
 }
 
 // afterValue moves on after a complete value.
-func (s *answerScan) afterValue() {
+func (s *oldAnswerScan) afterValue() {
 	if s.depth == 0 {
 		s.next = nextEnd
 	} else {
@@ -231,7 +223,7 @@ func (s *answerScan) afterValue() {
 // tokens reads p from i, a token at a time. The broker writes compact
 // JSON, so the common path goes from a key to its colon to its value
 // without a turn of the loop.
-func (s *answerScan) tokens(p []byte, i int) {
+func (s *oldAnswerScan) tokens(p []byte, i int) {
 	for i < len(p) {
 		c := p[i]
 		switch s.next {
@@ -303,9 +295,9 @@ func (s *answerScan) tokens(p []byte, i int) {
 // value (a string nobody reads without a call), and on to the next member
 // or into an object the value opens. It returns where it stopped, for
 // tokens to go on (-1 when cut or refused).
-func (s *answerScan) members(p []byte, i int) int {
+func (s *oldAnswerScan) members(p []byte, i int) int {
 	for {
-		// The name's plain text, as plainLen measures it (in line).
+		// The name's plain text, as oldPlainLen measures it (in line).
 		text := i + 1
 		q, n := p[text:], 0
 		for len(q) >= 8 {
@@ -337,7 +329,7 @@ func (s *answerScan) members(p []byte, i int) int {
 		}
 		s.next = nextValue
 		if c := p[i+1]; c != '"' {
-			if end := scalarEnd(p, i+1); end > 0 && !s.wantVal {
+			if end := oldScalarEnd(p, i+1); end > 0 && !s.wantVal {
 				s.next = nextAfter // a number or literal nobody reads
 				i = end
 			} else if i = s.value(p, i+1, c); i < 0 {
@@ -421,9 +413,9 @@ func (s *answerScan) members(p []byte, i int) int {
 	}
 }
 
-// scalarEnd returns the end of the integer, decimal fraction or literal
+// oldScalarEnd returns the end of the integer, decimal fraction or literal
 // at p[i] when it is one and ends within p, else 0 (value reads it then).
-func scalarEnd(p []byte, i int) int {
+func oldScalarEnd(p []byte, i int) int {
 	switch c := p[i]; {
 	case c == 't' || c == 'n':
 		if i+4 < len(p) && (string(p[i:i+4]) == "true" || string(p[i:i+4]) == "null") {
@@ -460,7 +452,7 @@ func scalarEnd(p []byte, i int) int {
 
 // space passes the whitespace c at p[i]; anything else where a token
 // should be is refused.
-func (s *answerScan) space(c byte, i int) int {
+func (s *oldAnswerScan) space(c byte, i int) int {
 	if c == ' ' || c == '\n' || c == '\r' || c == '\t' {
 		return i + 1
 	}
@@ -469,7 +461,7 @@ func (s *answerScan) space(c byte, i int) int {
 
 // value reads the value that starts with c at p[i] and returns where it
 // ended (-1 when it was cut by the end of p, or refused).
-func (s *answerScan) value(p []byte, i int, c byte) int {
+func (s *oldAnswerScan) value(p []byte, i int, c byte) int {
 	s.started = true
 	want := s.wantVal
 	s.wantVal = false
@@ -479,22 +471,6 @@ func (s *answerScan) value(p []byte, i int, c byte) int {
 		s.strTold = tell
 		return s.str(p, i, false)
 	case '{', '[':
-		if c == '{' && s.depth == s.elemDepth && !want && s.isArray(s.depth) {
-			// Elements the element reader knows, one after the other;
-			// the first it does not know opens here as any other.
-			for {
-				end := s.elems.element(s, p, i)
-				if end < 0 {
-					break
-				}
-				if end+1 < len(p) && p[end] == ',' && p[end+1] == '{' {
-					i = end + 1
-					continue
-				}
-				s.next = nextAfter
-				return end
-			}
-		}
 		if s.depth >= s.maxDepth {
 			return s.fail()
 		}
@@ -565,7 +541,7 @@ func (s *answerScan) value(p []byte, i int, c byte) int {
 }
 
 // closeContainer closes the innermost container with c.
-func (s *answerScan) closeContainer(c byte) bool {
+func (s *oldAnswerScan) closeContainer(c byte) bool {
 	d := s.depth
 	if d == 0 || (c == ']') != s.isArray(d) {
 		s.failed = true
@@ -580,7 +556,7 @@ func (s *answerScan) closeContainer(c byte) bool {
 }
 
 // literal goes on matching s.lit from p[i].
-func (s *answerScan) literal(p []byte, i int) int {
+func (s *oldAnswerScan) literal(p []byte, i int) int {
 	for ; i < len(p); i++ {
 		if p[i] != s.lit[s.litAt] {
 			return s.fail()
@@ -598,7 +574,7 @@ func (s *answerScan) literal(p []byte, i int) int {
 
 // number goes on reading a number from p[i] in state s.num (0 before its
 // first byte).
-func (s *answerScan) number(p []byte, i int) int {
+func (s *oldAnswerScan) number(p []byte, i int) int {
 	st := s.num
 	for ; i < len(p); i++ {
 		c := p[i]
@@ -628,10 +604,10 @@ func (s *answerScan) number(p []byte, i int) int {
 
 // str reads a string whose opening quote is at p[i]; key tells a member
 // name from a value.
-func (s *answerScan) str(p []byte, i int, key bool) int {
+func (s *oldAnswerScan) str(p []byte, i int, key bool) int {
 	s.strKey = key
 	text := i + 1
-	end := text + plainLen(p[text:])
+	end := text + oldPlainLen(p[text:])
 	if end < len(p) && p[end] == '"' {
 		// The common case: plain text, told only when it may matter.
 		end++
@@ -670,7 +646,7 @@ func (s *answerScan) str(p []byte, i int, key bool) int {
 }
 
 // resumeString goes on with a string cut by the end of the last piece.
-func (s *answerScan) resumeString(p []byte) int {
+func (s *oldAnswerScan) resumeString(p []byte) int {
 	end := s.stringText(p, 0)
 	if end < 0 {
 		if !s.failed && s.strTold {
@@ -690,7 +666,7 @@ func (s *answerScan) resumeString(p []byte) int {
 	return end
 }
 
-func (s *answerScan) keep(b []byte) {
+func (s *oldAnswerScan) keep(b []byte) {
 	if s.carryLong || s.carryLen+len(b) > len(s.carry) {
 		s.carryLong = true
 		return
@@ -699,7 +675,7 @@ func (s *answerScan) keep(b []byte) {
 }
 
 // tellString tells the watcher about the string just read.
-func (s *answerScan) tellString(raw []byte) {
+func (s *oldAnswerScan) tellString(raw []byte) {
 	if s.strKey {
 		s.wantVal = s.watch.key(s.depth, raw, false)
 	} else {
@@ -710,7 +686,7 @@ func (s *answerScan) tellString(raw []byte) {
 // stringText checks a string's text from p[i] on, in the sub-state left
 // by the last piece, and returns the index past its closing quote (-1
 // when the piece ended first, or the text was refused).
-func (s *answerScan) stringText(p []byte, i int) int {
+func (s *oldAnswerScan) stringText(p []byte, i int) int {
 	for i < len(p) {
 		if s.sub == subNone {
 			if !s.highSurr {
@@ -734,7 +710,7 @@ func (s *answerScan) stringText(p []byte, i int) int {
 			case c == '\\':
 				if i+1 < len(p) {
 					if e := p[i+1]; e != 'u' {
-						if !simpleEscape[e] || s.highSurr {
+						if !oldSimpleEscape[e] || s.highSurr {
 							return s.fail()
 						}
 						i += 2
@@ -803,7 +779,7 @@ func (s *answerScan) stringText(p []byte, i int) int {
 			switch {
 			case c == 'u':
 				s.sub, s.hex, s.hexLeft = subHex, 0, 4
-			case simpleEscape[c] && !s.highSurr:
+			case oldSimpleEscape[c] && !s.highSurr:
 				s.sub = subNone
 			default:
 				return s.fail()
@@ -837,18 +813,14 @@ func (s *answerScan) stringText(p []byte, i int) int {
 
 // surrogate takes the code unit of a \u escape: a high surrogate must be
 // followed at once by the escape of a low one.
-func (s *answerScan) surrogate(v uint16) bool {
+func (s *oldAnswerScan) surrogate(v uint16) bool {
 	var ok bool
 	s.highSurr, ok = wire.Surrogate(v, s.highSurr)
 	return ok
 }
 
-// plainEnd returns the index of the first byte at or after i that is not
-// plain string text, or len(p).
-func plainEnd(p []byte, i int) int { return i + plainLen(p[i:]) }
-
-// plainLen is the length of the plain string text q starts with.
-func plainLen(q []byte) int {
+// oldPlainLen is the length of the plain string text q starts with.
+func oldPlainLen(q []byte) int {
 	n := 0
 	for len(q) >= 8 {
 		if m := wire.SpecialBytes(binary.LittleEndian.Uint64(q)); m != 0 {
@@ -866,25 +838,9 @@ func plainLen(q []byte) int {
 	return n
 }
 
-var simpleEscape = func() (t [256]bool) {
+var oldSimpleEscape = func() (t [256]bool) {
 	for _, c := range `"\/bfnrt` {
 		t[c] = true
 	}
 	return t
 }()
-
-// wordIs reports whether raw, a string's text with escapes intact (nil
-// when too long to have been kept), is word once unescaped; plain says
-// the reader saw no escape in it.
-func wordIs(raw []byte, plain bool, word string) bool {
-	switch {
-	case raw == nil:
-		return false
-	case plain || len(raw) == len(word):
-		return string(raw) == word
-	case len(raw) < len(word) || len(raw) > 6*len(word) || bytes.IndexByte(raw, '\\') < 0:
-		// An escape is six bytes for a character of the words looked for.
-		return false
-	}
-	return wire.UnescapedIs(raw, word)
-}
