@@ -57,6 +57,7 @@ type options struct {
 	fleetDays     int
 	fleetBusy     float64
 	fleetRuns     int
+	fleetPlans    string
 }
 
 func main() {
@@ -80,6 +81,7 @@ func main() {
 	flag.StringVar(&o.fleetClusters, "fleet-clusters", "1000,10000", "-mode fleet: the cluster counts to fill and measure, comma-separated, each in a database of its own")
 	flag.IntVar(&o.fleetDays, "fleet-days", meter.DefaultUsageKeepDays, "-mode fleet: days of usage (the retention of usage_minutes)")
 	flag.Float64Var(&o.fleetBusy, "fleet-busy", 0.02, "-mode fleet: the share of clusters that are busy (rows most minutes); the others are idle")
+	flag.StringVar(&o.fleetPlans, "fleet-plans", "", "-mode fleet: copy the PostgreSQL log, with auto_explain's plans of every statement over 50 ms, to this file")
 	flag.IntVar(&o.fleetRuns, "fleet-runs", 5, "-mode fleet: runs of each measured operation (the median is printed)")
 	flag.Parse()
 	if o.gomaxprocs > 0 {
