@@ -58,6 +58,7 @@ type options struct {
 	fleetBusy     float64
 	fleetRuns     int
 	fleetPlans    string
+	fleetSQL      string
 }
 
 func main() {
@@ -82,6 +83,7 @@ func main() {
 	flag.IntVar(&o.fleetDays, "fleet-days", meter.DefaultUsageKeepDays, "-mode fleet: days of usage (the retention of usage_minutes)")
 	flag.Float64Var(&o.fleetBusy, "fleet-busy", 0.02, "-mode fleet: the share of clusters that are busy (rows most minutes); the others are idle")
 	flag.StringVar(&o.fleetPlans, "fleet-plans", "", "-mode fleet: copy the PostgreSQL log, with auto_explain's plans of every statement over 50 ms, to this file")
+	flag.StringVar(&o.fleetSQL, "fleet-sql", "", "-mode fleet: SQL to run after each fill, before measuring (an index to try)")
 	flag.IntVar(&o.fleetRuns, "fleet-runs", 5, "-mode fleet: runs of each measured operation (the median is printed)")
 	flag.Parse()
 	if o.gomaxprocs > 0 {
