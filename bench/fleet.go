@@ -1078,12 +1078,15 @@ func printGrowth(rs []*fleetResult) {
 		default:
 			continue
 		}
-		if s.rows == 0 {
+		// The rows the fill made: the prunes' dead rows still take their
+		// space, which the next days' rows reuse.
+		rows := b.rows[s.table]
+		if rows == 0 {
 			continue
 		}
-		perRow := float64(s.total) / float64(s.rows)
-		fmt.Printf("- sizing, %s: %.0f bytes a row (heap and indexes); a busy cluster writes %s rows a day, an idle one %d: %.2f GiB per 1,000 busy clusters per 30 days\n",
-			s.table, perRow, thousands(perBusy), perIdle, float64(perBusy)*30*1000*perRow/(1<<30))
+		perRow := float64(s.total) / float64(rows)
+		fmt.Printf("- sizing, %s: %.0f bytes a row (heap and indexes, over the %s rows filled); a busy cluster writes %s rows a day, an idle one %d: %.2f GiB per 1,000 busy clusters per 30 days\n",
+			s.table, perRow, thousands(rows), thousands(perBusy), perIdle, float64(perBusy)*30*1000*perRow/(1<<30))
 	}
 }
 
