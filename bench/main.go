@@ -6,6 +6,7 @@
 //	go run ./bench -mode batch      # batched pushes and pops: queengate / bare Caddy ratios
 //	go run ./bench -mode parked     # 5,000 parked long-poll pops: RSS, goroutines, fds
 //	go run ./bench -mode all        # load and parked
+//	go run ./bench -mode fleet      # the control-plane database at 1,000 and 10,000 clusters
 //
 // It builds ./cmd/caddy and ./cmd/fakebroker, starts the fake broker as a
 // fast in-memory upstream, a throwaway PostgreSQL (internal/pgserver), a
@@ -28,6 +29,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/queengate/queengate/meter"
 )
 
 type options struct {
@@ -49,11 +52,18 @@ type options struct {
 	// measure instead of the fake broker; upstreamSecret its bearer token.
 	upstream       string
 	upstreamSecret string
+	// -mode fleet (fleet.go)
+	fleetClusters string
+	fleetDays     int
+	fleetBusy     float64
+	fleetRuns     int
+	fleetPlans    string
+	fleetSQL      string
 }
 
 func main() {
 	var o options
-	flag.StringVar(&o.mode, "mode", "load", "load, batch, parked or all")
+	flag.StringVar(&o.mode, "mode", "load", "load, batch, parked, all or fleet")
 	flag.StringVar(&o.batch, "batch", "push100,push1000,pop100", "the workloads of -mode batch, comma-separated")
 	flag.IntVar(&o.concurrency, "c", 16, "concurrent keep-alive connections (workers)")
 	flag.DurationVar(&o.duration, "d", 4*time.Second, "length of one measured run")
@@ -69,6 +79,12 @@ func main() {
 	flag.StringVar(&o.profileDir, "profile", "", "write CPU and allocation profiles of both Caddy processes, taken during the first closed-loop round, to this directory")
 	flag.StringVar(&o.upstream, "upstream", "", "measure this broker (http://host:port) instead of the fake broker: directly, through bare Caddy and through queengate; it receives real pushes and pops")
 	flag.StringVar(&o.upstreamSecret, "upstream-secret", os.Getenv("QUEENGATE_BENCH_UPSTREAM_SECRET"), "bearer token the -upstream broker requires (default $QUEENGATE_BENCH_UPSTREAM_SECRET)")
+	flag.StringVar(&o.fleetClusters, "fleet-clusters", "1000,10000", "-mode fleet: the cluster counts to fill and measure, comma-separated, each in a database of its own")
+	flag.IntVar(&o.fleetDays, "fleet-days", meter.DefaultUsageKeepDays, "-mode fleet: days of usage (the retention of usage_minutes)")
+	flag.Float64Var(&o.fleetBusy, "fleet-busy", 0.02, "-mode fleet: the share of clusters that are busy (rows most minutes); the others are idle")
+	flag.StringVar(&o.fleetPlans, "fleet-plans", "", "-mode fleet: copy the PostgreSQL log, with auto_explain's plans of every statement over 50 ms, to this file")
+	flag.StringVar(&o.fleetSQL, "fleet-sql", "", "-mode fleet: SQL to run after each fill, before measuring (an index to try)")
+	flag.IntVar(&o.fleetRuns, "fleet-runs", 5, "-mode fleet: runs of each measured operation (the median is printed)")
 	flag.Parse()
 	if o.gomaxprocs > 0 {
 		runtime.GOMAXPROCS(o.gomaxprocs)
@@ -88,8 +104,10 @@ func logf(format string, args ...any) {
 func benchmark(ctx context.Context, o options) error {
 	switch o.mode {
 	case "load", "batch", "parked", "all":
+	case "fleet":
+		return fleetBenchmark(ctx, o)
 	default:
-		return fmt.Errorf("-mode must be load, batch, parked or all, not %q", o.mode)
+		return fmt.Errorf("-mode must be load, batch, parked, all or fleet, not %q", o.mode)
 	}
 	e, err := setup(ctx, o)
 	if err != nil {

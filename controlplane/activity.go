@@ -23,10 +23,9 @@ func UsageByOpClass(ctx context.Context, db DB, from, to time.Time, clusters []s
 	if len(clusters) == 0 {
 		return out, nil
 	}
-	rows, err := db.Query(ctx, usageCTE+`
+	rows, err := db.Query(ctx, `WITH sel AS (SELECT id FROM queen_proxy.clusters WHERE slug = ANY($3::text[])), `+usageCTE+`
 SELECT c.slug, u.op_class, sum(u.reqs)::bigint, sum(u.msgs)::bigint, sum(u.bytes_in)::bigint, sum(u.bytes_out)::bigint
   FROM u JOIN queen_proxy.clusters c ON c.id = u.cluster_id
- WHERE c.slug = ANY($3::text[])
  GROUP BY c.slug, u.op_class`, from, to, clusters)
 	if err != nil {
 		return nil, dbError("read usage per op class", err)
