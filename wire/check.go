@@ -33,10 +33,9 @@ type Checker struct {
 	// be stored that carries one fails at the broker's insert (CheckStored).
 	RefuseNUL bool
 
-	off  int64    // bytes consumed so far
-	top  uint8    // before, inside or after the top-level value
-	scan scanner  // the grammar's state inside the value
-	objs []uint64 // its bit stack of open containers
+	off  int64   // bytes consumed so far
+	top  uint8   // before, inside or after the top-level value
+	scan scanner // the grammar's state inside the value
 	err  *SyntaxError
 }
 
@@ -116,12 +115,11 @@ func Check(b []byte) error { return checkWhole(b, false) }
 // are invalid JSON already).
 func CheckStored(b []byte) error { return checkWhole(b, true) }
 
-// checkWhole is a Checker over one piece, with its bit stack on the Go
-// stack: a whole body is read without allocating.
+// checkWhole is a Checker over one piece, on the Go stack: a whole body
+// is read without allocating.
 func checkWhole(b []byte, refuseNUL bool) error {
-	var stack [stackWords]uint64
 	c := Checker{RefuseNUL: refuseNUL}
-	if _, err := c.write(b, stack[:]); err != nil {
+	if err := c.Write(b); err != nil {
 		return err
 	}
 	return c.Close()
@@ -136,45 +134,39 @@ const (
 
 // Write checks the next piece of the text. After an error every call
 // returns the same error.
-func (c *Checker) Write(p []byte) (err error) {
-	c.objs, err = c.write(p, c.objs)
-	return err
-}
-
-// write is Write with the bit stack passed through rather than kept.
-func (c *Checker) write(p []byte, objs []uint64) ([]uint64, error) {
+func (c *Checker) Write(p []byte) error {
 	if c.err != nil {
-		return objs, c.err
+		return c.err
 	}
 	i := 0
 	if c.top == topStart {
 		if i = SkipSpace(p, 0); i == len(p) {
 			c.off += int64(len(p))
-			return objs, nil
+			return nil
 		}
 		if c.off == 0 && i == 0 && p[0] == 0xEF {
-			return objs, c.fail(ProblemBOM, 0, "")
+			return c.fail(ProblemBOM, 0, "")
 		}
 		c.top = topIn
 		c.scan.limit, c.scan.nul, c.scan.watch = c.maxDepth(), c.RefuseNUL, c.Watch
 	}
 	if c.top == topIn {
 		c.scan.base = c.off
-		i, objs = c.scan.scan(p, i, objs)
+		i = c.scan.scan(p, i)
 		switch c.scan.state {
 		case rFail:
-			return objs, c.refused()
+			return c.refused()
 		case rDone:
 			c.top = topEnd
 		}
 	}
 	if c.top == topEnd {
 		if i = SkipSpace(p, i); i < len(p) {
-			return objs, c.fail(ProblemSyntax, c.off+int64(i), why[whyTrailing])
+			return c.fail(ProblemSyntax, c.off+int64(i), why[whyTrailing])
 		}
 	}
 	c.off += int64(len(p))
-	return objs, nil
+	return nil
 }
 
 // Close reports whether the text written so far is one complete value.

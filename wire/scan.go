@@ -59,11 +59,20 @@ const (
 	whyNUL                        // \u0000 where it is refused
 )
 
-// stackWords is the bit stack of a reading within DefaultMaxDepth.
+// literals are the words a value may be.
+var literals = [...]string{"true", "false", "null"}
+
+// stackWords is the bit stack of a reading within DefaultMaxDepth, which
+// needs no other.
 const stackWords = (DefaultMaxDepth + 63) / 64
 
 // scanner is scan's state between pieces, and the verdict.
 type scanner struct {
+	// The bit stack: bit k set, the container at depth k+1 is an object;
+	// past the array's levels (a Checker with a deeper limit), in more.
+	fixed [stackWords]uint64
+	more  []uint64
+	seg   int  // where the string's text starts in the piece, for the Watcher
 	d     int  // containers open
 	limit int  // the most containers open at once
 	nul   bool // refuse \u0000
@@ -75,8 +84,8 @@ type scanner struct {
 	high     bool // the last escape was a high surrogate
 	escaped  bool // a string held an escape
 	num      NumState
-	lit      string // the literal matched, and how far
-	litAt    int
+	lit      uint8 // the literal matched (in literals), and how far
+	litAt    uint8
 	hex      uint16 // a \u escape's value so far, and digits to come
 	hexLeft  uint8
 	utfLeft  uint8 // UTF-8 continuation bytes to come, and the next one's bounds
@@ -89,6 +98,34 @@ type scanner struct {
 	found byte
 }
 
+// push records the kind of the container opened at depth d+1.
+func (s *scanner) push(d int, object bool) {
+	w, bit := &s.fixed[0], uint64(1)<<(d&63)
+	if k := d >> 6; k < stackWords {
+		w = &s.fixed[k]
+	} else {
+		if k-stackWords == len(s.more) {
+			s.more = append(s.more, 0)
+		}
+		w = &s.more[k-stackWords]
+	}
+	if object {
+		*w |= bit
+	} else {
+		*w &^= bit
+	}
+}
+
+// object reports whether the container at depth d (1 or more) is an
+// object.
+func (s *scanner) object(d int) bool {
+	d--
+	if k := d >> 6; k < stackWords {
+		return s.fixed[k]>>(d&63)&1 != 0
+	}
+	return s.more[d>>6-stackWords]>>(d&63)&1 != 0
+}
+
 // fail refuses the text at b[i] of the piece; scan returns what it does.
 func (s *scanner) fail(why uint8, i int, found byte) int {
 	s.state, s.why, s.at, s.found = rFail, why, s.base+int64(i), found
@@ -97,17 +134,12 @@ func (s *scanner) fail(why uint8, i int, found byte) int {
 
 // scan reads b from i in s.state, until the value is complete (rDone, the
 // index just past it returned), the piece ends (the state to resume in is
-// saved, len(b) returned), or the text is refused (rFail, -1). objs is the
-// bit stack (bit k set: the container at depth k+1 is an object), grown
-// and returned when the nesting needs more; it is the caller's to keep, so
-// that a stack on the caller's Go stack stays there.
-func (s *scanner) scan(b []byte, i int, objs []uint64) (int, []uint64) {
+// saved, len(b) returned), or the text is refused (rFail, -1).
+func (s *scanner) scan(b []byte, i int) int {
 	// Only what the hot paths read stays in locals; the rest of the
 	// state lives in s (the registers are too few for all of it).
 	var (
 		d            = s.d
-		watch        = s.watch != nil
-		seg          = -1 // where the string's text starts in b, for the Watcher
 		key, ok, obj bool
 		c, dig       byte
 		next         NumState
@@ -116,7 +148,7 @@ func (s *scanner) scan(b []byte, i int, objs []uint64) (int, []uint64) {
 		// Resume where the last piece ended.
 		key = s.key
 		if s.state >= rStr && s.state <= rUTF8 {
-			seg = 0
+			s.seg = 0
 		}
 		switch s.state {
 		case rValueOrClose:
@@ -160,46 +192,51 @@ value:
 	case c == '{' || c == '[':
 		goto open
 	case c == '-' || c-'0' < 10:
-		if watch {
+		if s.watch != nil {
 			s.watch.Scalar(d, c)
 		}
 		s.num = NumStart
 		if c-'1' < 9 {
-			// The common number, a plain integer, without the
-			// grammar's steps.
+			// The common numbers, a plain integer or decimal, without
+			// the grammar's steps: what is read here leaves the number
+			// in one of the grammar's states, and it goes on from there.
 			i = digits(b, i+1)
 			s.num = NumInt
+			if i+1 < len(b) && b[i] == '.' && b[i+1]-'0' < 10 {
+				i = digits(b, i+2)
+				s.num = NumFrac
+			}
 			if i < len(b) && b[i] != '.' && b[i]|0x20 != 'e' {
 				goto after
 			}
 		}
 		goto number
 	case c == 't':
-		s.lit = "true"
+		s.lit = 0
 	case c == 'f':
-		s.lit = "false"
+		s.lit = 1
 	case c == 'n':
-		s.lit = "null"
+		s.lit = 2
 	default:
-		return s.fail(whyValue, i, c), objs
+		return s.fail(whyValue, i, c)
 	}
-	if watch {
+	if s.watch != nil {
 		s.watch.Scalar(d, c)
 	}
-	if len(b)-i >= len(s.lit) && string(b[i:i+len(s.lit)]) == s.lit {
-		i += len(s.lit)
+	if lit := literals[s.lit]; len(b)-i >= len(lit) && string(b[i:i+len(lit)]) == lit {
+		i += len(lit)
 		goto after
 	}
 	s.litAt = 0
 
 literal:
-	for ; s.litAt < len(s.lit); s.litAt, i = s.litAt+1, i+1 {
+	for ; int(s.litAt) < len(literals[s.lit]); s.litAt, i = s.litAt+1, i+1 {
 		if i >= len(b) {
 			s.state = rLit
 			goto out
 		}
-		if b[i] != s.lit[s.litAt] {
-			return s.fail(whyLiteral, i, b[i]), objs
+		if b[i] != literals[s.lit][s.litAt] {
+			return s.fail(whyLiteral, i, b[i])
 		}
 	}
 	goto after
@@ -221,24 +258,17 @@ number:
 		goto out
 	}
 	if !s.num.Complete() {
-		return s.fail(whyNumber, i, b[i]), objs
+		return s.fail(whyNumber, i, b[i])
 	}
 	goto after
 
 open:
 	if d >= s.limit {
-		return s.fail(whyDepth, i, c), objs
+		return s.fail(whyDepth, i, c)
 	}
-	if d>>6 == len(objs) {
-		objs = append(objs, 0)
-	}
-	if c == '{' {
-		objs[d>>6] |= 1 << (d & 63)
-	} else {
-		objs[d>>6] &^= 1 << (d & 63)
-	}
+	s.push(d, c == '{')
 	d++
-	if watch {
+	if s.watch != nil {
 		s.watch.Open(d, c)
 	}
 	i++
@@ -267,10 +297,10 @@ valueOrClose:
 	goto value
 
 closing: // c, at b[i], closes the innermost container if it is of its kind
-	if (c == '}') != (objs[(d-1)>>6]>>((d-1)&63)&1 != 0) {
-		return s.fail(whyMismatch, i, c), objs
+	if (c == '}') != s.object(d) {
+		return s.fail(whyMismatch, i, c)
 	}
-	if watch {
+	if s.watch != nil {
 		s.watch.Close(d)
 	}
 	d--
@@ -279,7 +309,7 @@ closing: // c, at b[i], closes the innermost container if it is of its kind
 after:
 	if d == 0 {
 		s.state, s.d = rDone, 0
-		return i, objs
+		return i
 	}
 	if i >= len(b) || b[i] <= ' ' {
 		if i = SkipSpace(b, i); i >= len(b) {
@@ -288,7 +318,7 @@ after:
 		}
 	}
 	c = b[i]
-	obj = objs[(d-1)>>6]>>((d-1)&63)&1 != 0
+	obj = s.object(d)
 	switch {
 	case c == ',':
 		i++
@@ -299,7 +329,7 @@ after:
 	case c == '}' || c == ']':
 		goto closing
 	}
-	return s.fail(whyAfter, i, c), objs
+	return s.fail(whyAfter, i, c)
 
 key:
 	if i = spaceAfter(b, i); i >= len(b) {
@@ -307,16 +337,16 @@ key:
 		goto out
 	}
 	if b[i] != '"' {
-		return s.fail(whyKey, i, b[i]), objs
+		return s.fail(whyKey, i, b[i])
 	}
 	key = true
 
 strOpen:
-	if watch {
+	if s.watch != nil {
 		s.watch.StringStart(d, key)
 	}
 	i++
-	seg = i
+	s.seg = i
 
 str:
 	// The fast loop: most strings end in their first eight bytes, and
@@ -338,13 +368,12 @@ special:
 	}
 	switch c = b[i]; {
 	case c == '"':
-		if watch {
-			if i > seg {
-				s.watch.StringPart(b[seg:i])
+		if s.watch != nil {
+			if i > s.seg {
+				s.watch.StringPart(b[s.seg:i])
 			}
 			s.watch.StringEnd()
 		}
-		seg = -1
 		i++
 		if key {
 			goto colon
@@ -355,10 +384,10 @@ special:
 		i++
 		goto esc
 	case c < 0x20:
-		return s.fail(whyControl, i, c), objs
+		return s.fail(whyControl, i, c)
 	}
 	if s.utfLeft, s.utfLo, s.utfHi, ok = RuneStart(c); !ok {
-		return s.fail(whyUTF8, i, c), objs
+		return s.fail(whyUTF8, i, c)
 	}
 	s.utfStart = s.base + int64(i)
 	i++
@@ -371,7 +400,7 @@ utf:
 		}
 		if b[i] < s.utfLo || b[i] > s.utfHi {
 			s.state, s.why, s.at = rFail, whyUTF8, s.utfStart
-			return -1, objs
+			return -1
 		}
 	}
 	goto str
@@ -392,10 +421,10 @@ esc:
 		goto hexDigits
 	}
 	if unescaped[c] == 0 {
-		return s.fail(whyEscape, i, c), objs
+		return s.fail(whyEscape, i, c)
 	}
 	if s.high {
-		return s.fail(whySurrogate, i, c), objs
+		return s.fail(whySurrogate, i, c)
 	}
 	i++
 	goto str
@@ -407,17 +436,17 @@ hexDigits:
 			goto out
 		}
 		if dig = HexDigit[b[i]]; dig > 0xF {
-			return s.fail(whyHex, i, b[i]), objs
+			return s.fail(whyHex, i, b[i])
 		}
 		s.hex = s.hex<<4 | uint16(dig)
 	}
 
 escaped16: // a \u escape's four digits are read, and i is past them
 	if s.hex == 0 && s.nul {
-		return s.fail(whyNUL, i-6, 0), objs
+		return s.fail(whyNUL, i-6, 0)
 	}
 	if s.high, ok = Surrogate(s.hex, s.high); !ok {
-		return s.fail(whySurrogate, i-1, 0), objs
+		return s.fail(whySurrogate, i-1, 0)
 	}
 	if !s.high {
 		goto str
@@ -429,7 +458,7 @@ low:
 		goto out
 	}
 	if b[i] != '\\' {
-		return s.fail(whySurrogate, i, b[i]), objs
+		return s.fail(whySurrogate, i, b[i])
 	}
 	i++
 	goto esc
@@ -440,17 +469,17 @@ colon:
 		goto out
 	}
 	if b[i] != ':' {
-		return s.fail(whyColon, i, b[i]), objs
+		return s.fail(whyColon, i, b[i])
 	}
 	i++
 	goto value
 
 out:
-	if seg >= 0 && watch && seg < len(b) {
-		s.watch.StringPart(b[seg:])
+	if s.watch != nil && s.state >= rStr && s.state <= rUTF8 && s.seg < len(b) {
+		s.watch.StringPart(b[s.seg:])
 	}
 	s.d, s.key = d, key
-	return i, objs
+	return i
 }
 
 // spaceAfter is SkipSpace for where space is rare (bodies are mostly
@@ -486,11 +515,7 @@ func skipValid(b []byte, i, outer int, refuseNUL bool) (end int, escaped bool) {
 		return -1, false
 	}
 	s := scanner{limit: DefaultMaxDepth - outer, nul: refuseNUL}
-	if b[i] == '{' || b[i] == '[' {
-		i = s.container(b, i)
-	} else {
-		i, _ = s.scan(b, i, nil) // a scalar opens nothing
-	}
+	i = s.scan(b, i)
 	switch {
 	case s.state == rDone:
 		return i, s.escaped
@@ -498,14 +523,6 @@ func skipValid(b []byte, i, outer int, refuseNUL bool) (end int, escaped bool) {
 		return len(b), false // a number the buffer's end ends
 	}
 	return -1, false
-}
-
-// container is scan over a value that opens containers, with its bit
-// stack on the Go stack (a scalar needs none, and does without zeroing it).
-func (s *scanner) container(b []byte, i int) int {
-	var stack [stackWords]uint64
-	i, _ = s.scan(b, i, stack[:])
-	return i
 }
 
 // SkipValidString checks the string whose opening quote is at b[i] and

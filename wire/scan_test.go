@@ -187,7 +187,13 @@ func BenchmarkCoreVsOld(b *testing.B) {
 	for _, body := range []struct {
 		name string
 		b    []byte
-	}{{"push100", push}, {"accents", accents}, {"escapes", escapes}} {
+	}{{"push100", push}, {"accents", accents}, {"escapes", escapes},
+		{"strings", []byte("[" + strings.Repeat(`"abcdef",`, 999) + `"x"]`)},
+		{"ints", []byte("[" + strings.Repeat(`1042,`, 999) + `1]`)},
+		{"floats", []byte("[" + strings.Repeat(`10.95,`, 999) + `1]`)},
+		{"members", []byte("{" + strings.Repeat(`"k":"v",`, 999) + `"x":1}`)},
+		{"long", []byte(`["` + strings.Repeat("a", 8000) + `"]`)},
+	} {
 		for _, r := range []struct {
 			name      string
 			old, core func([]byte) bool
