@@ -191,25 +191,27 @@ value:
 		goto strOpen
 	case c == '{' || c == '[':
 		goto open
-	case c == '-' || c-'0' < 10:
+	case c-'1' < 9:
+		// The common numbers, a plain integer or decimal, without the
+		// grammar's steps: what is read here leaves the number in one
+		// of the grammar's states, and it goes on from there.
+		if s.watch != nil {
+			s.watch.Scalar(d, c)
+		}
+		s.num = NumInt
+		if i = digits(b, i+1); i+1 < len(b) && b[i] == '.' && b[i+1]-'0' < 10 {
+			i = digits(b, i+2)
+			s.num = NumFrac
+		}
+		if i < len(b) && b[i] != '.' && b[i]|0x20 != 'e' {
+			goto after
+		}
+		goto number
+	case c == '-' || c == '0':
 		if s.watch != nil {
 			s.watch.Scalar(d, c)
 		}
 		s.num = NumStart
-		if c-'1' < 9 {
-			// The common numbers, a plain integer or decimal, without
-			// the grammar's steps: what is read here leaves the number
-			// in one of the grammar's states, and it goes on from there.
-			i = digits(b, i+1)
-			s.num = NumInt
-			if i+1 < len(b) && b[i] == '.' && b[i+1]-'0' < 10 {
-				i = digits(b, i+2)
-				s.num = NumFrac
-			}
-			if i < len(b) && b[i] != '.' && b[i]|0x20 != 'e' {
-				goto after
-			}
-		}
 		goto number
 	case c == 't':
 		s.lit = 0
@@ -352,7 +354,7 @@ str:
 	// The fast loop: most strings end in their first eight bytes, and
 	// plain text is read eight bytes a step.
 	for len(b)-i >= 8 {
-		if m := SpecialBytes(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+		if m := SpecialBytes(binary.LittleEndian.Uint64(b[i : i+8])); m != 0 {
 			i += bits.TrailingZeros64(m) >> 3
 			goto special
 		}
