@@ -16,8 +16,9 @@ import (
 // needs a look (a quote, a backslash, a control byte, or past ASCII); the
 // grammar between them is a few predictable branches per byte, with the
 // state in the program counter (one label a place the grammar can be);
-// and containers are remembered in a bit stack, one bit per level, so a
-// whole-buffer reading allocates nothing at any depth. A piece may end
+// and containers are remembered in a bit stack, one bit per level, kept
+// in the scanner (a reading of a body nested past 128 levels grows it on
+// the heap, once a level word). A piece may end
 // anywhere, even inside an escape or a UTF-8 sequence: scan saves its
 // label and the little it needs to go on, and the next piece resumes there.
 
@@ -62,14 +63,16 @@ const (
 // literals are the words a value may be.
 var literals = [...]string{"true", "false", "null"}
 
-// stackWords is the bit stack of a reading within DefaultMaxDepth, which
-// needs no other.
-const stackWords = (DefaultMaxDepth + 63) / 64
+// stackWords is the bit stack kept in the scanner itself: 128 levels, far
+// more than any body nests, and few enough words that starting a reading
+// (once a value, for the one-pass readers) costs little. A text nesting
+// deeper grows more, up to the limit.
+const stackWords = 2
 
 // scanner is scan's state between pieces, and the verdict.
 type scanner struct {
 	// The bit stack: bit k set, the container at depth k+1 is an object;
-	// past the array's levels (a Checker with a deeper limit), in more.
+	// past the array's levels, in more.
 	fixed [stackWords]uint64
 	more  []uint64
 	seg   int  // where the string's text starts in the piece, for the Watcher
@@ -100,7 +103,7 @@ type scanner struct {
 
 // push records the kind of the container opened at depth d+1.
 func (s *scanner) push(d int, object bool) {
-	w, bit := &s.fixed[0], uint64(1)<<(d&63)
+	var w *uint64
 	if k := d >> 6; k < stackWords {
 		w = &s.fixed[k]
 	} else {
@@ -109,7 +112,7 @@ func (s *scanner) push(d int, object bool) {
 		}
 		w = &s.more[k-stackWords]
 	}
-	if object {
+	if bit := uint64(1) << (d & 63); object {
 		*w |= bit
 	} else {
 		*w &^= bit
