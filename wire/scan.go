@@ -24,21 +24,20 @@ import (
 
 // Where scan resumes (or why it stopped: rDone, rFail).
 const (
-	rValue        uint8 = iota // a value must come
-	rValueOrClose              // after '['
-	rKeyOrClose                // after '{'
-	rKey                       // after ',' in an object
-	rColon                     // after a member name
-	rAfter                     // after a value inside a container
-	rStr                       // in a string, at a character's start
-	rLow                       // after a high surrogate's escape: its low half must come
-	rEsc                       // after a backslash
-	rHex                       // in a \u escape's digits
-	rUTF8                      // in a UTF-8 sequence
-	rNum                       // in a number
-	rLit                       // in true, false or null
-	rDone                      // the value is complete
-	rFail                      // the text is refused (why says what)
+	rValue  uint8 = iota // a value must come
+	rOpened              // after '{' or '['
+	rKey                 // after ',' in an object
+	rColon               // after a member name
+	rAfter               // after a value inside a container
+	rStr                 // in a string, at a character's start
+	rLow                 // after a high surrogate's escape: its low half must come
+	rEsc                 // after a backslash
+	rHex                 // in a \u escape's digits
+	rUTF8                // in a UTF-8 sequence
+	rNum                 // in a number
+	rLit                 // in true, false or null
+	rDone                // the value is complete
+	rFail                // the text is refused (why says what)
 )
 
 // What scan refused, for the Checker's message.
@@ -154,10 +153,8 @@ func (s *scanner) scan(b []byte, i int) int {
 			s.seg = 0
 		}
 		switch s.state {
-		case rValueOrClose:
-			goto valueOrClose
-		case rKeyOrClose:
-			goto keyOrClose
+		case rOpened:
+			goto opened
 		case rKey:
 			goto key
 		case rColon:
@@ -277,27 +274,18 @@ open:
 		s.watch.Open(d, c)
 	}
 	i++
-	if c == '[' {
-		goto valueOrClose
-	}
 
-keyOrClose:
+opened: // after '{' or '[': its first member or element, or its close
 	if i = spaceAfter(b, i); i >= len(b) {
-		s.state = rKeyOrClose
+		s.state = rOpened
 		goto out
 	}
-	if c = b[i]; c == '}' {
+	c, obj = b[i], s.object(d)
+	if c == '}' && obj || c == ']' && !obj {
 		goto closing
 	}
-	goto key
-
-valueOrClose:
-	if i = spaceAfter(b, i); i >= len(b) {
-		s.state = rValueOrClose
-		goto out
-	}
-	if c = b[i]; c == ']' {
-		goto closing
+	if obj {
+		goto key
 	}
 	goto value
 
@@ -337,12 +325,24 @@ after:
 	return s.fail(whyAfter, i, c)
 
 key:
+	c = '"'
+
+expect: // space, then c: a member name's quote, or the colon after it
 	if i = spaceAfter(b, i); i >= len(b) {
-		s.state = rKey
+		if s.state = rKey; c == ':' {
+			s.state = rColon
+		}
 		goto out
 	}
-	if b[i] != '"' {
+	if b[i] != c {
+		if c == ':' {
+			return s.fail(whyColon, i, b[i])
+		}
 		return s.fail(whyKey, i, b[i])
+	}
+	if c == ':' {
+		i++
+		goto value
 	}
 	key = true
 
@@ -457,27 +457,20 @@ escaped16: // a \u escape's four digits are read, and i is past them
 		goto str
 	}
 
-low:
-	if i >= len(b) {
+low: // only the escape of the low half may follow
+	switch {
+	case i >= len(b):
 		s.state = rLow
 		goto out
-	}
-	if b[i] != '\\' {
+	case b[i] != '\\':
 		return s.fail(whySurrogate, i, b[i])
 	}
 	i++
 	goto esc
 
 colon:
-	if i = spaceAfter(b, i); i >= len(b) {
-		s.state = rColon
-		goto out
-	}
-	if b[i] != ':' {
-		return s.fail(whyColon, i, b[i])
-	}
-	i++
-	goto value
+	c = ':'
+	goto expect
 
 out:
 	if s.watch != nil && s.state >= rStr && s.state <= rUTF8 && s.seg < len(b) {
