@@ -144,6 +144,7 @@ func (s *scanner) scan(b []byte, i int) int {
 		d            = s.d
 		key, ok, obj bool
 		c, dig       byte
+		n, lo, hi    byte
 		next         NumState
 	)
 	if s.state != rValue {
@@ -189,8 +190,6 @@ value:
 	case c == '"':
 		key = false
 		goto strOpen
-	case c == '{' || c == '[':
-		goto open
 	case c-'1' < 9:
 		// The common numbers, a plain integer or decimal, without the
 		// grammar's steps: what is read here leaves the number in one
@@ -198,15 +197,19 @@ value:
 		if s.watch != nil {
 			s.watch.Scalar(d, c)
 		}
-		s.num = NumInt
-		if i = digits(b, i+1); i+1 < len(b) && b[i] == '.' && b[i+1]-'0' < 10 {
-			i = digits(b, i+2)
-			s.num = NumFrac
-		}
-		if i < len(b) && b[i] != '.' && b[i]|0x20 != 'e' {
+		if i = digits(b, i+1); i < len(b) && b[i] != '.' && b[i]|0x20 != 'e' {
 			goto after
 		}
+		s.num = NumInt
+		if i+1 < len(b) && b[i] == '.' && b[i+1]-'0' < 10 {
+			s.num, i = NumFrac, digits(b, i+2)
+			if i < len(b) && b[i]|0x20 != 'e' {
+				goto after
+			}
+		}
 		goto number
+	case c == '{' || c == '[':
+		goto open
 	case c == '-' || c == '0':
 		if s.watch != nil {
 			s.watch.Scalar(d, c)
@@ -310,12 +313,10 @@ after:
 			goto out
 		}
 	}
-	c = b[i]
-	obj = s.object(d)
-	switch {
+	switch c = b[i]; {
 	case c == ',':
 		i++
-		if obj {
+		if s.object(d) {
 			goto key
 		}
 		goto value
@@ -391,9 +392,17 @@ special:
 	case c < 0x20:
 		return s.fail(whyControl, i, c)
 	}
-	if s.utfLeft, s.utfLo, s.utfHi, ok = RuneStart(c); !ok {
+	if n, lo, hi, ok = RuneStart(c); !ok {
 		return s.fail(whyUTF8, i, c)
 	}
+	// A whole sequence in the piece is read at once: the first
+	// continuation byte within RuneStart's bounds, the others 80–BF.
+	if i+int(n) < len(b) && b[i+1] >= lo && b[i+1] <= hi &&
+		(n < 2 || b[i+2]&0xC0 == 0x80) && (n < 3 || b[i+3]&0xC0 == 0x80) {
+		i += int(n) + 1
+		goto str
+	}
+	s.utfLeft, s.utfLo, s.utfHi = n, lo, hi
 	s.utfStart = s.base + int64(i)
 	i++
 
