@@ -348,11 +348,10 @@ expect: // space, then c: a member name's quote, or the colon after it
 	key = true
 
 strOpen:
-	if s.watch != nil {
+	if i++; s.watch != nil {
 		s.watch.StringStart(d, key)
+		s.seg = i
 	}
-	i++
-	s.seg = i
 
 str:
 	// The fast loop: most strings end in their first eight bytes, and
@@ -380,11 +379,14 @@ special:
 			}
 			s.watch.StringEnd()
 		}
-		i++
-		if key {
-			goto colon
+		if i++; !key {
+			goto after
 		}
-		goto after
+		if i < len(b) && b[i] == ':' { // a compact body's colon, at once
+			i++
+			goto value
+		}
+		goto colon
 	case c == '\\':
 		s.escaped = true
 		i++
