@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"strings"
+
+	"github.com/queengate/queengate/wire"
 )
 
 // Every name the isolation probe gives the broker (its queue, the queue's
@@ -251,22 +253,13 @@ func decodedChar[T ~string | ~[]byte](s T, i int) (c byte, n int) {
 	switch s[i] {
 	case '%':
 		if i+2 < len(s) {
-			hi, ok1 := hexValue(s[i+1])
-			lo, ok2 := hexValue(s[i+2])
-			if ok1 && ok2 {
+			if hi, lo := wire.HexDigit[s[i+1]], wire.HexDigit[s[i+2]]; hi|lo <= 0xF {
 				return hi<<4 | lo, 3
 			}
 		}
 	case '\\':
 		if i+5 < len(s) && s[i+1] == 'u' {
-			var v uint16
-			ok := true
-			for j := i + 2; j < i+6; j++ {
-				d, good := hexValue(s[j])
-				ok = ok && good
-				v = v<<4 | uint16(d)
-			}
-			if ok {
+			if v := wire.Hex4([]byte(s[i+2:i+6]), 0); v >= 0 {
 				if v > 0x7f {
 					return 0xFF, 6
 				}

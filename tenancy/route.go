@@ -3,6 +3,8 @@ package tenancy
 import (
 	"errors"
 	"strings"
+
+	"github.com/queengate/queengate/wire"
 )
 
 // Class is what a request route does to a cluster; it decides the scope a
@@ -327,21 +329,8 @@ func unhexPair(p string, i int) (byte, bool) {
 	if i+1 >= len(p) {
 		return 0, false
 	}
-	hi, ok1 := hexValue(p[i])
-	lo, ok2 := hexValue(p[i+1])
-	return hi<<4 | lo, ok1 && ok2
-}
-
-func hexValue(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
+	hi, lo := wire.HexDigit[p[i]], wire.HexDigit[p[i+1]]
+	return hi<<4 | lo, hi|lo <= 0xF
 }
 
 // unescapePath decodes every percent escape once, as the broker does. The

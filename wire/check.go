@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"encoding/binary"
 	"strconv"
 	"unicode/utf8"
 )
@@ -34,23 +33,10 @@ type Checker struct {
 	// be stored that carries one fails at the broker's insert (CheckStored).
 	RefuseNUL bool
 
-	off   int64  // bytes consumed so far
-	state uint8  // what the next byte may be
-	stack []byte // open containers, '{' or '['
-	err   *SyntaxError
-
-	// Inside a string.
-	key       bool   // the string is an object key
-	hex       uint16 // the \u escape read so far
-	hexLeft   uint8  // hex digits still to come
-	highSurr  bool   // the last escape was a high surrogate
-	utfLeft   uint8  // UTF-8 continuation bytes still to come
-	utfLo     byte   // bounds of the next continuation byte
-	utfHi     byte
-	utfStart  int64  // where the current UTF-8 sequence began
-	lit       string // the literal being matched (true, false, null)
-	litAt     int
-	seenValue bool // the top-level value has started
+	off  int64   // bytes consumed so far
+	top  uint8   // before, inside or after the top-level value
+	scan scanner // the grammar's state inside the value
+	err  *SyntaxError
 }
 
 // DefaultMaxDepth is the nesting the gateway accepts in a body: far more
@@ -122,61 +108,84 @@ func (e *SyntaxError) Error() string {
 
 // Check reports whether b is exactly one well-formed JSON text (surrounding
 // whitespace allowed) within DefaultMaxDepth.
-func Check(b []byte) error {
-	if validWhole(b, false) {
-		return nil
-	}
-	// The Checker says what is wrong, and where.
-	var c Checker
-	if err := c.Write(b); err != nil {
-		return err
-	}
-	return c.Close()
-}
+func Check(b []byte) error { return checkWhole(b, false) }
 
 // CheckStored is Check for a body whose strings the broker stores: it
 // refuses the escape \u0000 as well (raw control bytes, U+0000 among them,
 // are invalid JSON already).
-func CheckStored(b []byte) error {
-	if validWhole(b, true) {
-		return nil
-	}
-	c := Checker{RefuseNUL: true}
+func CheckStored(b []byte) error { return checkWhole(b, true) }
+
+// checkWhole is a Checker over one piece, on the Go stack: a whole body
+// is read without allocating.
+func checkWhole(b []byte, refuseNUL bool) error {
+	c := Checker{RefuseNUL: refuseNUL}
 	if err := c.Write(b); err != nil {
 		return err
 	}
 	return c.Close()
 }
 
+// Where a Checker is in the text.
 const (
-	sStart        uint8 = iota // before the top-level value
-	sValue                     // a value must come (after ':' or ',' in an array)
-	sValueOrClose              // after '['
-	sKeyOrClose                // after '{'
-	sKey                       // after ',' in an object
-	sColon                     // after a key
-	sAfter                     // after a value: ',' or a closing bracket
-	sEnd                       // after the top-level value: whitespace only
-	sString
-	sEscape
-	sHex
-	sUTF8
-	sLiteral
-	sNum      // in a number: sNum plus its NumState (sNum itself, NumStart, is never a state)
-	sMinus    // after '-'
-	sZero     // a leading 0
-	sInt      // integer digits
-	sDot      // after '.'
-	sFrac     // fraction digits
-	sExp      // after 'e'
-	sExpSign  // after the exponent's sign
-	sExpDigit // exponent digits
+	topStart uint8 = iota // before the value: space only so far
+	topIn                 // in the value: scan reads
+	topEnd                // after the value: space only may follow
 )
 
-func (c *Checker) fail(p Problem, at int64, detail string) error {
-	c.err = &SyntaxError{Problem: p, Offset: at, Detail: detail}
-	return c.err
+// Write checks the next piece of the text. After an error every call
+// returns the same error.
+func (c *Checker) Write(p []byte) error {
+	if c.err != nil {
+		return c.err
+	}
+	i := 0
+	if c.top == topStart {
+		if i = SkipSpace(p, 0); i == len(p) {
+			c.off += int64(len(p))
+			return nil
+		}
+		if c.off == 0 && i == 0 && p[0] == 0xEF {
+			return c.fail(ProblemBOM, 0, "")
+		}
+		c.top = topIn
+		c.scan.limit, c.scan.nul, c.scan.watch = c.maxDepth(), c.RefuseNUL, c.Watch
+	}
+	if c.top == topIn {
+		c.scan.base = c.off
+		i = c.scan.scan(p, i)
+		switch c.scan.state {
+		case rFail:
+			return c.refused()
+		case rDone:
+			c.top = topEnd
+		}
+	}
+	if c.top == topEnd {
+		if i = SkipSpace(p, i); i < len(p) {
+			return c.fail(ProblemSyntax, c.off+int64(i), why[whyTrailing])
+		}
+	}
+	c.off += int64(len(p))
+	return nil
 }
+
+// Close reports whether the text written so far is one complete value.
+func (c *Checker) Close() error {
+	switch {
+	case c.err != nil:
+		return c.err
+	case c.top == topStart:
+		return c.fail(ProblemEmpty, c.off, "")
+	case c.top == topIn && c.scan.state == rNum && c.scan.d == 0 && c.scan.num.Complete():
+		c.top = topEnd // a number the text's end ends
+	case c.top == topIn:
+		return c.fail(ProblemTruncated, c.off, "")
+	}
+	return nil
+}
+
+// Offset is the number of bytes written so far.
+func (c *Checker) Offset() int64 { return c.off }
 
 func (c *Checker) maxDepth() int {
 	if c.MaxDepth > 0 {
@@ -185,309 +194,42 @@ func (c *Checker) maxDepth() int {
 	return DefaultMaxDepth
 }
 
-// Write checks the next piece of the text. After an error every call
-// returns the same error.
-func (c *Checker) Write(p []byte) error {
-	if c.err != nil {
-		return c.err
-	}
-	base := c.off
-	segStart := -1 // where the current string's raw text starts in p
-	if c.state == sString || c.state == sEscape || c.state == sHex || c.state == sUTF8 {
-		segStart = 0
-	}
-	i := 0
-	for i < len(p) {
-		b := p[i]
-		switch c.state {
-		case sString:
-			// The fast loop: plain ASCII runs are most of any body, eight
-			// bytes at a time while none of them needs a look. After a
-			// high surrogate only the escape of its low half may come.
-			if !c.highSurr {
-				for i+8 <= len(p) && SpecialBytes(binary.LittleEndian.Uint64(p[i:i+8])) == 0 {
-					i += 8
-				}
-				for i < len(p) && PlainByte[p[i]] {
-					i++
-				}
-			}
-			if i == len(p) {
-				continue
-			}
-			b = p[i]
-			switch {
-			case b == '\\':
-				c.state = sEscape
-			case c.highSurr:
-				return c.fail(ProblemSyntax, base+int64(i), "a \\u escape leaves half of a surrogate pair")
-			case b == '"':
-				if c.Watch != nil {
-					if i > segStart {
-						c.Watch.StringPart(p[segStart:i])
-					}
-					c.Watch.StringEnd()
-				}
-				segStart = -1
-				if c.key {
-					c.state = sColon
-				} else {
-					c.endValue()
-				}
-			case b < 0x20:
-				return c.fail(ProblemSyntax, base+int64(i), "a control character inside a string")
-			default:
-				c.utfStart = base + int64(i)
-				if !c.startRune(b) {
-					return c.fail(ProblemUTF8, c.utfStart, "")
-				}
-			}
-			i++
-			continue
-		case sEscape:
-			switch b {
-			case 'u':
-				c.state, c.hex, c.hexLeft = sHex, 0, 4
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				if c.highSurr {
-					return c.fail(ProblemSyntax, base+int64(i), "a \\u escape leaves half of a surrogate pair")
-				}
-				c.state = sString
-			default:
-				return c.fail(ProblemSyntax, base+int64(i), "an invalid escape in a string")
-			}
-			i++
-			continue
-		case sHex:
-			d := HexDigit[b]
-			if d > 0xF {
-				return c.fail(ProblemSyntax, base+int64(i), "an invalid \\u escape")
-			}
-			c.hex = c.hex<<4 | uint16(d)
-			c.hexLeft--
-			i++
-			if c.hexLeft > 0 {
-				continue
-			}
-			c.state = sString
-			if c.hex == 0 && c.RefuseNUL {
-				return c.fail(ProblemNUL, base+int64(i)-6, "")
-			}
-			var ok bool
-			if c.highSurr, ok = Surrogate(c.hex, c.highSurr); !ok {
-				return c.fail(ProblemSyntax, base+int64(i-1), "a \\u escape leaves half of a surrogate pair")
-			}
-			continue
-		case sUTF8:
-			if b < c.utfLo || b > c.utfHi {
-				return c.fail(ProblemUTF8, c.utfStart, "")
-			}
-			c.utfLo, c.utfHi = 0x80, 0xBF
-			c.utfLeft--
-			if c.utfLeft == 0 {
-				c.state = sString
-			}
-			i++
-			continue
-		case sLiteral:
-			if rest := c.lit[c.litAt:]; len(p)-i >= len(rest) && string(p[i:i+len(rest)]) == rest {
-				i += len(rest)
-				c.endValue()
-				continue
-			}
-			if b != c.lit[c.litAt] {
-				return c.fail(ProblemSyntax, base+int64(i), "an invalid literal")
-			}
-			c.litAt++
-			i++
-			if c.litAt == len(c.lit) {
-				c.endValue()
-			}
-			continue
-		}
-
-		if c.state >= sMinus {
-			if c.state == sInt || c.state == sFrac || c.state == sExpDigit {
-				// Digit runs in a tight loop.
-				for i < len(p) && '0' <= p[i] && p[i] <= '9' {
-					i++
-				}
-				if i == len(p) {
-					continue
-				}
-				b = p[i]
-			}
-			if next, ok := numberStep(c.state, b); ok {
-				c.state = next
-				i++
-				continue
-			}
-			if !numberComplete(c.state) {
-				return c.fail(ProblemSyntax, base+int64(i), "an invalid number")
-			}
-			c.endValue()
-			// b is looked at again as what follows the number.
-		}
-
-		if b == ' ' || b == '\t' || b == '\n' || b == '\r' {
-			i++
-			continue
-		}
-		switch c.state {
-		case sStart, sValue, sValueOrClose:
-			if c.state == sStart && c.off == 0 && i == 0 && b == 0xEF {
-				return c.fail(ProblemBOM, 0, "")
-			}
-			if b == ']' && c.state == sValueOrClose {
-				if err := c.close(']', base+int64(i)); err != nil {
-					return err
-				}
-				break
-			}
-			c.seenValue = true
-			switch {
-			case b == '"':
-				c.state, c.key = sString, false
-				segStart = i + 1
-				if c.Watch != nil {
-					c.Watch.StringStart(len(c.stack), false)
-				}
-			case b == '{' || b == '[':
-				if len(c.stack) >= c.maxDepth() {
-					return c.fail(ProblemDepth, base+int64(i), strconv.Itoa(c.maxDepth()))
-				}
-				c.stack = append(c.stack, b)
-				c.state = sValueOrClose
-				if b == '{' {
-					c.state = sKeyOrClose
-				}
-				if c.Watch != nil {
-					c.Watch.Open(len(c.stack), b)
-				}
-			case b == '-':
-				c.state = sMinus
-			case b == '0':
-				c.state = sZero
-			case '1' <= b && b <= '9':
-				c.state = sInt
-			case b == 't':
-				c.state, c.lit, c.litAt = sLiteral, "true", 1
-			case b == 'f':
-				c.state, c.lit, c.litAt = sLiteral, "false", 1
-			case b == 'n':
-				c.state, c.lit, c.litAt = sLiteral, "null", 1
-			default:
-				return c.fail(ProblemSyntax, base+int64(i), "expected a value, found "+describe(b))
-			}
-			if c.Watch != nil && c.state != sString && c.state != sKeyOrClose && c.state != sValueOrClose {
-				c.Watch.Scalar(len(c.stack), b)
-			}
-		case sKeyOrClose, sKey:
-			switch {
-			case b == '"':
-				c.state, c.key = sString, true
-				segStart = i + 1
-				if c.Watch != nil {
-					c.Watch.StringStart(len(c.stack), true)
-				}
-			case b == '}' && c.state == sKeyOrClose:
-				if err := c.close('}', base+int64(i)); err != nil {
-					return err
-				}
-			default:
-				return c.fail(ProblemSyntax, base+int64(i), "expected a member name, found "+describe(b))
-			}
-		case sColon:
-			if b != ':' {
-				return c.fail(ProblemSyntax, base+int64(i), "expected ':', found "+describe(b))
-			}
-			c.state = sValue
-		case sAfter:
-			top := c.stack[len(c.stack)-1]
-			switch {
-			case b == ',' && top == '{':
-				c.state = sKey
-			case b == ',':
-				c.state = sValue
-			case b == '}' || b == ']':
-				if err := c.close(b, base+int64(i)); err != nil {
-					return err
-				}
-			default:
-				return c.fail(ProblemSyntax, base+int64(i), "expected ',' or a closing bracket, found "+describe(b))
-			}
-		case sEnd:
-			return c.fail(ProblemSyntax, base+int64(i), "data after the JSON value")
-		}
-		i++
-	}
-	if segStart >= 0 && c.Watch != nil && len(p) > segStart {
-		c.Watch.StringPart(p[segStart:])
-	}
-	c.off += int64(len(p))
-	return nil
+func (c *Checker) fail(p Problem, at int64, detail string) error {
+	c.err = &SyntaxError{Problem: p, Offset: at, Detail: detail}
+	return c.err
 }
 
-// startRune takes the first byte of a multi-byte UTF-8 sequence.
-func (c *Checker) startRune(b byte) bool {
-	left, lo, hi, ok := RuneStart(b)
-	if !ok {
-		return false
+// refused turns what scan refused into the Checker's error.
+func (c *Checker) refused() error {
+	s := &c.scan
+	switch s.why {
+	case whyUTF8:
+		return c.fail(ProblemUTF8, s.at, "")
+	case whyDepth:
+		return c.fail(ProblemDepth, s.at, strconv.Itoa(c.maxDepth()))
+	case whyNUL:
+		return c.fail(ProblemNUL, s.at, "")
+	case whyValue, whyKey, whyColon, whyAfter, whyMismatch:
+		return c.fail(ProblemSyntax, s.at, why[s.why]+describe(s.found))
 	}
-	c.utfLeft, c.utfLo, c.utfHi = left, lo, hi
-	c.state = sUTF8
-	return true
+	return c.fail(ProblemSyntax, s.at, why[s.why])
 }
 
-// close closes the innermost container with d.
-func (c *Checker) close(d byte, at int64) error {
-	n := len(c.stack)
-	if n == 0 || (d == '}') != (c.stack[n-1] == '{') {
-		return c.fail(ProblemSyntax, at, "a mismatched "+describe(d))
-	}
-	if c.Watch != nil {
-		c.Watch.Close(n)
-	}
-	c.stack = c.stack[:n-1]
-	c.endValue()
-	return nil
+// why words a refusal; one that names a byte ends where its name follows.
+var why = [...]string{
+	whyValue:     "expected a value, found ",
+	whyKey:       "expected a member name, found ",
+	whyColon:     "expected ':', found ",
+	whyAfter:     "expected ',' or a closing bracket, found ",
+	whyMismatch:  "a mismatched ",
+	whyControl:   "a control character inside a string",
+	whyEscape:    "an invalid escape in a string",
+	whyHex:       "an invalid \\u escape",
+	whySurrogate: "a \\u escape leaves half of a surrogate pair",
+	whyNumber:    "an invalid number",
+	whyLiteral:   "an invalid literal",
+	whyTrailing:  "data after the JSON value",
 }
-
-// endValue moves on after a complete value.
-func (c *Checker) endValue() {
-	c.state = sAfter
-	if len(c.stack) == 0 {
-		c.state = sEnd
-	}
-}
-
-// numberStep is NumberStep over the Checker's states.
-func numberStep(s uint8, b byte) (uint8, bool) {
-	next, ok := NumberStep(NumState(s-sNum), b)
-	return sNum + uint8(next), ok
-}
-
-func numberComplete(s uint8) bool { return NumState(s - sNum).Complete() }
-
-// Close reports whether the text written so far is one complete value.
-func (c *Checker) Close() error {
-	if c.err != nil {
-		return c.err
-	}
-	if c.state >= sMinus && numberComplete(c.state) && len(c.stack) == 0 {
-		c.state = sEnd
-	}
-	switch {
-	case c.state == sEnd:
-		return nil
-	case !c.seenValue && c.state == sStart:
-		return c.fail(ProblemEmpty, c.off, "")
-	}
-	return c.fail(ProblemTruncated, c.off, "")
-}
-
-// Offset is the number of bytes written so far.
-func (c *Checker) Offset() int64 { return c.off }
 
 func describe(b byte) string {
 	if b >= 0x20 && b < 0x7f {

@@ -50,20 +50,21 @@
 //
 // # The files
 //
+//   - scan.go: the grammar, written once: a reader that resumes anywhere
+//     (inside an escape or a UTF-8 sequence too), run over a whole buffer
+//     by SkipValid and SkipValidString, and piece by piece by the Checker.
 //   - check.go: Checker, the grammar over pieces of any size (a streamed
 //     body or answer), which says what is wrong and at which byte; Check and
-//     CheckStored for a whole body.
-//   - fast.go: SkipValid, the same grammar over a whole buffer in one pass
-//     that only decides; Check and CheckStored run it first and ask the
-//     Checker only to explain a refusal. FuzzFastAgrees holds the two
-//     together on every input.
+//     CheckStored for a whole body, without allocating. FuzzCoreAgreesWithOld
+//     holds the core to the two readers it replaced (oracle_test.go).
 //   - bytes.go: the byte-level tests the grammar is made of, each written
 //     once: SpecialBytes (eight bytes at a time: does any need a look),
 //     PlainRun, PlainByte, HexDigit, Hex4, HexWord, RuneStart (the bounds
 //     of a UTF-8 sequence) and Surrogate. Readers elsewhere call these
 //     rather than keep a copy.
 //   - number.go: NumberStep, RFC 8259's number grammar a byte at a time,
-//     for the Checker and for Stream alike.
+//     for the core (past the plain integers and decimals it reads at once)
+//     and for Stream alike.
 //   - stream.go: Stream, the grammar over the pieces of a streamed answer,
 //     which tells a StreamWatcher only what an answer reader looks at;
 //     every answer tally and BillPop read through it.

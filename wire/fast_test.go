@@ -177,3 +177,14 @@ func TestSpecialBytesLowestLaneExact(t *testing.T) {
 		}
 	}
 }
+
+// validWhole is the whole-buffer verdict through SkipValid: one value,
+// surrounding whitespace allowed.
+func validWhole(b []byte, refuseNUL bool) bool {
+	i := SkipSpace(b, 0)
+	if i >= len(b) {
+		return false
+	}
+	i = SkipValid(b, i, 0, refuseNUL)
+	return i >= 0 && SkipSpace(b, i) == len(b)
+}
