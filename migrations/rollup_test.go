@@ -291,3 +291,67 @@ func TestRollupCost(t *testing.T) {
 		t.Fatal("the roll-up timed last is not 037's")
 	}
 }
+
+// A late write to a day already pending, open while a roll-up runs, is not
+// lost: the roll-up waits for it before taking the day (the trigger's lock
+// on the pending row), then reads it.
+func TestRollupWaitsForOpenLateWrite(t *testing.T) {
+	pool := db(t)
+	cluster := freshUsage(t, pool)
+	d7 := utcDay(-7)
+	addMinute(t, pool, cluster, d7.Add(time.Hour), "push", 1, 1, 0, 0)
+	if got := pendingDays(t, pool); got != ymd(d7) {
+		t.Fatalf("pending days = %q, want %s", got, ymd(d7))
+	}
+	writer, err := pool.Begin(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = writer.Rollback(context.Background()) }()
+	if _, err := writer.Exec(ctxT(t), `INSERT INTO queen_proxy.usage_minutes (cluster_id, minute, op_class, msgs, reqs)
+		VALUES ($1, $2, 'push', 10, 1)`, cluster, d7.Add(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pool.Acquire(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	pid := conn.Conn().PgConn().PID()
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var n int
+		err := conn.QueryRow(ctxT(t), "SELECT queen_proxy.rollup_usage_days(NULL)").Scan(&n)
+		done <- result{n, err}
+	}()
+	// The roll-up waits on the writer's lock (not on a clock).
+	deadline := time.Now().Add(20 * time.Second)
+	for scalar[string](t, pool, "SELECT coalesce(wait_event_type, '') FROM pg_stat_activity WHERE pid = $1", pid) != "Lock" {
+		select {
+		case r := <-done:
+			t.Fatalf("the roll-up finished (%d, %v) while a late write to its day was open", r.n, r.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the roll-up never waited for the open late write")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := writer.Commit(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.n != 1 {
+		t.Fatalf("roll-up = %d, %v; want 1 row", r.n, r.err)
+	}
+	if d, _ := day(t, pool, cluster, d7, "push"); d.msgs != 11 {
+		t.Fatalf("rolled-up day = %+v, want the open write's 10 msgs in it", d)
+	}
+	if n := scalar[int](t, pool, rollupMismatchSQL); n != 0 {
+		t.Fatalf("%d usage_days rows differ from a full re-aggregation", n)
+	}
+}
