@@ -163,6 +163,11 @@ func TestRollupTriggerOnEveryPartition(t *testing.T) {
 	if got, want := pendingDays(t, pool), ymd(lost)+","+ymd(late); got != want {
 		t.Fatalf("pending days = %q, want %q", got, want)
 	}
+	if n := scalar[int](t, pool, `SELECT count(*)::int FROM pg_inherits i
+		WHERE i.inhparent = 'queen_proxy.usage_minutes'::regclass
+		  AND NOT EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid = i.inhrelid AND g.tgname = 'usage_minutes_rollup_late')`); n != 0 {
+		t.Fatalf("%d partitions of usage_minutes lack the trigger", n)
+	}
 	if n := scalar[int](t, pool, "SELECT queen_proxy.rollup_usage_days(NULL)"); n != 2 {
 		t.Fatalf("roll-up wrote %d rows, want 2", n)
 	}
