@@ -12,7 +12,7 @@ import (
 // and returns a new cluster.
 func freshUsage(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
-	exec(t, pool, "DELETE FROM queen_proxy.usage_minutes; DELETE FROM queen_proxy.usage_days")
+	exec(t, pool, "DELETE FROM queen_proxy.usage_minutes; DELETE FROM queen_proxy.usage_days; DELETE FROM queen_proxy.usage_rollup_pending")
 	tenant, _ := newTenant(t, pool)
 	return newCluster(t, pool, tenant, newCell(t, pool))
 }
@@ -83,20 +83,29 @@ func TestRollupUsageDays(t *testing.T) {
 		t.Fatal("today was rolled up")
 	}
 
-	// Minutes arriving late correct the day: the day is replaced, not added to.
+	// Minutes arriving late correct the day: the day is replaced, not added
+	// to, and (037) only the changed row is written.
 	addMinute(t, pool, cluster, d3.Add(2*time.Hour), "push", 1, 1, 1, 1)
-	if n := scalar[int](t, pool, "SELECT queen_proxy.rollup_usage_days(NULL)"); n != 3 {
-		t.Fatalf("second rollup wrote %d rows, want 3", n)
+	if n := scalar[int](t, pool, "SELECT queen_proxy.rollup_usage_days(NULL)"); n != 1 {
+		t.Fatalf("second rollup wrote %d rows, want 1", n)
 	}
 	if r, _ := day(t, pool, cluster, d3, "push"); r != (dayRow{13, 4, 151, 1}) {
 		t.Fatalf("push day after late minute = %+v", r)
 	}
 	// p_through limits the days; a future p_through is clamped to yesterday.
-	if n := scalar[int](t, pool, "SELECT queen_proxy.rollup_usage_days($1::date)", d3.Format("2006-01-02")); n != 2 {
-		t.Fatalf("rollup through %s wrote %d rows, want 2", d3.Format("2006-01-02"), n)
+	addMinute(t, pool, cluster, d3.Add(3*time.Hour), "delivery", 1, 1, 0, 1)
+	addMinute(t, pool, cluster, d1.Add(3*time.Hour), "txn", 1, 1, 0, 0)
+	if n := scalar[int](t, pool, "SELECT queen_proxy.rollup_usage_days($1::date)", d3.Format("2006-01-02")); n != 1 {
+		t.Fatalf("rollup through %s wrote %d rows, want 1", d3.Format("2006-01-02"), n)
 	}
-	if n := scalar[int](t, pool, "SELECT queen_proxy.rollup_usage_days(current_date + 30)"); n != 3 {
-		t.Fatalf("rollup through the future wrote %d rows, want 3", n)
+	if r, _ := day(t, pool, cluster, d1, "txn"); r != (dayRow{1, 1, 10, 10}) {
+		t.Fatalf("rollup through %s changed %s: %+v", d3.Format("2006-01-02"), d1.Format("2006-01-02"), r)
+	}
+	if n := scalar[int](t, pool, "SELECT queen_proxy.rollup_usage_days(current_date + 30)"); n != 1 {
+		t.Fatalf("rollup through the future wrote %d rows, want 1", n)
+	}
+	if r, _ := day(t, pool, cluster, d1, "txn"); r != (dayRow{2, 2, 10, 10}) {
+		t.Fatalf("txn day after the late minute = %+v", r)
 	}
 	if _, ok := day(t, pool, cluster, today, "push"); ok {
 		t.Fatal("a future p_through rolled up today")
