@@ -6,6 +6,7 @@
 //	go run ./bench -mode batch      # batched pushes and pops: queengate / bare Caddy ratios
 //	go run ./bench -mode parked     # 5,000 parked long-poll pops: RSS, goroutines, fds
 //	go run ./bench -mode all        # load and parked
+//	go run ./bench -mode fanout     # 100 gateways on one database: revocation reach, connections, statements
 //
 // It builds ./cmd/caddy and ./cmd/fakebroker, starts the fake broker as a
 // fast in-memory upstream, a throwaway PostgreSQL (internal/pgserver), a
@@ -49,11 +50,12 @@ type options struct {
 	// measure instead of the fake broker; upstreamSecret its bearer token.
 	upstream       string
 	upstreamSecret string
+	fanout         fanoutOptions
 }
 
 func main() {
 	var o options
-	flag.StringVar(&o.mode, "mode", "load", "load, batch, parked or all")
+	flag.StringVar(&o.mode, "mode", "load", "load, batch, parked, all or fanout")
 	flag.StringVar(&o.batch, "batch", "push100,push1000,pop100", "the workloads of -mode batch, comma-separated")
 	flag.IntVar(&o.concurrency, "c", 16, "concurrent keep-alive connections (workers)")
 	flag.DurationVar(&o.duration, "d", 4*time.Second, "length of one measured run")
@@ -69,6 +71,11 @@ func main() {
 	flag.StringVar(&o.profileDir, "profile", "", "write CPU and allocation profiles of both Caddy processes, taken during the first closed-loop round, to this directory")
 	flag.StringVar(&o.upstream, "upstream", "", "measure this broker (http://host:port) instead of the fake broker: directly, through bare Caddy and through queengate; it receives real pushes and pops")
 	flag.StringVar(&o.upstreamSecret, "upstream-secret", os.Getenv("QUEENGATE_BENCH_UPSTREAM_SECRET"), "bearer token the -upstream broker requires (default $QUEENGATE_BENCH_UPSTREAM_SECRET)")
+	flag.IntVar(&o.fanout.gateways, "gateways", 100, "gateway processes of -mode fanout")
+	flag.IntVar(&o.fanout.revocations, "revocations", 50, "key revocations -mode fanout times in each phase")
+	flag.IntVar(&o.fanout.churn, "churn", 1000, "key changes a minute in the churn phase of -mode fanout (0 skips the phase)")
+	flag.DurationVar(&o.fanout.window, "window", 30*time.Second, "statement window of each -mode fanout phase")
+	flag.DurationVar(&o.fanout.poll, "poll", 50*time.Millisecond, "pause between two probes of one gateway while -mode fanout waits for it to refuse a revoked key")
 	flag.Parse()
 	if o.gomaxprocs > 0 {
 		runtime.GOMAXPROCS(o.gomaxprocs)
@@ -88,8 +95,10 @@ func logf(format string, args ...any) {
 func benchmark(ctx context.Context, o options) error {
 	switch o.mode {
 	case "load", "batch", "parked", "all":
+	case "fanout":
+		return fanoutBenchmark(ctx, o)
 	default:
-		return fmt.Errorf("-mode must be load, batch, parked or all, not %q", o.mode)
+		return fmt.Errorf("-mode must be load, batch, parked, all or fanout, not %q", o.mode)
 	}
 	e, err := setup(ctx, o)
 	if err != nil {
