@@ -7,6 +7,7 @@
 //	go run ./bench -mode parked     # 5,000 parked long-poll pops: RSS, goroutines, fds
 //	go run ./bench -mode all        # load and parked
 //	go run ./bench -mode fleet      # the control-plane database at 1,000 and 10,000 clusters
+//	go run ./bench -mode fanout     # 100 gateways on one database: revocation reach, connections, statements
 //
 // It builds ./cmd/caddy and ./cmd/fakebroker, starts the fake broker as a
 // fast in-memory upstream, a throwaway PostgreSQL (internal/pgserver), a
@@ -59,11 +60,13 @@ type options struct {
 	fleetRuns     int
 	fleetPlans    string
 	fleetSQL      string
+	// -mode fanout (fanout.go)
+	fanout fanoutOptions
 }
 
 func main() {
 	var o options
-	flag.StringVar(&o.mode, "mode", "load", "load, batch, parked, all or fleet")
+	flag.StringVar(&o.mode, "mode", "load", "load, batch, parked, all, fleet or fanout")
 	flag.StringVar(&o.batch, "batch", "push100,push1000,pop100", "the workloads of -mode batch, comma-separated")
 	flag.IntVar(&o.concurrency, "c", 16, "concurrent keep-alive connections (workers)")
 	flag.DurationVar(&o.duration, "d", 4*time.Second, "length of one measured run")
@@ -85,6 +88,11 @@ func main() {
 	flag.StringVar(&o.fleetPlans, "fleet-plans", "", "-mode fleet: copy the PostgreSQL log, with auto_explain's plans of every statement over 50 ms, to this file")
 	flag.StringVar(&o.fleetSQL, "fleet-sql", "", "-mode fleet: SQL to run after each fill, before measuring (an index to try)")
 	flag.IntVar(&o.fleetRuns, "fleet-runs", 5, "-mode fleet: runs of each measured operation (the median is printed)")
+	flag.IntVar(&o.fanout.gateways, "gateways", 100, "gateway processes of -mode fanout")
+	flag.IntVar(&o.fanout.revocations, "revocations", 50, "key revocations -mode fanout times in each phase")
+	flag.IntVar(&o.fanout.churn, "churn", 1000, "key changes a minute in the churn phase of -mode fanout (0 skips the phase)")
+	flag.DurationVar(&o.fanout.window, "window", 30*time.Second, "statement window of each -mode fanout phase")
+	flag.DurationVar(&o.fanout.poll, "poll", 50*time.Millisecond, "pause between two probes of one gateway while -mode fanout waits for it to refuse a revoked key")
 	flag.Parse()
 	if o.gomaxprocs > 0 {
 		runtime.GOMAXPROCS(o.gomaxprocs)
@@ -106,8 +114,10 @@ func benchmark(ctx context.Context, o options) error {
 	case "load", "batch", "parked", "all":
 	case "fleet":
 		return fleetBenchmark(ctx, o)
+	case "fanout":
+		return fanoutBenchmark(ctx, o)
 	default:
-		return fmt.Errorf("-mode must be load, batch, parked, all or fleet, not %q", o.mode)
+		return fmt.Errorf("-mode must be load, batch, parked, all, fleet or fanout, not %q", o.mode)
 	}
 	e, err := setup(ctx, o)
 	if err != nil {

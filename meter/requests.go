@@ -171,7 +171,10 @@ func (t *RequestTally) Unflushed(clusterID string) []RequestCount {
 }
 
 // Flush adds what the tally holds to request_minutes in one statement.
-// Rows of clusters deleted meanwhile are skipped.
+// Rows of clusters deleted meanwhile are skipped. The rows are written in
+// the order of their key: every gateway of a fleet flushes the same rows
+// (a key used through all of them), and two flushes that lock them in
+// different orders deadlock.
 func (t *RequestTally) Flush(ctx context.Context) error {
 	t.flushMu.Lock()
 	defer t.flushMu.Unlock()
@@ -196,6 +199,7 @@ func (t *RequestTally) Flush(ctx context.Context) error {
 		  FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::bigint[])
 		       AS u (cluster_id, minute, key_id, outcome, reqs)
 		 WHERE EXISTS (SELECT 1 FROM queen_proxy.clusters c WHERE c.id = u.cluster_id)
+		 ORDER BY u.cluster_id, u.minute, u.key_id, u.outcome
 		ON CONFLICT (cluster_id, minute, key_id, outcome) DO UPDATE SET reqs = r.reqs + EXCLUDED.reqs`,
 		clusters, minutes, keys, outcomes, reqs)
 	if err != nil {

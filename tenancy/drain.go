@@ -33,6 +33,10 @@ const DrainLapse = 10 * time.Second
 // the control plane stops waiting for it.
 const DefaultDrainLiveFor = 6 * time.Second
 
+// DefaultDrainKickGap is DrainConfig.KickGap's default: a drain is still
+// seen well within the heartbeat's second.
+const DefaultDrainKickGap = 250 * time.Millisecond
+
 // Drain is one cluster being drained off a cell, as one gateway sees it.
 type Drain struct {
 	ID        string
@@ -66,6 +70,15 @@ type DrainConfig struct {
 	// Every is the heartbeat interval, and how often drains are looked for
 	// when no invalidation asks sooner. Default 1s.
 	Every time.Duration
+	// KickGap is the least time between two looks at the drains that an
+	// invalidation asks for. Every change to any cluster (a key issued or
+	// revoked, a limit changed) notifies every gateway, and the
+	// notification does not say whether it was a drain; under a steady
+	// stream of key changes a look per notification would have each
+	// gateway of a fleet read the drains at the rate of the changes.
+	// Kicks within the gap are answered by one look at its end, so none
+	// is lost. Default DefaultDrainKickGap, at most a quarter of Every.
+	KickGap time.Duration
 	// LiveFor: see DefaultDrainLiveFor.
 	LiveFor time.Duration
 	// Lapsed is called when the gateway beats again after the control plane
@@ -105,6 +118,9 @@ func (f *Flight) Leave() { f.n.Add(-1) }
 func NewDrains(cfg DrainConfig) *Drains {
 	if cfg.Every <= 0 {
 		cfg.Every = time.Second
+	}
+	if cfg.KickGap <= 0 {
+		cfg.KickGap = min(DefaultDrainKickGap, cfg.Every/4)
 	}
 	if cfg.LiveFor <= 0 {
 		cfg.LiveFor = DefaultDrainLiveFor
@@ -181,17 +197,29 @@ func (d *Drains) Beat(ctx context.Context) error {
 	return nil
 }
 
-// Run heartbeats every Every (and looks at the drains at each Kick) until
-// ctx ends, then leaves.
+// Run heartbeats every Every (and looks at the drains after a Kick, at
+// most once per KickGap) until ctx ends, then leaves.
 func (d *Drains) Run(ctx context.Context) {
 	tick := time.NewTicker(d.cfg.Every)
 	defer tick.Stop()
-	var lastWarn time.Time
+	var lastWarn, lastLook time.Time
+	// deferred fires at the end of the gap for the kicks that came within
+	// it; nil when none is waiting.
+	var deferred <-chan time.Time
+	look := func() {
+		lastLook = time.Now()
+		deferred = nil
+		if err := d.look(ctx); err != nil && ctx.Err() == nil {
+			d.cfg.Log.Warn("reading drains failed", zap.Error(err))
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			// The beat looks at the drains after every kick so far.
+			lastLook, deferred = time.Now(), nil
 			err := d.Beat(ctx)
 			if err != nil && ctx.Err() == nil && time.Since(lastWarn) > 10*time.Second {
 				lastWarn = time.Now()
@@ -199,9 +227,16 @@ func (d *Drains) Run(ctx context.Context) {
 					zap.Duration("keeper_served_for", d.cfg.LiveFor), zap.Error(err))
 			}
 		case <-d.kick:
-			if err := d.look(ctx); err != nil && ctx.Err() == nil {
-				d.cfg.Log.Warn("reading drains failed", zap.Error(err))
+			if deferred != nil {
+				continue
 			}
+			if wait := d.cfg.KickGap - time.Since(lastLook); wait > 0 {
+				deferred = time.After(wait)
+				continue
+			}
+			look()
+		case <-deferred:
+			look()
 		}
 	}
 }

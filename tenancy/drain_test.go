@@ -16,6 +16,7 @@ type memDrains struct {
 	drains  []Drain
 	acked   map[string]bool
 	served  map[string]string // cluster id -> cell it is served on, without a drain
+	looks   int               // calls of Drains
 }
 
 func (m *memDrains) Heartbeat(context.Context, string, string) (bool, error) {
@@ -29,6 +30,7 @@ func (m *memDrains) Leave(context.Context, string) error { return nil }
 func (m *memDrains) Drains(context.Context, string) ([]Drain, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.looks++
 	out := make([]Drain, len(m.drains))
 	for i, d := range m.drains {
 		d.Acked = m.acked[d.ID]
@@ -160,5 +162,49 @@ func TestDrainLapse(t *testing.T) {
 	store.mu.Unlock()
 	if err := d.Beat(ctx); err != nil || !d.Live() || lapsed != 2 {
 		t.Fatalf("beating again after a lapse: live %v, caches dropped %d times, %v", d.Live(), lapsed, err)
+	}
+}
+
+// TestDrainKicksCoalesce: every change to any cluster kicks the drains,
+// and a fleet under a stream of key changes must not read the drains once
+// per change on every gateway. A burst of kicks is answered by one look
+// at once and one at the end of the gap, and that last look sees what the
+// last kick announced.
+func TestDrainKicksCoalesce(t *testing.T) {
+	store := &memDrains{acked: map[string]bool{}, served: map[string]string{}}
+	const gap = 200 * time.Millisecond
+	d := NewDrains(DrainConfig{Store: store, GatewayID: "g", Name: "g", Every: time.Hour, KickGap: gap})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { d.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	const kicks = 50
+	start := time.Now()
+	for i := range kicks {
+		if i == kicks-1 {
+			store.mu.Lock()
+			store.drains = []Drain{{ID: "d1", ClusterID: "c1", CellID: "cell-a"}}
+			store.mu.Unlock()
+		}
+		d.Kick()
+		time.Sleep(2 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	deadline := time.Now().Add(5 * time.Second)
+	for !store.isAcked("d1") {
+		if time.Now().After(deadline) {
+			t.Fatal("the drain announced by the last kick was never looked at")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(gap + 100*time.Millisecond)
+	store.mu.Lock()
+	looks := store.looks
+	store.mu.Unlock()
+	// One look at the first kick, then at most one per gap while kicks
+	// come, and one for the kicks of the last gap.
+	if most := 2 + int(elapsed/gap); looks > most || looks < 2 {
+		t.Fatalf("%d kicks over %v read the drains %d times, want 2 to %d (one per %v gap)", kicks, elapsed, looks, most, gap)
 	}
 }
