@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/queengate/queengate/meter"
+	"github.com/queengate/queengate/tenancy"
 )
 
 // fleetRoute is one fleet route with a body that would succeed for an
@@ -416,4 +417,86 @@ func TestConsoleRequests(t *testing.T) {
 	if r := e.get(w.host, "/api/operator/clusters/"+w.clusterID+"/requests", e.token(w.users["admin"])); r.Code != http.StatusNotFound {
 		t.Fatalf("admin reading the operator route: %d", r.Code)
 	}
+}
+
+// TestFleetMonthUsageFromDays: the fleet page's month totals take whole
+// days from usage_days and minutes only for yesterday and today, the larger
+// of the two per day, billable messages from pushes and transactions only;
+// another month's rows count nowhere.
+func TestFleetMonthUsageFromDays(t *testing.T) {
+	e := newEnv(t, func(o *Options) {
+		o.OperatorAPI = true
+		o.OperatorEnabled = true
+		o.State = statusBlockState{o.State.(testState)}
+	})
+	// The 20th of last month, so that the month has days before yesterday.
+	real := time.Now().UTC()
+	month := time.Date(real.Year(), real.Month(), 1, 0, 0, 0, 0, time.UTC).AddDate(0, -1, 0)
+	today := month.AddDate(0, 0, 19)
+	e.clock.Store(today.Add(12 * time.Hour).UnixNano())
+	w := e.world()
+	op := e.operator()
+	day := func(d time.Time) string { return d.Format("2006-01-02") }
+	for _, r := range []struct {
+		day  time.Time
+		op   string
+		msgs int64
+		reqs int64
+	}{
+		{month.AddDate(0, 0, 4), "push", 100, 10},     // rolled up, its minutes too
+		{month.AddDate(0, 0, 4), "delivery", 50, 5},   // requests count, messages do not
+		{today.AddDate(0, 0, -1), "push", 30, 3},      // yesterday, rolled up part-way
+		{month.AddDate(0, 0, -1), "push", 1000, 1000}, // last day of the month before
+	} {
+		e.exec(`INSERT INTO queen_proxy.usage_days (cluster_id, day, op_class, msgs, reqs) VALUES ($1::uuid, $2::date, $3, $4, $5)`,
+			w.clusterID, day(r.day), r.op, r.msgs, r.reqs)
+	}
+	for _, r := range []struct {
+		at   time.Time
+		op   string
+		msgs int64
+		reqs int64
+	}{
+		{month.AddDate(0, 0, 4).Add(time.Hour), "push", 100, 10}, // the day above's minutes: not twice
+		{today.Add(-time.Hour), "push", 40, 4},                   // yesterday's minutes, more than its row
+		{today.Add(time.Hour), "txn", 9, 1},                      // today
+		{today.Add(2 * time.Hour), "read", 0, 2},                 // today
+		{month.Add(-time.Minute), "push", 500, 500},              // the month before
+	} {
+		e.exec(`INSERT INTO queen_proxy.usage_minutes (cluster_id, minute, op_class, msgs, reqs) VALUES ($1::uuid, $2, $3, $4, $5)`,
+			w.clusterID, r.at, r.op, r.msgs, r.reqs)
+	}
+	tenants := e.get(w.host, "/api/operator/tenants", op).want(200, "").json()
+	if tenants["month"] != month.Format("2006-01") {
+		t.Fatalf("month %v, want %s", tenants["month"], month.Format("2006-01"))
+	}
+	cl := find(t, find(t, tenants["tenants"], "id", w.tenantID)["clusters"], "id", w.clusterID)
+	usage := cl["usage"].(map[string]any)
+	// msgs: 100 (day 5) + 40 (yesterday's minutes) + 9 (today's txn).
+	// reqs: 15 (day 5) + 4 (yesterday's minutes) + 3 (today).
+	if usage["msgs"] != float64(149) || usage["reqs"] != float64(22) {
+		t.Fatalf("usage %v, want msgs 149 and reqs 22", usage)
+	}
+	if cl["push_block"] != nil {
+		t.Fatalf("push block %v of an active cluster", cl["push_block"])
+	}
+	// The push block is asked of the cluster's worst status: a tenant in
+	// grace push-blocks every cluster it has.
+	e.exec(`UPDATE queen_proxy.tenants SET status = 'grace' WHERE id = $1::uuid`, w.tenantID)
+	tenants = e.get(w.host, "/api/operator/tenants", op).want(200, "").json()
+	cl = find(t, find(t, tenants["tenants"], "id", w.tenantID)["clusters"], "id", w.clusterID)
+	if cl["push_block"] != "billing" || cl["status"] != "push_blocked" {
+		t.Fatalf("cluster of a tenant in grace %v, want push_block billing", cl)
+	}
+}
+
+// statusBlockState reports a billing block for a push-blocked cluster, as
+// the gateway does for a hold it did not measure itself.
+type statusBlockState struct{ testState }
+
+func (s statusBlockState) PushBlock(c *tenancy.Cluster) string {
+	if c.Status == tenancy.StatusPushBlocked {
+		return "billing"
+	}
+	return ""
 }

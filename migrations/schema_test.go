@@ -397,6 +397,8 @@ func TestSchemaIndexes(t *testing.T) {
 		{"idx_usage_minutes_minute", "(minute)"},
 		{"idx_usage_days_day", "(day)"},
 		{"idx_request_minutes_minute", "(minute)"},
+		{"idx_usage_minutes_cluster_minute", "(cluster_id, minute) INCLUDE (op_class, msgs, reqs, bytes_in, bytes_out)"},
+		{"idx_request_minutes_cluster_minute", "(cluster_id, minute) INCLUDE (key_id, outcome, reqs)"},
 		{"idx_operations_tenant_at", "(tenant_id, at DESC)"},
 		{"idx_operations_cluster_at", "(cluster_id, at DESC) WHERE (cluster_id IS NOT NULL)"},
 		{"idx_revoked_tokens_expires_at", "(expires_at)"},
@@ -411,6 +413,19 @@ func TestSchemaIndexes(t *testing.T) {
 		}
 		if !strings.Contains(def, idx.contains) {
 			t.Errorf("index %s = %q, want it to contain %q", idx.name, def, idx.contains)
+		}
+	}
+	// An index made on a partitioned parent is made on each partition,
+	// including days made after the migration; a partition without it would
+	// send one cluster's reads back to the fleet's minutes.
+	if _, err := pool.Exec(ctxT(t), "SELECT queen_proxy.usage_partitions_ensure(current_date + 40, current_date + 41)"); err != nil {
+		t.Fatalf("usage_partitions_ensure: %v", err)
+	}
+	for table, idx := range map[string]string{"usage_minutes": "idx_usage_minutes_cluster_minute", "request_minutes": "idx_request_minutes_cluster_minute"} {
+		parts := scalar[int](t, pool, `SELECT count(*) FROM queen_proxy.usage_partitions($1)`, table)
+		indexed := scalar[int](t, pool, `SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass('queen_proxy.' || $1)`, idx)
+		if parts < 2 || indexed != parts {
+			t.Errorf("%s: %d of %d partitions have %s", table, indexed, parts, idx)
 		}
 	}
 	// Unique constraints.
