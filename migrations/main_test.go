@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -241,4 +242,31 @@ func (l *listener) expect(t *testing.T, want ...string) {
 		}
 		seen[w]--
 	}
+}
+
+// newClusters makes n clusters of one new tenant on one new cell.
+func newClusters(t *testing.T, pool *pgxpool.Pool, n int) []string {
+	t.Helper()
+	tenant, _ := newTenant(t, pool)
+	cell := newCell(t, pool)
+	clusters := make([]string, n)
+	for i := range clusters {
+		clusters[i] = newCluster(t, pool, tenant, cell)
+	}
+	return clusters
+}
+
+// rowsFromEnv is the row count a cost test fills: the environment
+// variable's positive number when it is set, else def.
+func rowsFromEnv(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive number", name, v)
+	}
+	return n
 }

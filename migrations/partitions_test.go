@@ -3,8 +3,6 @@ package migrations
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -460,21 +458,9 @@ func TestUsagePartitionsPruneSkipsBusyDay(t *testing.T) {
 // printed with -v; the rows are all there after. docs/upgrading.md quotes
 // a run with 5,000,000.
 func TestUsagePartitionsConvertCost(t *testing.T) {
-	rows := 200_000
-	if v := os.Getenv("QG_CONVERT_ROWS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("QG_CONVERT_ROWS=%q: want a positive number", v)
-		}
-		rows = n
-	}
+	rows := rowsFromEnv(t, "QG_CONVERT_ROWS", 200_000)
 	_, pool := migratedUpTo(t, "036_usage_partitions")
-	tenant, _ := newTenant(t, pool)
-	cell := newCell(t, pool)
-	clusters := make([]string, 50)
-	for i := range clusters {
-		clusters[i] = newCluster(t, pool, tenant, cell)
-	}
+	clusters := newClusters(t, pool, 50)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	// One row per cluster, minute and class, from 90 days ago on.

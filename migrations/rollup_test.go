@@ -2,8 +2,6 @@ package migrations
 
 import (
 	"context"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -219,21 +217,9 @@ func TestRollupUpgradeMarksEveryDay(t *testing.T) {
 // 2,000,000. Both runs are the steady state: the days were rolled up
 // before, and one late write went to a 10-day-old day.
 func TestRollupCost(t *testing.T) {
-	rows := 200_000
-	if v := os.Getenv("QG_ROLLUP_ROWS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("QG_ROLLUP_ROWS=%q: want a positive number", v)
-		}
-		rows = n
-	}
+	rows := rowsFromEnv(t, "QG_ROLLUP_ROWS", 200_000)
 	_, pool := migratedUpTo(t, "037_usage_rollup_incremental")
-	tenant, _ := newTenant(t, pool)
-	cell := newCell(t, pool)
-	clusters := make([]string, 50)
-	for i := range clusters {
-		clusters[i] = newCluster(t, pool, tenant, cell)
-	}
+	clusters := newClusters(t, pool, 50)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	exec(t, pool, "SELECT queen_proxy.usage_partitions_ensure($1::date, $2::date)", utcDay(-30), utcDay(0))
