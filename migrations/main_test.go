@@ -244,6 +244,17 @@ func (l *listener) expect(t *testing.T, want ...string) {
 	}
 }
 
+// ownMigratedDatabase is a database of the test's own with every migration
+// applied, for a test that changes tables or partitions others read.
+func ownMigratedDatabase(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t))
+	if _, err := Apply(ctxT(t), pool); err != nil {
+		t.Fatal(err)
+	}
+	return pool
+}
+
 // newClusters makes n clusters of one new tenant on one new cell.
 func newClusters(t *testing.T, pool *pgxpool.Pool, n int) []string {
 	t.Helper()

@@ -282,13 +282,8 @@ func TestUsagePartitionsConvertInPlaceUnderWrites(t *testing.T) {
 // rows that had landed in the DEFAULT partition into it, and refuses a bad
 // range.
 func TestUsagePartitionsEnsure(t *testing.T) {
-	url := pgtest.NewDatabase(t)
-	pool := pgtest.PoolFor(t, url)
-	if _, err := Apply(ctxT(t), pool); err != nil {
-		t.Fatal(err)
-	}
-	tenant, _ := newTenant(t, pool)
-	cluster := newCluster(t, pool, tenant, newCell(t, pool))
+	pool := ownMigratedDatabase(t)
+	cluster := newClusters(t, pool, 1)[0]
 	far := utcDay(30)
 	// A day without a partition: the write lands in the DEFAULT partition.
 	addMinute(t, pool, cluster, far.Add(5*time.Minute), "push", 7, 1, 0, 0)
@@ -344,13 +339,8 @@ func TestUsagePartitionsEnsure(t *testing.T) {
 // The prunes drop whole day partitions older than the retention (a usage
 // day only once every row of it is rolled up), and keep the newer ones.
 func TestUsagePartitionsPruneDropsDays(t *testing.T) {
-	url := pgtest.NewDatabase(t)
-	pool := pgtest.PoolFor(t, url)
-	if _, err := Apply(ctxT(t), pool); err != nil {
-		t.Fatal(err)
-	}
-	tenant, _ := newTenant(t, pool)
-	cluster := newCluster(t, pool, tenant, newCell(t, pool))
+	pool := ownMigratedDatabase(t)
+	cluster := newClusters(t, pool, 1)[0]
 	a, b, c := utcDay(-20), utcDay(-19), utcDay(-9)
 	exec(t, pool, "SELECT queen_proxy.usage_partitions_ensure($1::date, $2::date)", a, c)
 	addMinute(t, pool, cluster, a.Add(time.Hour), "push", 1, 1, 0, 0)
@@ -498,13 +488,8 @@ func TestUsagePartitionsConvertCost(t *testing.T) {
 // on the parent would wait for it and time out). A reader of the DEFAULT
 // partition does hold it up: docs/metering.md says so.
 func TestUsagePartitionsEnsureBesideOpenWrite(t *testing.T) {
-	url := pgtest.NewDatabase(t)
-	pool := pgtest.PoolFor(t, url)
-	if _, err := Apply(ctxT(t), pool); err != nil {
-		t.Fatal(err)
-	}
-	tenant, _ := newTenant(t, pool)
-	cluster := newCluster(t, pool, tenant, newCell(t, pool))
+	pool := ownMigratedDatabase(t)
+	cluster := newClusters(t, pool, 1)[0]
 	writer, err := pool.Begin(ctxT(t))
 	if err != nil {
 		t.Fatal(err)

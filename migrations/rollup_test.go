@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/queengate/queengate/internal/pgtest"
 )
 
 // rollupMismatchSQL counts the differences between usage_days and a plain
@@ -138,13 +136,8 @@ func sameMap(a, b map[string]string) bool {
 // The trigger is on the partitioned table, so a day partition made later by
 // usage_partitions_ensure and the DEFAULT partition fire it too.
 func TestRollupTriggerOnEveryPartition(t *testing.T) {
-	url := pgtest.NewDatabase(t)
-	pool := pgtest.PoolFor(t, url)
-	if _, err := Apply(ctxT(t), pool); err != nil {
-		t.Fatal(err)
-	}
-	tenant, _ := newTenant(t, pool)
-	cluster := newCluster(t, pool, tenant, newCell(t, pool))
+	pool := ownMigratedDatabase(t)
+	cluster := newClusters(t, pool, 1)[0]
 	late, lost := utcDay(-20), utcDay(-200)
 	if n := scalar[int](t, pool, "SELECT queen_proxy.usage_partitions_ensure($1::date, $1::date)", late); n != 2 {
 		t.Fatalf("made %d partitions for %s, want 2", n, ymd(late))
