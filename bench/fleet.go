@@ -579,9 +579,10 @@ func measureFleet(ctx context.Context, pg *pgserver.Server, dbname string, fo fl
 
 	// The CLI (`caddy queen usage`): controlplane.Usage for one busy
 	// cluster and its tenant (whose clusters are all busy), yesterday and
-	// the last whole month.
+	// a month: the 30 whole days before today, not the last calendar
+	// month, which a short fill early in a month leaves empty.
 	yesterday := st.to.Truncate(24*time.Hour).AddDate(0, 0, -1)
-	lastMonth := time.Date(st.to.Year(), st.to.Month(), 1, 0, 0, 0, 0, time.UTC).AddDate(0, -1, 0)
+	monthFrom := yesterday.AddDate(0, 0, -29)
 	for _, c := range []struct {
 		detail   string
 		q        controlplane.UsageQuery
@@ -589,10 +590,10 @@ func measureFleet(ctx context.Context, pg *pgserver.Server, dbname string, fo fl
 		wantRows int
 	}{
 		{"one cluster, a day", controlplane.UsageQuery{From: yesterday, To: yesterday.AddDate(0, 0, 1), Cluster: "fc0"}, true, 1},
-		{"one cluster, a month", controlplane.UsageQuery{From: lastMonth, To: lastMonth.AddDate(0, 1, 0), Cluster: "fc0"}, true, 1},
+		{"one cluster, a month", controlplane.UsageQuery{From: monthFrom, To: yesterday.AddDate(0, 0, 1), Cluster: "fc0"}, true, 1},
 		{"one tenant, a day", controlplane.UsageQuery{From: yesterday, To: yesterday.AddDate(0, 0, 1), Tenant: "ft0"}, true, clustersPerTenant},
-		{"one tenant, a month", controlplane.UsageQuery{From: lastMonth, To: lastMonth.AddDate(0, 1, 0), Tenant: "ft0"}, true, clustersPerTenant},
-		{"every cluster, a month", controlplane.UsageQuery{From: lastMonth, To: lastMonth.AddDate(0, 1, 0)}, false, st.clusters},
+		{"one tenant, a month", controlplane.UsageQuery{From: monthFrom, To: yesterday.AddDate(0, 0, 1), Tenant: "ft0"}, true, clustersPerTenant},
+		{"every cluster, a month", controlplane.UsageQuery{From: monthFrom, To: yesterday.AddDate(0, 0, 1)}, false, st.clusters},
 	} {
 		t := fleetTiming{what: "CLI usage", detail: c.detail, goal: c.goal}
 		n := fo.runs

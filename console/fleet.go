@@ -252,31 +252,22 @@ func (s *Surface) fleetTenants(w http.ResponseWriter, r *http.Request) {
 		byTenant[t.ID] = i
 	}
 	// The month's usage of every cluster at once, in a time that does not
-	// grow with the day of the month: whole days from usage_days (the
-	// hourly roll-up's), and minutes only for yesterday and today, the days
-	// the roll-up has not closed (it rolls up through yesterday, so
-	// yesterday's row may be missing or partial until its first run after
-	// midnight). Per day, the larger of the day's row and its minutes
-	// counts, as in cluster_month_billable_msgs. Reading a month of
-	// minutes per cluster instead took longer than the page's budget at
-	// 10,000 clusters. The price: minutes written to a day before yesterday
-	// after the roll-up's last run (a spool replayed late) show here only
-	// after its next run, up to one quota_interval later; the monthly quota
-	// itself (cluster_month_billable_msgs) still reads them at once.
-	recent := now.Truncate(24*time.Hour).AddDate(0, 0, -1)
-	if recent.Before(month) {
-		recent = month
-	}
+	// grow with the day of the month: final days from usage_days (the
+	// hourly roll-up's), minutes only where usage_minute_ranges says the
+	// roll-up has not closed the day (today, yesterday, late-written days).
+	// Per day, the larger of the day's row and its minutes counts, as in
+	// cluster_month_billable_msgs. Reading a month of minutes per cluster
+	// instead took longer than the page's budget at 10,000 clusters.
 	rows, err = s.o.Pool.Query(ctx, `WITH d AS (
 			SELECT cluster_id, day, sum(msgs) FILTER (WHERE op_class IN ('push', 'txn')) AS msgs, sum(reqs) AS reqs
 			  FROM queen_proxy.usage_days
-			 WHERE day >= $1::date AND day < $3::date
+			 WHERE day >= $1::date AND day < $2::date
 			 GROUP BY 1, 2
 		), m AS (
-			SELECT cluster_id, (minute AT TIME ZONE 'UTC')::date AS day,
-			       sum(msgs) FILTER (WHERE op_class IN ('push', 'txn')) AS msgs, sum(reqs) AS reqs
-			  FROM queen_proxy.usage_minutes
-			 WHERE minute >= $2 AND minute < ($3::date::timestamp AT TIME ZONE 'UTC')
+			SELECT u.cluster_id, r.day,
+			       sum(u.msgs) FILTER (WHERE u.op_class IN ('push', 'txn')) AS msgs, sum(u.reqs) AS reqs
+			  FROM queen_proxy.usage_minute_ranges($1::date::timestamp AT TIME ZONE 'UTC', $2::date::timestamp AT TIME ZONE 'UTC') r
+			  JOIN queen_proxy.usage_minutes u ON u.minute >= r.from_at AND u.minute < r.to_at
 			 GROUP BY 1, 2
 		), u AS (
 			SELECT coalesce(d.cluster_id, m.cluster_id) AS cluster_id,
@@ -296,7 +287,7 @@ func (s *Surface) fleetTenants(w http.ResponseWriter, r *http.Request) {
 		JOIN queen_proxy.cells ce ON ce.id = c.cell_id
 		LEFT JOIN u ON u.cluster_id = c.id
 		LEFT JOIN k ON k.cluster_id = c.id
-		ORDER BY c.slug`, month, recent, month.AddDate(0, 1, 0))
+		ORDER BY c.slug`, month, month.AddDate(0, 1, 0))
 	if err != nil {
 		s.fleetFailed(w, "clusters", err)
 		return

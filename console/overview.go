@@ -278,16 +278,19 @@ func (s *Surface) usage(w http.ResponseWriter, r *http.Request, c *caller) {
 		writeError(w, errDatabase)
 		return
 	}
-	// Per day: the rolled-up day, or the live minutes of a day not rolled
-	// up yet (today), whichever is larger, as the monthly totals do.
+	// Per day: the rolled-up day, or the live minutes of a day the roll-up
+	// has not closed (today, late-written days), whichever is larger, as
+	// the monthly totals do; final days' minutes are not read, so 400 days
+	// cost their day rows.
 	rows, err = s.o.Pool.Query(ctx, `WITH d AS (
 			SELECT day, op_class, reqs, msgs, bytes_in, bytes_out FROM queen_proxy.usage_days
 			 WHERE cluster_id = $1::uuid AND day >= $2::date),
 		m AS (
-			SELECT (minute AT TIME ZONE 'UTC')::date AS day, op_class, sum(reqs) AS reqs, sum(msgs) AS msgs,
-			       sum(bytes_in) AS bytes_in, sum(bytes_out) AS bytes_out
-			  FROM queen_proxy.usage_minutes
-			 WHERE cluster_id = $1::uuid AND minute >= ($2::date::timestamp AT TIME ZONE 'UTC')
+			SELECT r.day, u.op_class, sum(u.reqs) AS reqs, sum(u.msgs) AS msgs,
+			       sum(u.bytes_in) AS bytes_in, sum(u.bytes_out) AS bytes_out
+			  FROM queen_proxy.usage_minute_ranges($2::date::timestamp AT TIME ZONE 'UTC', $3) r
+			  JOIN queen_proxy.usage_minutes u
+			    ON u.cluster_id = $1::uuid AND u.minute >= r.from_at AND u.minute < r.to_at
 			 GROUP BY 1, 2)
 		SELECT coalesce(d.day, m.day), coalesce(d.op_class, m.op_class),
 		       greatest(coalesce(d.reqs, 0), coalesce(m.reqs, 0))::bigint,
@@ -295,7 +298,7 @@ func (s *Surface) usage(w http.ResponseWriter, r *http.Request, c *caller) {
 		       greatest(coalesce(d.bytes_in, 0), coalesce(m.bytes_in, 0))::bigint,
 		       greatest(coalesce(d.bytes_out, 0), coalesce(m.bytes_out, 0))::bigint
 		  FROM d FULL JOIN m ON m.day = d.day AND m.op_class = d.op_class
-		 ORDER BY 1, 2`, c.cluster.ID, fromDay)
+		 ORDER BY 1, 2`, c.cluster.ID, fromDay, to)
 	if err != nil {
 		writeError(w, errDatabase)
 		return

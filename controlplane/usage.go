@@ -93,11 +93,12 @@ func parseInstant(what, s string) (time.Time, error) {
 }
 
 // usageSQL sums each cluster's usage over [$1, $2). A UTC day that lies
-// wholly inside the period may be in usage_days (rolled up) and in
-// usage_minutes (until pruned, and late minutes after the roll-up); per
-// day and op class the larger of the two counts, the rule
-// cluster_month_msgs applies. Days cut by a bound come from usage_minutes
-// alone. Clusters without usage are listed with zeros.
+// wholly inside the period and is final (usage_day_final: rolled up, and
+// nothing written to it since) comes from usage_days alone; a day that is
+// not final may be in usage_days and in usage_minutes, and per day and op
+// class the larger of the two counts, the rule cluster_month_msgs applies.
+// Days cut by a bound come from usage_minutes alone. Clusters without
+// usage are listed with zeros.
 const usageSQL = `WITH sel AS (SELECT id FROM queen_proxy.clusters %s), ` + usageCTE + `
 SELECT c.slug, t.slug,
        coalesce(sum(u.reqs), 0)::bigint,
@@ -123,13 +124,17 @@ SELECT c.slug, t.slug,
 // clusters only, through their primary keys (cluster first), so a report
 // of one cluster or tenant costs what its own rows cost, however large
 // the fleet; a filter applied after the CTE would aggregate every
-// cluster's minutes of the period first.
+// cluster's minutes of the period first. Minutes are read only in the
+// stretches usage_minute_ranges names (today, the days before it the
+// roll-up has not closed, late-written days, and days cut by a bound), so
+// a month or a year costs its day rows, not its minutes.
 const usageCTE = `
 m AS (
-    SELECT cluster_id, (minute AT TIME ZONE 'UTC')::date AS day, op_class,
-           sum(msgs) AS msgs, sum(reqs) AS reqs, sum(bytes_in) AS bytes_in, sum(bytes_out) AS bytes_out
-      FROM queen_proxy.usage_minutes
-     WHERE cluster_id IN (SELECT id FROM sel) AND minute >= $1 AND minute < $2
+    SELECT mm.cluster_id, r.day, mm.op_class,
+           sum(mm.msgs) AS msgs, sum(mm.reqs) AS reqs, sum(mm.bytes_in) AS bytes_in, sum(mm.bytes_out) AS bytes_out
+      FROM queen_proxy.usage_minute_ranges($1, $2) r
+      JOIN queen_proxy.usage_minutes mm ON mm.minute >= r.from_at AND mm.minute < r.to_at
+     WHERE mm.cluster_id IN (SELECT id FROM sel)
      GROUP BY 1, 2, 3
 ), d AS (
     SELECT cluster_id, day, op_class, msgs, reqs, bytes_in, bytes_out

@@ -115,3 +115,66 @@ func TestUsage(t *testing.T) {
 	_, err = Usage(ctx, pool, UsageQuery{From: from, To: to, Cluster: "nope"})
 	wantErr(t, err, NotFound, `unknown cluster "nope"`)
 }
+
+// The report reads a final day (rolled up, nothing written since) from
+// usage_days and every other day from its minutes, and equals the minutes
+// whatever the roll-up has reached.
+func TestUsageAcrossFinalDays(t *testing.T) {
+	pool, _ := fresh(t)
+	ctx := ctxT(t)
+	w := provision(t, pool)
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(at time.Time, msgs int64) {
+		t.Helper()
+		exec(`INSERT INTO queen_proxy.usage_minutes (cluster_id, minute, op_class, msgs, reqs, bytes_in, bytes_out)
+			VALUES ($1::uuid, $2, 'push', $3, 1, $3, 0)
+			ON CONFLICT (cluster_id, minute, op_class) DO UPDATE SET msgs = usage_minutes.msgs + EXCLUDED.msgs,
+			  reqs = usage_minutes.reqs + 1, bytes_in = usage_minutes.bytes_in + EXCLUDED.bytes_in`, w.cluster.ID, at, msgs)
+	}
+	today := time.Now().UTC().Truncate(24 * time.Hour)
+	from, to := today.AddDate(0, 0, -20), time.Now().UTC().Truncate(time.Minute).Add(time.Minute)
+	var total int64
+	for d := 20; d >= 0; d-- {
+		write(today.AddDate(0, 0, -d).Add(time.Minute), int64(d+1))
+		total += int64(d + 1)
+	}
+	report := func(step string, want int64) {
+		t.Helper()
+		rep := must[UsageReport](t)(Usage(ctx, pool, UsageQuery{From: from, To: to, Cluster: w.cluster.Slug}))
+		if got := rep.Clusters[0]; got.Messages != want || got.BytesIn != want {
+			t.Fatalf("%s: messages %d, bytes in %d; want %d", step, got.Messages, got.BytesIn, want)
+		}
+	}
+	report("before any roll-up", total)
+	exec(`SELECT queen_proxy.rollup_usage_days(NULL)`)
+	report("after the roll-up", total)
+	write(today.AddDate(0, 0, -10).Add(time.Hour), 1000)
+	total += 1000
+	report("a late write to a final day", total)
+	exec(`SELECT queen_proxy.rollup_usage_days(NULL)`)
+	report("after the next roll-up", total)
+
+	// A row slipped into a final day past the trigger is not read: final
+	// days come from usage_days alone.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO queen_proxy.usage_minutes (cluster_id, minute, op_class, msgs, reqs, bytes_in, bytes_out)
+		VALUES ($1::uuid, $2, 'push', 7, 1, 7, 0)`, w.cluster.ID, today.AddDate(0, 0, -15).Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	report("a final day's minutes are not read", total)
+}

@@ -17,7 +17,7 @@ var referenceNames = []string{
 
 // queengateNames are the migrations queengate adds on top of the reference
 // schema, numbered after it.
-var queengateNames = []string{"012_queengate_auth", "013_meter", "014_cell_isolation", "015_gateway_lease", "016_cell_tenancy", "017_usage_unanswered", "018_leader_peer", "019_placement", "020_lifecycle", "021_console_refusals", "022_drain", "023_user_authority", "024_gateway_group_cells", "027_default_tenant_guard", "028_first_day", "029_cell_grants", "030_platform_tenant", "031_machine_tokens", "032_webhooks", "033_usage_export", "034_oidc_providers", "035_email_links", "036_usage_partitions", "037_usage_rollup_incremental", "039_usage_cluster_index"}
+var queengateNames = []string{"012_queengate_auth", "013_meter", "014_cell_isolation", "015_gateway_lease", "016_cell_tenancy", "017_usage_unanswered", "018_leader_peer", "019_placement", "020_lifecycle", "021_console_refusals", "022_drain", "023_user_authority", "024_gateway_group_cells", "027_default_tenant_guard", "028_first_day", "029_cell_grants", "030_platform_tenant", "031_machine_tokens", "032_webhooks", "033_usage_export", "034_oidc_providers", "035_email_links", "036_usage_partitions", "037_usage_rollup_incremental", "039_usage_cluster_index", "040_usage_days_final"}
 
 func TestNamesMatchReference(t *testing.T) {
 	got := Names()

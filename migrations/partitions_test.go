@@ -337,7 +337,9 @@ func TestUsagePartitionsEnsure(t *testing.T) {
 }
 
 // The prunes drop whole day partitions older than the retention (a usage
-// day only once every row of it is rolled up), and keep the newer ones.
+// day only once it is final: rolled up, nothing written to it since), and
+// keep the newer ones. A row written to a day after its partition was
+// dropped is added to the day's rolled-up row, not taken for the whole day.
 func TestUsagePartitionsPruneDropsDays(t *testing.T) {
 	pool := ownMigratedDatabase(t)
 	cluster := newClusters(t, pool, 1)[0]
@@ -345,18 +347,20 @@ func TestUsagePartitionsPruneDropsDays(t *testing.T) {
 	exec(t, pool, "SELECT queen_proxy.usage_partitions_ensure($1::date, $2::date)", a, c)
 	addMinute(t, pool, cluster, a.Add(time.Hour), "push", 1, 1, 0, 0)
 	addMinute(t, pool, cluster, a.Add(2*time.Hour), "push", 1, 1, 0, 0)
-	addMinute(t, pool, cluster, b.Add(time.Hour), "push", 1, 1, 0, 0)     // rolled up
-	addMinute(t, pool, cluster, b.Add(time.Hour), "delivery", 1, 1, 0, 0) // not rolled up
+	addMinute(t, pool, cluster, b.Add(time.Hour), "push", 1, 1, 0, 0)
 	addMinute(t, pool, cluster, c.Add(time.Hour), "push", 5, 1, 0, 0)
-	exec(t, pool, `INSERT INTO queen_proxy.usage_days (cluster_id, day, op_class, msgs) VALUES
-		($1, $2::date, 'push', 2), ($1, $3::date, 'push', 1), ($1, $4::date, 'push', 5)`, cluster, a, b, c)
+	if n := scalar[int](t, pool, "SELECT queen_proxy.prune_usage_minutes(10)"); n != 0 {
+		t.Fatalf("pruned %d rows before any roll-up, want 0: no day is final yet", n)
+	}
+	scalar[int](t, pool, "SELECT queen_proxy.rollup_usage_days(NULL)")
+	addMinute(t, pool, cluster, b.Add(time.Hour), "delivery", 1, 1, 0, 0) // late: day b is pending
 
-	if n := scalar[int](t, pool, "SELECT queen_proxy.prune_usage_minutes(10)"); n != 3 {
-		t.Fatalf("pruned %d rows, want 3 (day a dropped: 2, day b's rolled-up row: 1)", n)
+	if n := scalar[int](t, pool, "SELECT queen_proxy.prune_usage_minutes(10)"); n != 2 {
+		t.Fatalf("pruned %d rows, want 2 (day a dropped; day b, written since its roll-up, kept)", n)
 	}
 	got := partitions(t, pool, "usage_minutes")
 	if _, ok := got["usage_minutes_p"+ymd(a)]; ok {
-		t.Errorf("day %s, older than the retention and rolled up, was not dropped", ymd(a))
+		t.Errorf("day %s, older than the retention and final, was not dropped", ymd(a))
 	}
 	if _, ok := got["usage_minutes_p"+ymd(a.AddDate(0, 0, 2))]; ok {
 		t.Errorf("an empty day older than the retention was not dropped")
@@ -367,16 +371,29 @@ func TestUsagePartitionsPruneDropsDays(t *testing.T) {
 		}
 	}
 	if s := scalar[string](t, pool, `SELECT string_agg(op_class || '@' || to_char(minute AT TIME ZONE 'UTC', 'YYYYMMDD'), ',' ORDER BY minute, op_class)
-		FROM queen_proxy.usage_minutes WHERE cluster_id = $1`, cluster); s != "delivery@"+ymd(b)+",push@"+ymd(c) {
-		t.Fatalf("rows left: %s, want the un-rolled row of %s and the row within the retention", s, ymd(b))
+		FROM queen_proxy.usage_minutes WHERE cluster_id = $1`, cluster); s != "delivery@"+ymd(b)+",push@"+ymd(b)+",push@"+ymd(c) {
+		t.Fatalf("rows left: %s, want day %s whole and the row within the retention", s, ymd(b))
 	}
-	// Once rolled up, the rest of day b goes whole.
-	exec(t, pool, "INSERT INTO queen_proxy.usage_days (cluster_id, day, op_class, msgs) VALUES ($1, $2::date, 'delivery', 1)", cluster, b)
-	if n := scalar[int](t, pool, "SELECT queen_proxy.prune_usage_minutes(10)"); n != 1 {
-		t.Fatalf("second prune removed %d rows, want 1", n)
+	// Once rolled up, day b goes whole.
+	scalar[int](t, pool, "SELECT queen_proxy.rollup_usage_days(NULL)")
+	if n := scalar[int](t, pool, "SELECT queen_proxy.prune_usage_minutes(10)"); n != 2 {
+		t.Fatalf("second prune removed %d rows, want 2", n)
 	}
 	if _, ok := partitions(t, pool, "usage_minutes")["usage_minutes_p"+ymd(b)]; ok {
 		t.Error("rolled-up day b was not dropped")
+	}
+	// A row for day a, written after its partition was dropped (a spool
+	// replayed very late), lands in the DEFAULT partition and is added to
+	// the day's row by the next roll-up, once.
+	addMinute(t, pool, cluster, a.Add(3*time.Hour), "push", 4, 1, 0, 0)
+	for range 2 {
+		scalar[int](t, pool, "SELECT queen_proxy.rollup_usage_days(NULL)")
+		if r, ok := day(t, pool, cluster, a, "push"); !ok || r.msgs != 6 || r.reqs != 3 {
+			t.Fatalf("day %s after a row written past its prune: %+v, %v; want 6 messages, 3 requests", ymd(a), r, ok)
+		}
+	}
+	if n := scalar[int](t, pool, "SELECT count(*) FROM queen_proxy.usage_minutes WHERE cluster_id = $1 AND minute < $2", cluster, b); n != 0 {
+		t.Fatalf("%d minute rows of the pruned day left after they were added", n)
 	}
 
 	// Request counts: the day partitions wholly older than 35 days go.

@@ -165,6 +165,10 @@ usage_days bytes_in bigint NN 0
 usage_days bytes_out bigint NN 0
 usage_days unanswered_msgs bigint NN 0
 usage_rollup_pending day date NN -
+usage_rollup_state singleton boolean NN true
+usage_rollup_state rolled_through date NULL -
+usage_rollup_state rolled_at timestamptz NULL -
+usage_rollup_state pruned_before date NULL -
 request_minutes cluster_id uuid NN -
 request_minutes minute timestamptz NN -
 request_minutes key_id text NN ''::text
@@ -442,7 +446,7 @@ func TestSchemaIndexes(t *testing.T) {
 	for table, cols := range map[string]string{
 		"cluster_roles": "(user_id, cluster_id)", "usage_minutes": "(cluster_id, minute, op_class)",
 		"usage_days": "(cluster_id, day, op_class)", "revoked_tokens": "(jti)", "schema_migrations": "(name)",
-		"request_minutes": "(cluster_id, minute, key_id, outcome)", "gateway_group_cells": "(cell_slug)", "usage_rollup_pending": "(day)",
+		"request_minutes": "(cluster_id, minute, key_id, outcome)", "gateway_group_cells": "(cell_slug)", "usage_rollup_pending": "(day)", "usage_rollup_state": "(singleton)",
 	} {
 		def := scalar[string](t, pool, `SELECT pg_get_constraintdef(oid) FROM pg_constraint
 			WHERE contype = 'p' AND conrelid = ('queen_proxy.' || $1)::regclass`, table)

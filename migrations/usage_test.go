@@ -12,7 +12,7 @@ import (
 // and returns a new cluster.
 func freshUsage(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
-	exec(t, pool, "DELETE FROM queen_proxy.usage_minutes; DELETE FROM queen_proxy.usage_days; DELETE FROM queen_proxy.usage_rollup_pending")
+	exec(t, pool, "DELETE FROM queen_proxy.usage_minutes; DELETE FROM queen_proxy.usage_days; DELETE FROM queen_proxy.usage_rollup_pending; UPDATE queen_proxy.usage_rollup_state SET rolled_through = NULL, rolled_at = NULL, pruned_before = NULL")
 	tenant, _ := newTenant(t, pool)
 	return newCluster(t, pool, tenant, newCell(t, pool))
 }
@@ -153,33 +153,37 @@ func TestClusterMonthMsgs(t *testing.T) {
 	}
 }
 
+// prune_usage_minutes removes the minutes of final days older than the
+// retention, never a row that usage_days does not hold.
 func TestPruneUsageMinutes(t *testing.T) {
 	pool := db(t)
 	cluster := freshUsage(t, pool)
 	old := utcDay(-10)
-	addMinute(t, pool, cluster, old.Add(time.Hour), "push", 1, 1, 0, 0)     // rolled up: pruned
-	addMinute(t, pool, cluster, old.Add(2*time.Hour), "push", 1, 1, 0, 0)   // rolled up: pruned
-	addMinute(t, pool, cluster, old.Add(time.Hour), "delivery", 1, 1, 0, 0) // never rolled up: kept
+	addMinute(t, pool, cluster, old.Add(time.Hour), "push", 1, 1, 0, 0)
+	addMinute(t, pool, cluster, old.Add(2*time.Hour), "push", 1, 1, 0, 0)
 	edge := utcDay(-5)
 	addMinute(t, pool, cluster, edge.Add(-time.Minute), "read", 1, 1, 0, 0) // last minute before the cutoff: pruned
 	addMinute(t, pool, cluster, edge, "read", 1, 1, 0, 0)                   // the cutoff itself: kept
-	exec(t, pool, `INSERT INTO queen_proxy.usage_days (cluster_id, day, op_class, msgs) VALUES
-		($1, $2::date, 'push', 2), ($1, $3::date, 'read', 1), ($1, $4::date, 'read', 1)`,
-		cluster, old.Format("2006-01-02"), edge.AddDate(0, 0, -1).Format("2006-01-02"), edge.Format("2006-01-02"))
+	scalar[int](t, pool, "SELECT queen_proxy.rollup_usage_days(NULL)")
+	addMinute(t, pool, cluster, old.Add(time.Hour), "delivery", 1, 1, 0, 0) // written after the roll-up: its day is kept
 	l := listen(t, pool)
 
 	if n := scalar[int](t, pool, "SELECT queen_proxy.prune_usage_minutes()"); n != 0 {
 		t.Fatalf("default keep (90 days) pruned %d rows", n)
 	}
-	if n := scalar[int](t, pool, "SELECT queen_proxy.prune_usage_minutes(5)"); n != 3 {
-		t.Fatalf("pruned %d rows, want 3", n)
+	if n := scalar[int](t, pool, "SELECT queen_proxy.prune_usage_minutes(5)"); n != 1 {
+		t.Fatalf("pruned %d rows, want 1", n)
 	}
 	l.expect(t)
-	if n := scalar[int](t, pool, "SELECT count(*) FROM queen_proxy.usage_minutes WHERE cluster_id = $1", cluster); n != 2 {
-		t.Fatalf("%d minute rows left, want 2", n)
+	if n := scalar[int](t, pool, "SELECT count(*) FROM queen_proxy.usage_minutes WHERE cluster_id = $1", cluster); n != 4 {
+		t.Fatalf("%d minute rows left, want 4", n)
 	}
-	if n := scalar[int](t, pool, "SELECT count(*) FROM queen_proxy.usage_minutes WHERE cluster_id = $1 AND op_class = 'delivery'", cluster); n != 1 {
-		t.Fatal("an un-rolled day was pruned")
+	scalar[int](t, pool, "SELECT queen_proxy.rollup_usage_days(NULL)")
+	if n := scalar[int](t, pool, "SELECT queen_proxy.prune_usage_minutes(5)"); n != 3 {
+		t.Fatalf("after the roll-up, pruned %d rows, want the late day's 3", n)
+	}
+	if r, ok := day(t, pool, cluster, old, "delivery"); !ok || r.msgs != 1 {
+		t.Fatalf("the late row was pruned without being rolled up: %+v, %v", r, ok)
 	}
 	wantPgErr(t, callErr(t, pool, "SELECT queen_proxy.prune_usage_minutes(0)"), "22023", "prune_usage_minutes: keep_days")
 	wantPgErr(t, callErr(t, pool, "SELECT queen_proxy.prune_usage_minutes(NULL)"), "22023", "prune_usage_minutes: keep_days")
