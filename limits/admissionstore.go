@@ -51,12 +51,15 @@ func (s *PgAdmissionStore) LoadQueues(ctx context.Context, clusterID string) ([]
 // persistQueuesSQL upserts every row in one statement. Rows of clusters that
 // no longer exist are dropped by the join (instead of failing the whole
 // statement on the foreign key); an existing live row keeps the higher
-// count.
+// count. Rows are written in key order: two gateways persisting the same
+// queues in different orders would otherwise each lock a row the other
+// waits for, and one of them fails on a deadlock.
 const persistQueuesSQL = `
 INSERT INTO queen_proxy.queues (cluster_id, name, partitions_count)
 SELECT u.cluster_id, u.name, u.partitions_count
   FROM unnest($1::uuid[], $2::text[], $3::integer[]) AS u (cluster_id, name, partitions_count)
   JOIN queen_proxy.clusters c ON c.id = u.cluster_id
+ ORDER BY u.cluster_id, u.name
 ON CONFLICT (cluster_id, name) WHERE deleted_at IS NULL
 DO UPDATE SET partitions_count = GREATEST(queen_proxy.queues.partitions_count, EXCLUDED.partitions_count)`
 

@@ -308,3 +308,35 @@ func BenchmarkAdmitKnownPairs(b *testing.B) {
 		}
 	})
 }
+
+// Gateways persist the same queues at once, each in its own order: every
+// write lands, and none fails on a deadlock.
+func TestPgPersistQueuesOfGatewaysAtOnce(t *testing.T) {
+	pool := limitsDB(t)
+	cluster := newTestCluster(t, pool)
+	store := &PgAdmissionStore{Pool: pool}
+	const gateways, queues, rounds = 4, 300, 6
+	for round := range rounds {
+		errs := make(chan error, gateways)
+		for g := range gateways {
+			rows := make([]QueueRow, queues)
+			for q := range queues {
+				i := q
+				if g%2 == 1 {
+					i = queues - 1 - q // the other order
+				}
+				rows[q] = QueueRow{ClusterID: cluster, Name: fmt.Sprintf("q%03d", (i+g*37)%queues), Partitions: round*gateways + g}
+			}
+			go func() { errs <- store.PersistQueues(limitsCtx(t), rows) }()
+		}
+		for range gateways {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: a gateway's write beside the others failed: %v", round, err)
+			}
+		}
+	}
+	got := liveRows(t, pool, cluster)
+	if want := (rounds-1)*gateways + gateways - 1; len(got) != queues || got["q000"] != want || got["q299"] != want {
+		t.Fatalf("%d rows, q000=%d q299=%d; want %d rows at %d", len(got), got["q000"], got["q299"], queues, want)
+	}
+}
