@@ -1079,14 +1079,14 @@ func printGrowth(rs []*fleetResult) {
 		default:
 			continue
 		}
-		// The rows the fill made: the prunes' dead rows still take their
-		// space, which the next days' rows reuse.
-		rows := b.rows[s.table]
-		if rows == 0 {
+		// The rows the table holds when measured: the prunes drop whole
+		// day partitions, so no dead row of a pruned day takes space.
+		rows := s.rows
+		if rows <= 0 {
 			continue
 		}
 		perRow := float64(s.total) / float64(rows)
-		fmt.Printf("- sizing, %s: %.0f bytes a row (heap and indexes, over the %s rows filled); a busy cluster writes %s rows a day, an idle one %d: %.2f GiB per 1,000 busy clusters per 30 days\n",
+		fmt.Printf("- sizing, %s: %.0f bytes a row (heap and indexes, over the %s rows it holds); a busy cluster writes %s rows a day, an idle one %d: %.2f GiB per 1,000 busy clusters per 30 days\n",
 			s.table, perRow, thousands(rows), thousands(perBusy), perIdle, float64(perBusy)*30*1000*perRow/(1<<30))
 	}
 }

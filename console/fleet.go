@@ -2,10 +2,12 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
 	"github.com/queengate/queengate/tenancy"
@@ -253,21 +255,37 @@ func (s *Surface) fleetTenants(w http.ResponseWriter, r *http.Request) {
 	}
 	// The month's usage of every cluster at once, in a time that does not
 	// grow with the day of the month: final days from usage_days (the
-	// hourly roll-up's), minutes only where usage_minute_ranges says the
-	// roll-up has not closed the day (today, yesterday, late-written days).
-	// Per day, the larger of the day's row and its minutes counts, as in
+	// hourly roll-up's), minutes only in the spans the roll-up has not
+	// closed (today, yesterday, the day before, late-written days). Per
+	// day, the larger of the day's row and its minutes counts, as in
 	// cluster_month_billable_msgs. Reading a month of minutes per cluster
 	// instead took longer than the page's budget at 10,000 clusters.
+	spans, err := minuteSpans(ctx, s.o.Pool, month, month.AddDate(0, 1, 0))
+	if err != nil {
+		s.fleetFailed(w, "usage", err)
+		return
+	}
+	args := []any{month, month.AddDate(0, 1, 0)}
+	inSpans := "false"
+	for i, sp := range spans {
+		args = append(args, sp[0], sp[1])
+		if i == 0 {
+			inSpans = ""
+		} else {
+			inSpans += " OR "
+		}
+		inSpans += fmt.Sprintf("(minute >= $%d AND minute < $%d)", len(args)-1, len(args))
+	}
 	rows, err = s.o.Pool.Query(ctx, `WITH d AS (
 			SELECT cluster_id, day, sum(msgs) FILTER (WHERE op_class IN ('push', 'txn')) AS msgs, sum(reqs) AS reqs
 			  FROM queen_proxy.usage_days
 			 WHERE day >= $1::date AND day < $2::date
 			 GROUP BY 1, 2
 		), m AS (
-			SELECT u.cluster_id, r.day,
-			       sum(u.msgs) FILTER (WHERE u.op_class IN ('push', 'txn')) AS msgs, sum(u.reqs) AS reqs
-			  FROM queen_proxy.usage_minute_ranges($1::date::timestamp AT TIME ZONE 'UTC', $2::date::timestamp AT TIME ZONE 'UTC') r
-			  JOIN queen_proxy.usage_minutes u ON u.minute >= r.from_at AND u.minute < r.to_at
+			SELECT cluster_id, (minute AT TIME ZONE 'UTC')::date AS day,
+			       sum(msgs) FILTER (WHERE op_class IN ('push', 'txn')) AS msgs, sum(reqs) AS reqs
+			  FROM queen_proxy.usage_minutes
+			 WHERE `+inSpans+`
 			 GROUP BY 1, 2
 		), u AS (
 			SELECT coalesce(d.cluster_id, m.cluster_id) AS cluster_id,
@@ -287,7 +305,7 @@ func (s *Surface) fleetTenants(w http.ResponseWriter, r *http.Request) {
 		JOIN queen_proxy.cells ce ON ce.id = c.cell_id
 		LEFT JOIN u ON u.cluster_id = c.id
 		LEFT JOIN k ON k.cluster_id = c.id
-		ORDER BY c.slug`, month, month.AddDate(0, 1, 0))
+		ORDER BY c.slug`, args...)
 	if err != nil {
 		s.fleetFailed(w, "clusters", err)
 		return
@@ -388,3 +406,38 @@ func (s *Surface) fleetFailed(w http.ResponseWriter, what string, err error) {
 }
 
 func utcText(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// maxMinuteSpans is how many separate spans of minutes minuteSpans names
+// before it reads from the first to the last instead: more minutes, still
+// the same totals (a final day's row is never less than its minutes).
+const maxMinuteSpans = 8
+
+// minuteSpans is where a reader of the whole fleet must read minutes in
+// [from, to): the stretches usage_minute_ranges names (days a bound cuts,
+// days not final), adjacent ones joined. Named as bounds in the reader's
+// statement, they let the planner read exactly those days' partitions; a
+// join with the function instead made it probe every partition once per
+// day and compile the plan (10,000 clusters: 2.2 s against 0.4 s).
+func minuteSpans(ctx context.Context, pool *pgxpool.Pool, from, to time.Time) ([][2]time.Time, error) {
+	rows, err := pool.Query(ctx, `SELECT from_at, to_at FROM queen_proxy.usage_minute_ranges($1, $2) ORDER BY from_at`, from, to)
+	if err != nil {
+		return nil, err
+	}
+	var spans [][2]time.Time
+	var a, b time.Time
+	_, err = pgx.ForEachRow(rows, []any{&a, &b}, func() error {
+		if n := len(spans); n > 0 && spans[n-1][1].Equal(a) {
+			spans[n-1][1] = b
+		} else {
+			spans = append(spans, [2]time.Time{a, b})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(spans) > maxMinuteSpans {
+		spans = [][2]time.Time{{spans[0][0], spans[len(spans)-1][1]}}
+	}
+	return spans, nil
+}
