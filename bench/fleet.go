@@ -576,6 +576,19 @@ func measureFleet(ctx context.Context, pg *pgserver.Server, dbname string, fo fl
 	if breakdown, err := statementBreakdown(ctx, pool, heavyRuns); err == nil {
 		res.notes = append(res.notes, "hourly quota pass, server time per run by statement: "+breakdown)
 	}
+	// The baseline the pass replaced, in the same run: the monthly total
+	// of every cluster with a quota asked one cluster at a time.
+	perCluster := fleetTiming{what: "hourly quota pass", detail: "baseline: cluster_month_billable_msgs per cluster"}
+	for range heavyRuns {
+		d, _, err := timedScalar(ctx, pool, `SELECT count(queen_proxy.cluster_month_billable_msgs(c.id, date_trunc('month', now() AT TIME ZONE 'UTC')::date))
+			FROM queen_proxy.clusters c JOIN queen_proxy.plans p ON p.id = c.plan_id WHERE p.monthly_msgs_quota IS NOT NULL`)
+		if err != nil {
+			return fmt.Errorf("quota baseline: %w", err)
+		}
+		perCluster.runs = append(perCluster.runs, d)
+	}
+	perCluster.rows = -1
+	add(perCluster)
 
 	// The CLI (`caddy queen usage`): controlplane.Usage for one busy
 	// cluster and its tenant (whose clusters are all busy), yesterday and

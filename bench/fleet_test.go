@@ -52,8 +52,8 @@ func TestFleetMode(t *testing.T) {
 	}
 
 	rows := regexp.MustCompile(`(?m)^\| ([a-zA-Z -]+) \| ([^|]+) \| (\d+\.\d) \| ([\d., ]+) \| ([^|]+) \| (met|\*\*missed\*\*|—) \|$`).FindAllStringSubmatch(report, -1)
-	if len(rows) != 2*17 {
-		t.Fatalf("want 17 timed operations in each of 2 steps, got %d rows:\n%s", len(rows), report)
+	if len(rows) != 2*18 {
+		t.Fatalf("want 18 timed operations in each of 2 steps, got %d rows:\n%s", len(rows), report)
 	}
 	for _, r := range rows {
 		ms, _ := strconv.ParseFloat(r[3], 64)

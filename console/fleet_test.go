@@ -500,33 +500,3 @@ func (s statusBlockState) PushBlock(c *tenancy.Cluster) string {
 	}
 	return ""
 }
-
-// The fleet page reads minutes only in the spans the roll-up has not
-// closed, adjacent days joined, and in one span from the first to the last
-// when there are many.
-func TestMinuteSpans(t *testing.T) {
-	e := newEnv(t)
-	today := time.Now().UTC().Truncate(24 * time.Hour)
-	from, to := today.AddDate(0, 0, -20), today.AddDate(0, 0, 1)
-	e.exec(`DELETE FROM queen_proxy.usage_rollup_pending`)
-	e.exec(`UPDATE queen_proxy.usage_rollup_state SET rolled_through = $1::date`, today.AddDate(0, 0, -1).Format(time.DateOnly))
-	e.exec(`INSERT INTO queen_proxy.usage_rollup_pending (day) VALUES ($1::date)`, today.AddDate(0, 0, -10).Format(time.DateOnly))
-	spans, err := minuteSpans(context.Background(), e.pool, from, to)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := [][2]time.Time{{today.AddDate(0, 0, -10), today.AddDate(0, 0, -9)}, {today.AddDate(0, 0, -2), to}}
-	if len(spans) != len(want) || !spans[0][0].Equal(want[0][0]) || !spans[0][1].Equal(want[0][1]) || !spans[1][0].Equal(want[1][0]) || !spans[1][1].Equal(want[1][1]) {
-		t.Fatalf("spans %v, want %v", spans, want)
-	}
-	for d := 4; d < 20; d += 2 {
-		e.exec(`INSERT INTO queen_proxy.usage_rollup_pending (day) VALUES ($1::date) ON CONFLICT DO NOTHING`, today.AddDate(0, 0, -d).Format(time.DateOnly))
-	}
-	spans, err = minuteSpans(context.Background(), e.pool, from, to)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(spans) != 1 || !spans[0][0].Equal(today.AddDate(0, 0, -18)) || !spans[0][1].Equal(to) {
-		t.Fatalf("many late days: spans %v, want one from the first to the end", spans)
-	}
-}

@@ -159,14 +159,6 @@ func (q *Quota) Run(ctx context.Context, every time.Duration) {
 // cannot hold the task past the next tick.
 const quotaRunTimeout = 2 * time.Minute
 
-const quotaSQL = `
-SELECT c.id::text, p.monthly_msgs_quota, c.limit_overrides,
-       queen_proxy.cluster_month_billable_msgs(c.id, $1::date)
-  FROM queen_proxy.clusters c
-  JOIN queen_proxy.plans p ON p.id = c.plan_id
- WHERE c.status <> 'deleting'
-   AND (p.monthly_msgs_quota IS NOT NULL OR jsonb_exists(c.limit_overrides, 'monthly_msgs_quota'))`
-
 type quotaRow struct {
 	id        string
 	planQuota *int64
@@ -312,8 +304,18 @@ func has(set map[string]struct{}, id string) bool {
 	return ok
 }
 
+// query reads the month's billable messages of every cluster with a
+// monthly quota in one statement (cluster_month_billable_msgs' rule, set
+// based): called per cluster it took 7 s an hour on every gateway at
+// 10,000 clusters.
 func (q *Quota) query(ctx context.Context, first time.Time) ([]quotaRow, error) {
-	rows, err := q.pool.Query(ctx, quotaSQL, first)
+	next := first.AddDate(0, 1, 0)
+	spans, err := MinuteSpans(ctx, q.pool, first, next)
+	if err != nil {
+		return nil, err
+	}
+	cond, args := SpansCondition(spans, []any{first, next})
+	rows, err := q.pool.Query(ctx, fmt.Sprintf(monthBillableSQL, cond), args...)
 	if err != nil {
 		return nil, err
 	}
