@@ -266,13 +266,13 @@ func (s *Surface) fleetTenants(w http.ResponseWriter, r *http.Request) {
 	}
 	inSpans, args := meter.SpansCondition(spans, []any{month, month.AddDate(0, 1, 0)})
 	rows, err = s.o.Pool.Query(ctx, `WITH d AS (
-			SELECT cluster_id, day, sum(msgs) FILTER (WHERE op_class IN ('push', 'txn')) AS msgs, sum(reqs) AS reqs
+			SELECT cluster_id, day, sum(msgs) FILTER (WHERE op_class IN `+meter.BilledOpsSQL+`) AS msgs, sum(reqs) AS reqs
 			  FROM queen_proxy.usage_days
 			 WHERE day >= $1::date AND day < $2::date
 			 GROUP BY 1, 2
 		), m AS (
 			SELECT cluster_id, (minute AT TIME ZONE 'UTC')::date AS day,
-			       sum(msgs) FILTER (WHERE op_class IN ('push', 'txn')) AS msgs, sum(reqs) AS reqs
+			       sum(msgs) FILTER (WHERE op_class IN `+meter.BilledOpsSQL+`) AS msgs, sum(reqs) AS reqs
 			  FROM queen_proxy.usage_minutes
 			 WHERE `+inSpans+`
 			 GROUP BY 1, 2

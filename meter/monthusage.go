@@ -3,6 +3,7 @@ package meter
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,17 +50,15 @@ func MinuteSpans(ctx context.Context, pool *pgxpool.Pool, from, to time.Time) ([
 // spans, with its bounds appended to args as parameters ("false" when there
 // are none).
 func SpansCondition(spans [][2]time.Time, args []any) (string, []any) {
-	cond := "false"
+	if len(spans) == 0 {
+		return "false", args
+	}
+	parts := make([]string, len(spans))
 	for i, sp := range spans {
 		args = append(args, sp[0], sp[1])
-		c := fmt.Sprintf("(minute >= $%d AND minute < $%d)", len(args)-1, len(args))
-		if i == 0 {
-			cond = c
-		} else {
-			cond += " OR " + c
-		}
+		parts[i] = fmt.Sprintf("(minute >= $%d AND minute < $%d)", len(args)-1, len(args))
 	}
-	return cond, args
+	return strings.Join(parts, " OR "), args
 }
 
 // monthBillableSQL is cluster_month_billable_msgs for every cluster with a
