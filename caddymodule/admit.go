@@ -1,7 +1,6 @@
 package caddymodule
 
 import (
-	"bytes"
 	"fmt"
 	"net/http"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	"github.com/queengate/queengate/internal/apierror"
 	"github.com/queengate/queengate/limits"
 	"github.com/queengate/queengate/tenancy"
-	"github.com/queengate/queengate/wire"
 )
 
 // admitBody applies the limits that depend on what a request adds: the
@@ -206,15 +204,12 @@ func (g *Gateway) admitPairs(r *http.Request, st *requestState, c *tenancy.Clust
 // admitConfigure enforces the plan's retention ceiling (refused, never
 // clamped) and admits the configured queue.
 func (g *Gateway) admitConfigure(r *http.Request, st *requestState, c *tenancy.Cluster) *apierror.Error {
-	body, e := g.jsonBody(r, st)
+	body, e := g.bufferBody(r, st)
 	if e != nil {
 		return e
 	}
-	queue, refusal, ok := limits.CheckConfigure(body, c.Limits)
-	if !ok {
-		return errConfigureShape
-	}
-	if err := limits.ConfigureNamesError(body); err != nil {
+	queue, refusal, err := limits.CheckConfigure(body, c.Limits)
+	if err != nil {
 		return badBody(err)
 	}
 	if refusal != "" {
@@ -232,17 +227,10 @@ func (g *Gateway) admitReplay(r *http.Request, st *requestState, c *tenancy.Clus
 	if e != nil {
 		return e
 	}
-	// No body, or only whitespace, names no destination; anything else
-	// must be JSON the gateway reads.
-	if len(bytes.TrimSpace(body)) > 0 {
-		if err := wire.CheckStored(body); err != nil {
-			return badBody(err)
-		}
-	}
-	queue, partition, refusal, ok := limits.ParseReplayDestination(body)
+	queue, partition, refusal, err := limits.ParseReplayDestination(body)
 	switch {
-	case !ok:
-		return errReplayShape
+	case err != nil:
+		return badBody(err)
 	case refusal != "":
 		return g.limitExceeded(st, c, &apierror.Error{Status: http.StatusBadRequest, Code: apierror.InvalidRequest, Message: refusal})
 	case queue == "":

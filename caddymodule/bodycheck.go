@@ -27,15 +27,6 @@ import (
 // Both refusals are 400 bad_request, are never forwarded and are not
 // billed.
 
-// The shapes of the configure and replay bodies the gateway refuses,
-// where the broker refuses them too or would do what is not known.
-var (
-	errConfigureShape = &apierror.Error{Status: http.StatusBadRequest, Code: apierror.BadRequest,
-		Message: "queue is required: the body must be a JSON object with a string queue"}
-	errReplayShape = &apierror.Error{Status: http.StatusBadRequest, Code: apierror.BadRequest,
-		Message: "a replay destination must be a JSON object whose queue and partition are strings"}
-)
-
 // bodyTextRefusal is the refusal of a body that is not valid UTF-8 or
 // starts with a byte-order mark, or nil.
 func bodyTextRefusal(body []byte) *apierror.Error {
@@ -49,17 +40,4 @@ func bodyTextRefusal(body []byte) *apierror.Error {
 // the reader's, which names what is wrong and where.
 func badBody(err error) *apierror.Error {
 	return &apierror.Error{Status: http.StatusBadRequest, Code: apierror.BadRequest, Message: err.Error()}
-}
-
-// jsonBody buffers a body the gateway acts on and refuses it unless it is
-// JSON the gateway reads as the broker does and holds no U+0000.
-func (g *Gateway) jsonBody(r *http.Request, st *requestState) ([]byte, *apierror.Error) {
-	body, e := g.bufferBody(r, st)
-	if e != nil {
-		return nil, e
-	}
-	if err := wire.CheckStored(body); err != nil {
-		return nil, badBody(err)
-	}
-	return body, nil
 }

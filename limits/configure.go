@@ -2,8 +2,6 @@ package limits
 
 import (
 	"bytes"
-	"encoding/json"
-	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -15,14 +13,30 @@ import (
 // in the order they are checked.
 var retentionKeys = [...]string{"retentionSeconds", "completedRetentionSeconds"}
 
+// The refusals of configure and replay bodies whose shape the broker
+// refuses too, or would act on in a way the gateway cannot know.
+var (
+	ErrConfigureShape = &BodyError{"queue is required: the body must be a JSON object with a string queue"}
+	ErrReplayShape    = &BodyError{"a replay destination must be a JSON object whose queue and partition are strings"}
+)
+
+// configureMembers are the top-level members of a configure body read: the
+// queue, the options, the other two names the broker stores, and the
+// retention keys for a body whose options are the top-level object.
+var configureMembers = [...]string{"queue", "options", "namespace", "task", retentionKeys[0], retentionKeys[1]}
+
 // CheckConfigure reads a POST /api/v1/configure body and applies the plan's
-// retention ceiling (max_retention_seconds).
+// retention ceiling (max_retention_seconds), in one walk of its top level
+// after wire.CheckStored.
 //
 // The body is an object with a string "queue" (the empty string included);
 // its options are the "options" object, or the top-level object when
-// "options" is absent or not an object. ok is false when the body is not
-// such an object; the caller refuses it, as the broker does ("queue is
-// required", fixtures C10 and C11).
+// "options" is absent or not an object. err is the check's
+// *wire.SyntaxError, ErrConfigureShape when the body is not such an object
+// (the broker answers "queue is required"), or a *BodyError when queue,
+// namespace or task is longer than MaxNameChars characters: they land in
+// varchar(255) columns, and the broker answers such a body with its
+// database's error after trying the insert.
 //
 // The ceiling applies to retentionSeconds and completedRetentionSeconds,
 // each a JSON number or a string holding an integer; only positive values
@@ -33,58 +47,44 @@ var retentionKeys = [...]string{"retentionSeconds", "completedRetentionSeconds"}
 // such key; the gateway refuses and never rewrites the body. A refusal
 // honours shadow mode (the caller logs it and forwards); when there is none
 // the caller admits (queue, "Default"), the partition /configure creates.
-func CheckConfigure(body []byte, lim Effective) (queue string, refusal string, ok bool) {
-	var top objectText
-	if !decodeWhole(body, &top) || !top.isObject() {
-		return "", "", false
+func CheckConfigure(body []byte, lim Effective) (queue, refusal string, err error) {
+	if err := wire.CheckStored(body); err != nil {
+		return "", "", err
 	}
-	var queueV, options []byte
-	hasQueue := false
-	for it := wire.Object(top.raw); ; {
-		k, v, more := it.Next()
-		if !more {
-			break
-		}
-		switch {
-		case wire.UnescapedIs(k, "queue"):
-			queueV, hasQueue = v, true
-		case wire.UnescapedIs(k, "options"):
-			options = v
-		}
+	i := wire.SkipSpace(body, 0)
+	if body[i] != '{' {
+		return "", "", ErrConfigureShape
 	}
+	var v [len(configureMembers)][]byte
+	wire.MemberValues(body, i, configureMembers[:], v[:])
 	var names nameBuf
-	q, isString := names.text(0, queueV)
-	if !hasQueue || !isString {
-		return "", "", false
+	q, isString := names.text(0, v[0])
+	if !isString {
+		return "", "", ErrConfigureShape
 	}
 	queue = string(q)
-	bag := top.raw
-	if len(options) > 0 && options[0] == '{' {
-		bag = options
+	for _, k := range [...]int{0, 2, 3} { // queue, namespace, task
+		if raw := v[k]; len(raw) > 0 && raw[0] == '"' && rawStringTooLong(raw) {
+			return "", "", &BodyError{configureMembers[k] + " is longer than " + strconv.Itoa(MaxNameChars) +
+				" characters, more than the broker can store"}
+		}
 	}
 	ceiling := lim.MaxRetentionSeconds
 	if ceiling.IsUnlimited() {
-		return queue, "", true
+		return queue, "", nil
 	}
-	var values [len(retentionKeys)][]byte
-	for it := wire.Object(bag); ; {
-		k, v, more := it.Next()
-		if !more {
-			break
-		}
-		for i, name := range retentionKeys {
-			if wire.UnescapedIs(k, name) {
-				values[i] = v
-			}
-		}
+	values := [len(retentionKeys)][]byte{v[4], v[5]}
+	if options := v[1]; len(options) > 0 && options[0] == '{' {
+		values = [len(retentionKeys)][]byte{}
+		wire.MemberValues(options, 0, retentionKeys[:], values[:])
 	}
-	for i, name := range retentionKeys {
-		if shown, over := overCeiling(values[i], int64(ceiling)); over {
+	for k, name := range retentionKeys {
+		if shown, over := overCeiling(values[k], int64(ceiling)); over {
 			return queue, name + " of " + shown + "s exceeds the plan's max_retention_seconds (" +
-				strconv.FormatInt(int64(ceiling), 10) + "s)", true
+				strconv.FormatInt(int64(ceiling), 10) + "s)", nil
 		}
 	}
-	return queue, "", true
+	return queue, "", nil
 }
 
 // overCeiling reports whether the raw retention value v is a positive number
@@ -95,11 +95,11 @@ func overCeiling(v []byte, ceiling int64) (shown string, over bool) {
 	}
 	text := string(v)
 	if v[0] == '"' {
-		var s string
-		if json.Unmarshal(v, &s) != nil {
+		s, ok := wire.Unquote(v[1:len(v)-1], nil)
+		if !ok {
 			return "", false
 		}
-		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+		n, err := strconv.ParseInt(strings.TrimSpace(string(s)), 10, 64)
 		if err != nil || n <= 0 || n <= ceiling {
 			return "", false
 		}
@@ -136,49 +136,41 @@ func isRangeErr(err error) bool {
 // string}. Values are trimmed, and a blank or null value counts as absent.
 // An empty or all-whitespace body names nothing.
 //
-// ok is false when the body is not such an object; the caller refuses it
-// rather than guess where the broker would put the message. When both are
-// named, queue and partition
-// are the pair to admit. When only one is named, refusal is the 400
-// invalid_request message (which honours shadow mode). When neither is,
-// there is nothing to admit. The caller forwards the body as received,
+// err is wire.CheckStored's *wire.SyntaxError, or ErrReplayShape when the
+// body is not such an object: the caller refuses it rather than guess
+// where the broker would put the message. When both are named, queue and
+// partition are the pair to admit. When only one is named, refusal is the
+// 400 invalid_request message (which honours shadow mode). When neither
+// is, there is nothing to admit. The caller forwards the body as received,
 // untrimmed.
-func ParseReplayDestination(body []byte) (queue, partition string, refusal string, ok bool) {
+func ParseReplayDestination(body []byte) (queue, partition, refusal string, err error) {
 	if len(bytes.TrimSpace(body)) == 0 {
-		return "", "", "", true
+		return "", "", "", nil
 	}
-	var top objectText
-	if !decodeWhole(body, &top) || !top.isObject() {
-		return "", "", "", false
+	if err := wire.CheckStored(body); err != nil {
+		return "", "", "", err
 	}
-	var qv, pv []byte
-	for it := wire.Object(top.raw); ; {
-		k, v, more := it.Next()
-		if !more {
-			break
-		}
-		switch {
-		case wire.UnescapedIs(k, "queue"):
-			qv = v
-		case wire.UnescapedIs(k, "partition"):
-			pv = v
-		}
+	i := wire.SkipSpace(body, 0)
+	if body[i] != '{' {
+		return "", "", "", ErrReplayShape
 	}
+	var v [2][]byte
+	wire.MemberValues(body, i, []string{"queue", "partition"}, v[:])
 	var names nameBuf
-	q, qok := optionalName(&names, 0, qv)
-	p, pok := optionalName(&names, 1, pv)
+	q, qok := optionalName(&names, 0, v[0])
+	p, pok := optionalName(&names, 1, v[1])
 	if !qok || !pok {
-		return "", "", "", false
+		return "", "", "", ErrReplayShape
 	}
 	switch {
 	case q != "" && p != "":
-		return q, p, "", true
+		return q, p, "", nil
 	case q != "":
-		return "", "", replayHalfDestination("partition"), true
+		return "", "", replayHalfDestination("partition"), nil
 	case p != "":
-		return "", "", replayHalfDestination("queue"), true
+		return "", "", replayHalfDestination("queue"), nil
 	}
-	return "", "", "", true
+	return "", "", "", nil
 }
 
 func replayHalfDestination(missing string) string {
@@ -197,26 +189,4 @@ func optionalName(names *nameBuf, slot int, v []byte) (string, bool) {
 		return "", false
 	}
 	return strings.TrimSpace(string(t)), true
-}
-
-// objectText is a JSON value's raw text, kept by a json.Unmarshaler for
-// small bodies read whole.
-type objectText struct{ raw []byte }
-
-func (o *objectText) UnmarshalJSON(b []byte) error {
-	o.raw = append(o.raw[:0], b...)
-	return nil
-}
-
-func (o *objectText) isObject() bool { return len(o.raw) > 0 && o.raw[0] == '{' }
-
-// decodeWhole decodes body (after a UTF-8 byte-order mark) as exactly one
-// JSON value into v.
-func decodeWhole(body []byte, v any) bool {
-	dec := json.NewDecoder(bytes.NewReader(bytes.TrimPrefix(body, []byte("\xef\xbb\xbf"))))
-	if dec.Decode(v) != nil {
-		return false
-	}
-	_, err := dec.Token()
-	return err == io.EOF
 }

@@ -41,7 +41,12 @@ func TestCheckConfigure(t *testing.T) {
 		{"empty queue name is legal", `{"queue":""}`, day, "", "", true},
 		{"not an object", `["queue"]`, day, "", "", false},
 		{"trailing data", `{"queue":"q"} {}`, day, "", "", false},
-		{"byte order mark", "\xef\xbb\xbf{\"queue\":\"q\"}", day, "q", "", true},
+		{"byte order mark", "\xef\xbb\xbf{\"queue\":\"q\"}", day, "", "", false},
+		{"NUL refused", `{"queue":"q\u0000"}`, day, "", "", false},
+		{"queue of 255 characters", `{"queue":"` + strings.Repeat("\u00e9", 255) + `"}`, day, strings.Repeat("\u00e9", 255), "", true},
+		{"queue over 255 characters", `{"queue":"` + strings.Repeat("q", 256) + `"}`, day, "", "", false},
+		{"namespace over 255 characters", `{"queue":"q","namespace":"` + strings.Repeat("n", 256) + `"}`, day, "", "", false},
+		{"last task counts", `{"queue":"q","task":"` + strings.Repeat("t", 256) + `","task":"t"}`, day, "q", "", true},
 		{"escaped queue", `{"queue":"a\u00e9"}`, day, "aé", "", true},
 		{"last queue wins", `{"queue":1,"queue":"b"}`, day, "b", "", true},
 
@@ -77,8 +82,8 @@ func TestCheckConfigure(t *testing.T) {
 			"retentionSeconds of 1s exceeds the plan's max_retention_seconds (0s)", true},
 	}
 	for _, c := range cases {
-		q, refusal, ok := CheckConfigure([]byte(c.body), retentionLimits(c.ceiling))
-		if q != c.queue || refusal != c.refusal || ok != c.ok {
+		q, refusal, err := CheckConfigure([]byte(c.body), retentionLimits(c.ceiling))
+		if ok := err == nil; q != c.queue || refusal != c.refusal || ok != c.ok {
 			t.Errorf("%s: got (%q, %q, %v), want (%q, %q, %v)", c.name, q, refusal, ok, c.queue, c.refusal, c.ok)
 		}
 	}
@@ -110,8 +115,8 @@ func TestParseReplayDestination(t *testing.T) {
 		{`{"queue":"a","partition":"b"} x`, "", "", "", false},
 	}
 	for _, c := range cases {
-		q, p, r, ok := ParseReplayDestination([]byte(c.body))
-		if q != c.q || p != c.p || r != c.refu || ok != c.ok {
+		q, p, r, err := ParseReplayDestination([]byte(c.body))
+		if ok := err == nil; q != c.q || p != c.p || r != c.refu || ok != c.ok {
 			t.Errorf("%q: got (%q, %q, %q, %v), want (%q, %q, %q, %v)", c.body, q, p, r, ok, c.q, c.p, c.refu, c.ok)
 		}
 	}
@@ -244,21 +249,29 @@ func FuzzConfigure(f *testing.F) {
 			ceiling = -1
 		}
 		orig := bytes.Clone(body)
-		q, r, ok := CheckConfigure(body, retentionLimits(Cap(ceiling)))
-		mq, mr, mok := modelConfigure(body, ceiling)
-		if q != mq || r != mr || ok != mok {
-			t.Fatalf("configure (%q, %q, %v), model (%q, %q, %v)", q, r, ok, mq, mr, mok)
-		}
-		if wire.CheckStored(body) == nil {
-			err := ConfigureNamesError(body)
-			if want := modelConfigureNamesTooLong(body); (err != nil) != want {
-				t.Fatalf("configure names: %v, model too long=%v", err, want)
+		checkErr := wire.CheckStored(body)
+		q, r, err := CheckConfigure(body, retentionLimits(Cap(ceiling)))
+		switch {
+		case checkErr != nil:
+			if err != checkErr && err.Error() != checkErr.Error() {
+				t.Fatalf("configure of a body the grammar refuses: %v, want %v", err, checkErr)
+			}
+		default:
+			mq, mr, mok := modelConfigure(body, ceiling)
+			if mok && modelConfigureNamesTooLong(body) {
+				mq, mr, mok = "", "", false
+			}
+			if q != mq || r != mr || (err == nil) != mok {
+				t.Fatalf("configure (%q, %q, %v), model (%q, %q, %v)", q, r, err, mq, mr, mok)
 			}
 		}
-		a, b, c, d := ParseReplayDestination(body)
-		ma, mb, mc, md := modelReplay(body)
-		if a != ma || b != mb || c != mc || d != md {
-			t.Fatalf("replay (%q, %q, %q, %v), model (%q, %q, %q, %v)", a, b, c, d, ma, mb, mc, md)
+		a, b, c, err := ParseReplayDestination(body)
+		ma, mb, mc, mok := modelReplay(body)
+		if checkErr != nil && len(bytes.TrimSpace(body)) > 0 {
+			ma, mb, mc, mok = "", "", "", false
+		}
+		if a != ma || b != mb || c != mc || (err == nil) != mok {
+			t.Fatalf("replay (%q, %q, %q, %v), model (%q, %q, %q, %v)", a, b, c, err, ma, mb, mc, mok)
 		}
 		if !bytes.Equal(body, orig) {
 			t.Fatal("the body was modified")

@@ -2,8 +2,6 @@ package limits
 
 import (
 	"bytes"
-	"encoding/json"
-	"unicode/utf8"
 
 	"github.com/queengate/queengate/wire"
 )
@@ -14,30 +12,20 @@ var defaultPartition = []byte(DefaultPartition)
 // they carry JSON escapes; names without escapes are used in place.
 type nameBuf struct{ buf [2][]byte }
 
-// text returns the text of the raw JSON value v when it is a string.
+// text returns the text of the raw JSON value v when it is a string. v is
+// text a grammar of package wire accepted, so a string without an escape
+// is its own text, used in place.
 func (n *nameBuf) text(slot int, v []byte) ([]byte, bool) {
 	if len(v) < 2 || v[0] != '"' {
 		return nil, false
 	}
-	// Names are used in place unless they hold escapes or invalid UTF-8,
-	// which encoding/json turns into U+FFFD like the rest of the body's text.
 	inner := v[1 : len(v)-1]
-	if plainASCII(inner) || bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+	if bytes.IndexByte(inner, '\\') < 0 {
 		return inner, true
 	}
-	// The configure and replay readers take bodies no grammar has checked
-	// (their caller has, with wire.CheckStored): for those, text that is
-	// not UTF-8 reads as encoding/json reads it, with U+FFFD in its place.
-	if t, ok := wire.Unquote(inner, n.buf[slot][:0]); ok {
-		n.buf[slot] = t
-		return t, true
-	}
-	var s string
-	if err := json.Unmarshal(v, &s); err != nil {
-		return nil, false
-	}
-	n.buf[slot] = append(n.buf[slot][:0], s...)
-	return n.buf[slot], true
+	t, ok := wire.Unquote(inner, n.buf[slot][:0])
+	n.buf[slot] = t
+	return t, ok
 }
 
 // partition returns the partition named by the raw value v: "Default" when

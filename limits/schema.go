@@ -62,7 +62,7 @@ func traceIDStorable(v []byte) bool {
 	if len(s) > len(`"{01234567-89ab-cdef-0123-456789abcdef}"`)*6 {
 		return false // longer than any escaped form of a uuid
 	}
-	if !plainASCII(s) {
+	if bytes.IndexByte(s, '\\') >= 0 {
 		// A uuid written with escapes: decode it into buf, which holds
 		// any text this short (unescaping never lengthens), so nothing is
 		// allocated.
@@ -74,16 +74,6 @@ func traceIDStorable(v []byte) bool {
 		s = d
 	}
 	return len(s) == 0 || uuidText(s)
-}
-
-// plainASCII reports whether s holds no escape and only ASCII.
-func plainASCII(s []byte) bool {
-	for _, c := range s {
-		if c == '\\' || c >= utf8.RuneSelf {
-			return false
-		}
-	}
-	return true
 }
 
 // uuidText reports whether s is text PostgreSQL's uuid input accepts: 32
@@ -126,28 +116,6 @@ func canonicalUUID(s []byte) bool {
 		wire.HexWord(uint64(le.Uint32(s[9:13]))|uint64(le.Uint32(s[14:18]))<<32) &&
 		wire.HexWord(uint64(le.Uint32(s[19:23]))|uint64(le.Uint32(s[24:28]))<<32) &&
 		wire.HexWord(le.Uint64(s[28:36]))
-}
-
-// ConfigureNamesError refuses a POST /api/v1/configure body (already
-// checked JSON) whose top-level queue, namespace or task is a string longer
-// than MaxNameChars characters: queues.name, queues.namespace and
-// queues.task are varchar(255), and the broker answers such a body with its
-// database's error after trying the insert.
-func ConfigureNamesError(body []byte) error {
-	i := wire.SkipSpace(body, 0)
-	if i >= len(body) || body[i] != '{' {
-		return nil
-	}
-	var v [3][]byte
-	fields := []string{"queue", "namespace", "task"}
-	wire.MemberValues(body, i, fields, v[:])
-	for k, raw := range v {
-		if len(raw) > 0 && raw[0] == '"' && rawStringTooLong(raw) {
-			return &BodyError{fields[k] + " is longer than " + strconv.Itoa(MaxNameChars) +
-				" characters, more than the broker can store"}
-		}
-	}
-	return nil
 }
 
 // AckNamesError refuses a POST /api/v1/ack or /api/v1/ack/batch body whose
