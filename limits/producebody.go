@@ -226,23 +226,14 @@ func (n *nameBuf) addOperation(b *ProduceBatch, body []byte, at, opIndex int) (i
 	var v [3][]byte
 	end := wire.MemberValues(body, at, []string{"type", "items", "queue"}, v[:])
 	typ, items, queue := v[0], v[1], v[2]
-	if t, isString := n.text(0, typ); isString && string(t) == "ack" {
+	if n.isAck(typ) {
 		return end, nil
 	}
 	if n.isPositionsType(typ) {
 		return end, positionsOperationError(opIndex)
 	}
 	if len(items) > 0 && items[0] == '[' {
-		var err error
-		wire.Elements(items, 0, func(at int) int {
-			if err != nil {
-				return wire.ValueEnd(items, at)
-			}
-			var e int
-			e, err = n.addPushItem(b, items, at, itemRef{op: opIndex, item: b.Items})
-			return e
-		})
-		return end, err
+		return end, n.addItems(b, items, opIndex)
 	}
 	if queue == nil {
 		return end, nil
@@ -265,6 +256,21 @@ func (n *nameBuf) addPushItem(b *ProduceBatch, body []byte, at int, ref itemRef)
 // pushItemFields are the members of a push item the gateway reads, in the
 // order of pushFields.
 var pushItemFields = [...]string{"queue", "partition", "transactionId", "payload", "traceId"}
+
+// addItems counts the checked array items of operation op's push items,
+// stopping at the first refused.
+func (n *nameBuf) addItems(b *ProduceBatch, items []byte, op int) error {
+	var err error
+	wire.Elements(items, 0, func(at int) int {
+		if err != nil {
+			return wire.ValueEnd(items, at)
+		}
+		var e int
+		e, err = n.addPushItem(b, items, at, itemRef{op: op, item: b.Items})
+		return e
+	})
+	return err
+}
 
 // The bits of countPushItem's plain.
 const (

@@ -409,16 +409,7 @@ func (n *nameBuf) settleOperation(b *ProduceBatch, end, op int, typ, items []byt
 		return -1 // refused by the reference reader
 	}
 	if len(items) > 0 && items[0] == '[' {
-		var err error
-		wire.Elements(items, 0, func(at int) int {
-			if err != nil {
-				return wire.ValueEnd(items, at)
-			}
-			var e int
-			e, err = n.addPushItem(b, items, at, itemRef{op: op, item: b.Items})
-			return e
-		})
-		if err != nil {
+		if n.addItems(b, items, op) != nil {
 			return -1
 		}
 		return end
