@@ -91,8 +91,10 @@
 //     (the one-pass readers that only accept; anything they are unsure of
 //     goes to the reference reading); a transaction's cursor writes:
 //     limits/txnpositions.go;
-//   - configure and DLQ replay: limits/configure.go; the lengths of stored
-//     names in configure and ack bodies: limits/schema.go;
+//   - configure and DLQ replay: limits/configure.go, which checks the body
+//     and reads its top level once, names' lengths included; the lengths
+//     of stored names in ack bodies, and the schema's other column rules:
+//     limits/schema.go;
 //   - KV batches: tenancy/batch.go; the probe's reserved names in any body:
 //     tenancy/reservedname.go;
 //   - which check a body gets, and the order of refusals:

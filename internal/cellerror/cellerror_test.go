@@ -5,8 +5,9 @@ import (
 	"testing"
 )
 
-// Answers recorded from Queen 0.15.1 (testdata/broker, C65 and C104) and
-// the one issue 14 reports, which must be replaced.
+// Answers recorded from Queen 0.15.1 (testdata/broker, C65 and C104), and
+// others of the same kinds (a connection refused, a deadlock, an allocation
+// failure, SQL text) that must be replaced.
 var exposing = []string{
 	`{"error":"ERROR:  invalid input syntax for type uuid: \"p1\"\nCONTEXT:  PL/pgSQL function queen.ack_messages_v2(jsonb) line 14 at FOR over SELECT rows\n","success":false}`,
 	`{"error":"ERROR:  invalid input syntax for type uuid: \"p1\"\nCONTEXT:  unnamed portal parameter $1 = '...'\n","success":false}`,
