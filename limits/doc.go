@@ -1,7 +1,7 @@
 // Package limits decides what a cluster may do against its plan, request by
 // request. It does not import Caddy. The bodies it judges pass package
 // wire's grammar first and are walked with wire's walkers; only the
-// one-pass produce readers (producefast.go, producesdk.go) still look at
+// one-pass produce reader (producefast.go) still looks at
 // member names and short strings byte by byte, for speed.
 //
 //   - Effective limits: a plan's columns with the cluster's limit_overrides
@@ -18,7 +18,7 @@
 //   - The storage quota and the push block it and the message quota raise
 //     (storage.go, pushblock.go); the KV carve-out's bounds (carveout.go).
 //   - What a produce, configure or replay body asks for (producebody.go,
-//     producefast.go, producesdk.go, txnpositions.go, configure.go) and the
+//     producefast.go, txnpositions.go, configure.go) and the
 //     broker's column rules for what it stores (schema.go): the items,
 //     queues and partitions the decisions above need, or a refusal when the
 //     body is one the broker would store otherwise than the gateway counts.

@@ -1,9 +1,6 @@
 package limits
 
 import (
-	"encoding/binary"
-	"math/bits"
-
 	"github.com/queengate/queengate/wire"
 )
 
@@ -197,10 +194,7 @@ func (n *nameBuf) fastItems(b *ProduceBatch, body []byte, i, depth, op int) int 
 		}
 		var v pushFields
 		var plain uint8
-		end := sdkItem(body, i, depth, &v, &plain) // the item as the SDKs write it
-		if end < 0 {
-			end = fastFields(body, i, depth, &v, &plain)
-		}
+		end := fastFields(body, i, depth, &v, &plain)
 		if end < 0 || n.countPushItem(b, &v, plain, itemRef{op: op, item: b.Items}) != nil {
 			return -1
 		}
@@ -244,7 +238,7 @@ func fastFields(body []byte, i, depth int, v *pushFields, plain *uint8) int {
 			} else if uuid = f == 4 && quotedCanonicalUUID(body, at); uuid {
 				// The traceId: a canonical uuid, which the broker stores too.
 				end, escaped = at+quotedUUIDLen, false
-			} else if e := shortPlainString(body, at); e > 0 {
+			} else if e := wire.ShortPlainEnd(body, at); e > 0 {
 				end, escaped = e, false
 			} else {
 				end, escaped = wire.SkipValidString(body, at, true)
@@ -438,25 +432,4 @@ const quotedUUIDLen = 38
 func quotedCanonicalUUID(body []byte, at int) bool {
 	return len(body)-at >= quotedUUIDLen && body[at+quotedUUIDLen-1] == '"' &&
 		canonicalUUID(body[at+1:at+quotedUUIDLen-1])
-}
-
-// shortPlainString is the index just past the string whose opening quote
-// is at body[at] when it ends within its first sixteen bytes and none of
-// them needs a look (a queue or a partition as the SDKs name them), else
-// 0; it is written to be inlined where a call would cost more than the
-// look.
-func shortPlainString(body []byte, at int) int {
-	if len(body)-at < 17 {
-		return 0
-	}
-	k := at + 1
-	m := wire.SpecialBytes(binary.LittleEndian.Uint64(body[k : k+8]))
-	if m == 0 {
-		k += 8
-		m = wire.SpecialBytes(binary.LittleEndian.Uint64(body[k : k+8]))
-	}
-	if k += bits.TrailingZeros64(m) >> 3; m != 0 && body[k] == '"' {
-		return k + 1
-	}
-	return 0
 }

@@ -87,9 +87,9 @@
 // decides on it):
 //
 //   - push and transaction: limits/producebody.go (the reference reading,
-//     one item at a time), limits/producefast.go and limits/producesdk.go
-//     (the one-pass readers that only accept; anything they are unsure of
-//     goes to the reference reading); a transaction's cursor writes:
+//     one item at a time), limits/producefast.go (the one-pass reader
+//     that only accepts; anything it is unsure of goes to the reference
+//     reading); a transaction's cursor writes:
 //     limits/txnpositions.go;
 //   - configure and DLQ replay: limits/configure.go, which checks the body
 //     and reads its top level once, names' lengths included; the lengths

@@ -5,6 +5,8 @@ package wire
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math/bits"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -169,4 +171,25 @@ func UnescapedIs(raw []byte, word string) bool {
 	var buf [64]byte
 	d, ok := Unquote(raw, buf[:0])
 	return ok && string(d) == word
+}
+
+// ShortPlainEnd is the index just past the string whose opening quote is
+// at b[at] when it ends within its first sixteen bytes and none of them
+// needs a look (a queue or a partition as the SDKs name them), else 0. It
+// is small enough to be inlined where a call would cost more than the
+// look.
+func ShortPlainEnd(b []byte, at int) int {
+	if len(b)-at < 17 {
+		return 0
+	}
+	k := at + 1
+	m := SpecialBytes(binary.LittleEndian.Uint64(b[k : k+8]))
+	if m == 0 {
+		k += 8
+		m = SpecialBytes(binary.LittleEndian.Uint64(b[k : k+8]))
+	}
+	if k += bits.TrailingZeros64(m) >> 3; m != 0 && b[k] == '"' {
+		return k + 1
+	}
+	return 0
 }
