@@ -6,8 +6,10 @@
 // its body with its own error envelope.
 //
 // The test is deliberately narrow, so that no normal answer is ever
-// replaced: only the top-level "error" field of a JSON object is read
-// (never message payloads, never per-item errors inside arrays), and only
+// replaced: only the top-level "error" member of a JSON object is read, by
+// package wire's grammar and its rules of answers (the name exactly, the
+// last of a repeated one), never message payloads or per-item errors
+// inside arrays; and only
 // text with the marks of database or runtime internals counts. The
 // broker's own validation messages ("queue is required", "Invalid JSON:
 // [json.exception.parse_error.101] ...", "Message not found") are kept:
@@ -18,6 +20,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strings"
+
+	"github.com/queengate/queengate/wire"
 )
 
 // InternalDetail reports whether body is an error answer whose error text
@@ -33,19 +37,29 @@ func InternalDetail(body []byte) (detail string, exposes bool) {
 	if !escaped && !mayLookInternal(body) {
 		return "", false // an error field, but no mark of internals anywhere
 	}
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(body, &top); err != nil {
+	// Read by the broker's grammar, as every answer is: the broker writes
+	// its answers in it, and text it refuses carries nothing a client sent
+	// (the gateway refuses such bodies before the cell).
+	if wire.Check(body) != nil {
 		return "", false
 	}
-	raw := top["error"]
+	i := wire.SkipSpace(body, 0)
+	if body[i] != '{' {
+		return "", false
+	}
+	var v [1][]byte
+	wire.MemberValues(body, i, []string{"error"}, v[:])
+	raw := v[0]
 	if len(raw) == 0 {
 		return "", false
 	}
 	msg := string(raw)
 	if raw[0] == '"' {
-		if err := json.Unmarshal(raw, &msg); err != nil {
+		text, ok := wire.Unquote(raw[1:len(raw)-1], nil)
+		if !ok {
 			return "", false
 		}
+		msg = string(text)
 	}
 	return msg, LooksInternal(msg)
 }

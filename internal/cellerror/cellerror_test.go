@@ -3,6 +3,8 @@ package cellerror
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/queengate/queengate/wire"
 )
 
 // Answers recorded from Queen 0.15.1 (testdata/broker, C65 and C104), and
@@ -83,10 +85,12 @@ func FuzzInternalDetail(f *testing.F) {
 	})
 }
 
-// slowInternal is InternalDetail without its shortcuts: always parse.
+// slowInternal is InternalDetail without its shortcuts: always parse what
+// the broker's grammar accepts (encoding/json with a map, which matches
+// names exactly and keeps the last of a repeated one, as wire does).
 func slowInternal(body []byte) bool {
 	var top map[string]json.RawMessage
-	if json.Unmarshal(body, &top) != nil || len(top["error"]) == 0 {
+	if wire.Check(body) != nil || json.Unmarshal(body, &top) != nil || len(top["error"]) == 0 {
 		return false
 	}
 	raw := top["error"]
