@@ -9,9 +9,8 @@
 // replaced: only the top-level "error" member of a JSON object is read, by
 // package wire's grammar and its rules of answers (the name exactly, the
 // last of a repeated one), never message payloads or per-item errors
-// inside arrays; and only
-// text with the marks of database or runtime internals counts. The
-// broker's own validation messages ("queue is required", "Invalid JSON:
+// inside arrays; and only text with the marks of database or runtime
+// internals counts. The broker's own validation messages ("queue is required", "Invalid JSON:
 // [json.exception.parse_error.101] ...", "Message not found") are kept:
 // they tell the client what was wrong.
 package cellerror
