@@ -2,7 +2,6 @@ package limits
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/queengate/queengate/internal/cellclient"
+	"github.com/queengate/queengate/wire"
 )
 
 // ClusterRef is one cluster as the inventory reconciler sees it: where its
@@ -79,49 +79,52 @@ func ReadInventory(ctx context.Context, client *http.Client, c ClusterRef) (Inve
 
 // parseInventory reads a queue listing:
 // {"queues":[{"name":..., "partitions":..., "retainedBytes":...}, ...],
-// "kvBytes"?:..., "timerBytes"?:...}.
+// "kvBytes"?:..., "timerBytes"?:...}, by package wire's grammar and its
+// rules of answers: names exactly, the last of a repeated member.
 func parseInventory(clusterID string, body []byte) (Inventory, error) {
-	var top struct {
-		Queues     json.RawMessage `json:"queues"`
-		KVBytes    json.RawMessage `json:"kvBytes"`
-		TimerBytes json.RawMessage `json:"timerBytes"`
-		Error      json.RawMessage `json:"error"`
+	if err := wire.Check(body); err != nil {
+		return Inventory{}, fmt.Errorf("queue inventory: %w", err)
 	}
-	if err := json.Unmarshal(body, &top); err != nil {
-		return Inventory{}, fmt.Errorf("queue inventory: not a JSON object: %w", err)
+	i := wire.SkipSpace(body, 0)
+	if body[i] != '{' {
+		return Inventory{}, errors.New("queue inventory: not a JSON object")
 	}
-	if len(top.Queues) == 0 || top.Queues[0] != '[' {
-		if msg, ok := jsonString(top.Error); ok {
+	var top [4][]byte // queues, kvBytes, timerBytes, error
+	wire.MemberValues(body, i, []string{"queues", "kvBytes", "timerBytes", "error"}, top[:])
+	queues := top[0]
+	if len(queues) == 0 || queues[0] != '[' {
+		if msg, ok := jsonString(top[3]); ok {
 			return Inventory{}, fmt.Errorf("queue inventory: broker error %q", msg)
 		}
 		return Inventory{}, errors.New("queue inventory: the answer has no queues array")
 	}
-	var elems []json.RawMessage
-	if err := json.Unmarshal(top.Queues, &elems); err != nil {
-		return Inventory{}, fmt.Errorf("queue inventory: %w", err)
-	}
-	inv := Inventory{Queues: make([]QueueRow, 0, len(elems))}
-	for _, raw := range elems {
-		var q struct {
-			Name          json.RawMessage `json:"name"`
-			Partitions    json.RawMessage `json:"partitions"`
-			RetainedBytes json.RawMessage `json:"retainedBytes"`
+	var inv Inventory
+	queueMembers := []string{"name", "partitions", "retainedBytes"}
+	for it := wire.Array(queues); ; {
+		raw, more := it.Next()
+		if !more {
+			break
 		}
-		if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &q) != nil {
+		if raw[0] != '{' {
 			continue
 		}
-		name, ok := jsonString(q.Name)
+		var q [3][]byte
+		wire.MemberValues(raw, 0, queueMembers, q[:])
+		name, ok := jsonString(q[0])
 		if !ok {
 			continue
 		}
-		parts, _ := jsonInt(q.Partitions)
+		parts, _ := jsonInt(q[1])
 		inv.Queues = append(inv.Queues, QueueRow{ClusterID: clusterID, Name: name, Partitions: int(min(max(parts, 0), math.MaxInt32))})
-		if n, ok := jsonInt(q.RetainedBytes); ok && n >= 0 {
+		if n, ok := jsonInt(q[2]); ok && n >= 0 {
 			inv.RetainedBytes = satAdd(inv.RetainedBytes, n)
 			inv.Supported = true
 		}
 	}
-	for _, raw := range []json.RawMessage{top.KVBytes, top.TimerBytes} {
+	if inv.Queues == nil {
+		inv.Queues = []QueueRow{}
+	}
+	for _, raw := range top[1:3] {
 		if n, ok := jsonInt(raw); ok {
 			inv.Supported = true
 			if n > 0 {
@@ -132,16 +135,17 @@ func parseInventory(clusterID string, body []byte) (Inventory, error) {
 	return inv, nil
 }
 
-func jsonString(raw json.RawMessage) (string, bool) {
+// jsonString is the text of the raw JSON value raw when it is a string.
+func jsonString(raw []byte) (string, bool) {
 	if len(raw) == 0 || raw[0] != '"' {
 		return "", false
 	}
-	var s string
-	return s, json.Unmarshal(raw, &s) == nil
+	text, ok := wire.Unquote(raw[1:len(raw)-1], nil)
+	return string(text), ok
 }
 
 // jsonInt reads an integer JSON number.
-func jsonInt(raw json.RawMessage) (int64, bool) {
+func jsonInt(raw []byte) (int64, bool) {
 	n, err := strconv.ParseInt(string(raw), 10, 64)
 	return n, err == nil
 }

@@ -7,17 +7,22 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/queengate/queengate/internal/fakebroker"
+	"github.com/queengate/queengate/wire"
 )
 
 const (
@@ -320,4 +325,92 @@ func TestReadInventoryRustBroker(t *testing.T) {
 	if err != nil || inv.Supported || len(inv.Queues) != 0 {
 		t.Fatalf("empty tenant: %+v %v", inv, err)
 	}
+}
+
+// FuzzParseInventory holds the queue listing's reader to a model written
+// with encoding/json over maps (names matched exactly, the last of a
+// repeated one kept, as the broker's answers are read), on every listing
+// the broker's grammar accepts; any other is an error.
+func FuzzParseInventory(f *testing.F) {
+	for _, s := range []string{
+		`{"queues":[{"name":"a","partitions":3,"retainedBytes":100},{"name":"b"}],"kvBytes":5,"timerBytes":null}`,
+		`{"queues":[{"name":"a\u00e9","name":"b","partitions":"2"},"junk",{"Name":"c"}],"Queues":[]}`,
+		`{"queues":{},"error":"relation \"queen.queues\" does not exist"}`,
+		`{"queues":[{"name":"d","partitions":9223372036854775807,"retainedBytes":9223372036854775807}],"kvBytes":-3}`,
+		`[1]`,
+		"{\"queues\":[{\"name\":\"\xff\"}]}",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		inv, err := parseInventory("c", body)
+		if wire.Check(body) != nil {
+			if err == nil {
+				t.Fatalf("%q: read a listing the grammar refuses", body)
+			}
+			return
+		}
+		want, ok := modelInventory(body)
+		if (err == nil) != ok {
+			t.Fatalf("%q: error %v, model ok %v", body, err, ok)
+		}
+		if err == nil && !reflect.DeepEqual(inv, want) {
+			t.Fatalf("%q: read %+v, model %+v", body, inv, want)
+		}
+	})
+}
+
+// modelInventory is parseInventory written with encoding/json.
+func modelInventory(body []byte) (Inventory, bool) {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil || top == nil {
+		return Inventory{}, false
+	}
+	str := func(raw json.RawMessage) (string, bool) {
+		var s string
+		return s, len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &s) == nil
+	}
+	integer := func(raw json.RawMessage) (int64, bool) {
+		n, err := strconv.ParseInt(string(raw), 10, 64)
+		return n, err == nil
+	}
+	var elems []json.RawMessage
+	if json.Unmarshal(top["queues"], &elems) != nil || len(top["queues"]) == 0 || top["queues"][0] != '[' {
+		return Inventory{}, false
+	}
+	inv := Inventory{Queues: []QueueRow{}}
+	for _, raw := range elems {
+		var q map[string]json.RawMessage
+		if raw[0] != '{' || json.Unmarshal(raw, &q) != nil {
+			continue
+		}
+		name, ok := str(q["name"])
+		if !ok {
+			continue
+		}
+		parts, _ := integer(q["partitions"])
+		inv.Queues = append(inv.Queues, QueueRow{ClusterID: "c", Name: name, Partitions: int(min(max(parts, 0), math.MaxInt32))})
+		if n, ok := integer(q["retainedBytes"]); ok && n >= 0 {
+			inv.RetainedBytes = satAddModel(inv.RetainedBytes, n)
+			inv.Supported = true
+		}
+	}
+	for _, k := range []string{"kvBytes", "timerBytes"} {
+		if n, ok := integer(top[k]); ok {
+			inv.Supported = true
+			if n > 0 {
+				inv.RetainedBytes = satAddModel(inv.RetainedBytes, n)
+			}
+		}
+	}
+	return inv, true
+}
+
+// satAddModel adds non-negative b to non-negative a in big numbers,
+// capped at math.MaxInt64.
+func satAddModel(a, b int64) int64 {
+	if s := new(big.Int).Add(big.NewInt(a), big.NewInt(b)); s.IsInt64() {
+		return s.Int64()
+	}
+	return math.MaxInt64
 }
