@@ -93,7 +93,7 @@ func parseInventory(clusterID string, body []byte) (Inventory, error) {
 	wire.MemberValues(body, i, []string{"queues", "kvBytes", "timerBytes", "error"}, top[:])
 	queues := top[0]
 	if len(queues) == 0 || queues[0] != '[' {
-		if msg, ok := jsonString(top[3]); ok {
+		if msg, ok := wire.StringValue(top[3]); ok {
 			return Inventory{}, fmt.Errorf("queue inventory: broker error %q", msg)
 		}
 		return Inventory{}, errors.New("queue inventory: the answer has no queues array")
@@ -110,7 +110,7 @@ func parseInventory(clusterID string, body []byte) (Inventory, error) {
 		}
 		var q [3][]byte
 		wire.MemberValues(raw, 0, queueMembers, q[:])
-		name, ok := jsonString(q[0])
+		name, ok := wire.StringValue(q[0])
 		if !ok {
 			continue
 		}
@@ -133,15 +133,6 @@ func parseInventory(clusterID string, body []byte) (Inventory, error) {
 		}
 	}
 	return inv, nil
-}
-
-// jsonString is the text of the raw JSON value raw when it is a string.
-func jsonString(raw []byte) (string, bool) {
-	if len(raw) == 0 || raw[0] != '"' {
-		return "", false
-	}
-	text, ok := wire.Unquote(raw[1:len(raw)-1], nil)
-	return string(text), ok
 }
 
 // jsonInt reads an integer JSON number.

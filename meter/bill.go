@@ -21,32 +21,6 @@ const MaxBilledBody = 64 << 20
 // is2xx reports a successful upstream status.
 func is2xx(status int) bool { return status >= 200 && status <= 299 }
 
-// topMembers reads the named top-level members of an answer, by the rules
-// of answers (doc.go): the body must pass wire.Check and be an object;
-// vals[k] is then the raw text of the last member named exactly names[k]
-// (nil when absent), and ok is true.
-func topMembers(body []byte, names []string, vals [][]byte) bool {
-	if wire.Check(body) != nil {
-		return false
-	}
-	i := wire.SkipSpace(body, 0)
-	if body[i] != '{' {
-		return false
-	}
-	wire.MemberValues(body, i, names, vals)
-	return true
-}
-
-// stringValue is the text of a JSON string value's raw text v (quotes
-// included), decoded; ok false for any other value.
-func stringValue(v []byte) (string, bool) {
-	if len(v) < 2 || v[0] != '"' {
-		return "", false
-	}
-	text, ok := wire.Unquote(v[1:len(v)-1], nil)
-	return string(text), ok
-}
-
 // PushOutcome is what a push response says about its items.
 type PushOutcome struct {
 	Items    int64 // elements in the response array
@@ -84,7 +58,7 @@ func BillEphemeralPush(status int, body []byte) int64 {
 		return 0
 	}
 	var pushed [1][]byte
-	if !topMembers(body, []string{"pushed"}, pushed[:]) {
+	if !wire.TopMembers(body, []string{"pushed"}, pushed[:]) {
 		return 0
 	}
 	n, err := strconv.ParseInt(string(pushed[0]), 10, 64)
@@ -161,7 +135,7 @@ func BillCycle(status int, body []byte, groups []CycleGroup) int64 {
 		return 0
 	}
 	var top [2][]byte
-	if !topMembers(body, []string{"success", "push_results"}, top[:]) || string(top[0]) != "true" {
+	if !wire.TopMembers(body, []string{"success", "push_results"}, top[:]) || string(top[0]) != "true" {
 		return 0
 	}
 	type qp struct{ queue, partition string }
@@ -179,16 +153,16 @@ func BillCycle(status int, body []byte, groups []CycleGroup) int64 {
 		}
 		res = [4][]byte{}
 		wire.MemberValues(results, at, []string{"status", "queue", "queueName", "partition"}, res[:])
-		if status, _ := stringValue(res[0]); status != "queued" && status != "buffered" {
+		if status, _ := wire.StringValue(res[0]); status != "queued" && status != "buffered" {
 			return end
 		}
-		queue, ok := stringValue(res[1])
+		queue, ok := wire.StringValue(res[1])
 		if !ok {
-			if queue, ok = stringValue(res[2]); !ok {
+			if queue, ok = wire.StringValue(res[2]); !ok {
 				return end
 			}
 		}
-		if partition, ok := stringValue(res[3]); ok {
+		if partition, ok := wire.StringValue(res[3]); ok {
 			named[qp{queue, partition}] = true
 		} else {
 			anonymous[queue]++
@@ -228,7 +202,7 @@ func BillReplay(status int, body []byte) (stored, readable bool) {
 		return false, true
 	}
 	var top [2][]byte
-	if !topMembers(body, []string{"success", "result"}, top[:]) {
+	if !wire.TopMembers(body, []string{"success", "result"}, top[:]) {
 		return false, false
 	}
 	if string(top[0]) != "true" {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/queengate/queengate/internal/cellclient"
+	"github.com/queengate/queengate/wire"
 )
 
 // GrantKind is a feature grant a tenancy broker (Queen's Rust brokers with
@@ -143,15 +144,19 @@ func VerifyGrants(ctx context.Context, cell cellclient.Client, tenant string, ki
 }
 
 // isFeatureGated reports a broker's feature_gated refusal: the code in
-// "error" or "reason" (the KV envelope) or "code" (the raft-storage one).
+// "error" or "reason" (the KV envelope) or "code" (the raft-storage one),
+// read by the rules of answers (names exactly).
 func isFeatureGated(raw []byte) bool {
-	var ans struct {
-		Error, Reason, Code string
-	}
-	if json.Unmarshal(raw, &ans) != nil {
+	var v [3][]byte
+	if !wire.TopMembers(raw, []string{"error", "reason", "code"}, v[:]) {
 		return false
 	}
-	return ans.Error == "feature_gated" || ans.Reason == "feature_gated" || ans.Code == "feature_gated"
+	for _, m := range v {
+		if s, ok := wire.StringValue(m); ok && s == "feature_gated" {
+			return true
+		}
+	}
+	return false
 }
 
 // snippet is at most 200 bytes of an answer, for an error message.

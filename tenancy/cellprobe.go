@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/queengate/queengate/internal/cellclient"
+	"github.com/queengate/queengate/wire"
 )
 
 // TenantScoping is what a cell's broker does with x-queen-tenant, as the
@@ -141,30 +142,25 @@ type cellProbe struct {
 var errProbeQueueChanged = errors.New("the probe queue changed between the probe's reads (deleted or recreated by someone else?); not deciding")
 
 func (p *cellProbe) run(ctx context.Context) (TenantScoping, error) {
-	var configured struct {
-		Configured bool   `json:"configured"`
-		Error      string `json:"error"`
-		Queue      string `json:"queue"`
-		QueueID    string `json:"queueId"`
-		Namespace  string `json:"namespace"`
-		Task       string `json:"task"`
-	}
 	body, err := json.Marshal(map[string]any{"queue": p.queue, "namespace": p.namespace, "task": p.task,
 		"options": map[string]any{"leaseTime": 30}})
 	if err != nil {
 		return ScopingUnknown, err
 	}
-	if err := p.call(ctx, http.MethodPost, "/api/v1/configure", p.writer, string(body), &configured); err != nil {
+	var configured probeAnswer
+	if err := p.call(ctx, http.MethodPost, "/api/v1/configure", p.writer, string(body), &configured,
+		"configured", "error", "queue", "queueId", "namespace", "task"); err != nil {
 		return ScopingUnknown, fmt.Errorf("configure the probe queue: %w", err)
 	}
-	if !configured.Configured {
-		return ScopingUnknown, fmt.Errorf("configure the probe queue: the broker answered %q", configured.Error)
+	if !configured.flag("configured") {
+		return ScopingUnknown, fmt.Errorf("configure the probe queue: the broker answered %q", configured.text("error"))
 	}
-	if configured.Queue != p.queue || configured.Namespace != p.namespace || configured.Task != p.task || configured.QueueID == "" {
+	queue, namespace, task, queueID := configured.text("queue"), configured.text("namespace"), configured.text("task"), configured.text("queueId")
+	if queue != p.queue || namespace != p.namespace || task != p.task || queueID == "" {
 		return ScopingUnknown, fmt.Errorf("configure the probe queue: the broker confirmed another queue (%q, namespace %q, task %q, id %q)",
-			configured.Queue, configured.Namespace, configured.Task, configured.QueueID)
+			queue, namespace, task, queueID)
 	}
-	p.queueID = configured.QueueID
+	p.queueID = queueID
 
 	if seen, err := p.read(ctx, p.writer); err != nil {
 		return ScopingUnknown, err
@@ -203,56 +199,51 @@ type probeReading struct {
 // Rust brokers (the only ones that scope by tenant) with HTTP 404 and the
 // same body. Both are "absent"; any other non-2xx answer decides nothing.
 func (p *cellProbe) read(ctx context.Context, tenant string) (probeReading, error) {
-	var detail struct {
-		ID        string `json:"id"`
-		Name      string `json:"name"`
-		Namespace string `json:"namespace"`
-		Task      string `json:"task"`
-		Error     string `json:"error"`
-	}
-	status, err := p.callStatus(ctx, http.MethodGet, "/api/v1/resources/queues/"+p.queue, tenant, "", &detail, http.StatusNotFound)
+	var detail probeAnswer
+	status, err := p.callStatus(ctx, http.MethodGet, "/api/v1/resources/queues/"+p.queue, tenant, "", &detail, http.StatusNotFound,
+		"id", "name", "namespace", "task", "error")
 	if err != nil {
 		return probeReading{}, fmt.Errorf("read the probe queue: %w", err)
 	}
+	id, name, errText := detail.text("id"), detail.text("name"), detail.text("error")
 	if status == http.StatusNotFound {
-		if detail.Name == "" && detail.ID == "" && detail.Error == "Queue not found" {
+		if name == "" && id == "" && errText == "Queue not found" {
 			return probeReading{}, nil
 		}
-		return probeReading{}, fmt.Errorf("read the probe queue: HTTP 404 with an unexpected answer (name %q, error %q)", detail.Name, detail.Error)
+		return probeReading{}, fmt.Errorf("read the probe queue: HTTP 404 with an unexpected answer (name %q, error %q)", name, errText)
 	}
 	switch {
-	case detail.Name == p.queue:
-		same := detail.ID == p.queueID && detail.Namespace == p.namespace && detail.Task == p.task
+	case name == p.queue:
+		same := id == p.queueID && detail.text("namespace") == p.namespace && detail.text("task") == p.task
 		return probeReading{exists: true, same: same}, nil
-	case detail.Name == "" && detail.Error == "Queue not found":
+	case name == "" && errText == "Queue not found":
 		return probeReading{}, nil
 	}
-	return probeReading{}, fmt.Errorf("read the probe queue: unexpected answer (name %q, error %q)", detail.Name, detail.Error)
+	return probeReading{}, fmt.Errorf("read the probe queue: unexpected answer (name %q, error %q)", name, errText)
 }
 
 func (p *cellProbe) removeQueue(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	var deleted struct {
-		Deleted bool `json:"deleted"`
-	}
-	if err := p.call(ctx, http.MethodDelete, "/api/v1/resources/queues/"+p.queue, p.writer, "", &deleted); err != nil {
+	var deleted probeAnswer
+	if err := p.call(ctx, http.MethodDelete, "/api/v1/resources/queues/"+p.queue, p.writer, "", &deleted, "deleted"); err != nil {
 		return fmt.Errorf("remove the probe queue %s: %w", p.queue, err)
 	}
-	if !deleted.Deleted {
+	if !deleted.flag("deleted") {
 		return fmt.Errorf("remove the probe queue %s: the broker did not delete it", p.queue)
 	}
 	return nil
 }
 
-func (p *cellProbe) call(ctx context.Context, method, path, tenant, body string, out any) error {
-	_, err := p.callStatus(ctx, method, path, tenant, body, out, 0)
+func (p *cellProbe) call(ctx context.Context, method, path, tenant, body string, out *probeAnswer, names ...string) error {
+	_, err := p.callStatus(ctx, method, path, tenant, body, out, 0, names...)
 	return err
 }
 
-// callStatus sends one probe request and decodes a 2xx answer, or an
-// answer of status also (0: none), into out, and returns the status.
-func (p *cellProbe) callStatus(ctx context.Context, method, path, tenant, body string, out any, also int) (int, error) {
+// callStatus sends one probe request and reads the named members of a 2xx
+// answer, or an answer of status also (0: none), into out, and returns the
+// status.
+func (p *cellProbe) callStatus(ctx context.Context, method, path, tenant, body string, out *probeAnswer, also int, names ...string) (int, error) {
 	a, err := cellclient.Client{HTTP: p.client, BaseURL: p.baseURL, Authorization: p.authorization}.
 		Do(ctx, cellclient.Request{Method: method, Path: path, Tenant: tenant, Body: []byte(body)})
 	if err != nil {
@@ -261,8 +252,45 @@ func (p *cellProbe) callStatus(ctx context.Context, method, path, tenant, body s
 	if !a.OK() && (also == 0 || a.Status != also) {
 		return a.Status, fmt.Errorf("HTTP %d: %s", a.Status, bytes.TrimSpace(a.Body[:min(len(a.Body), 200)]))
 	}
-	if err := json.Unmarshal(a.Body, out); err != nil {
-		return a.Status, fmt.Errorf("answer is not the JSON expected: %w", err)
+	if err := out.read(a.Body, names); err != nil {
+		return a.Status, err
 	}
 	return a.Status, nil
 }
+
+// probeAnswer is the top-level members of a cell's answer the probe reads,
+// by the rules of answers (names exactly, the last of a repeated one): a
+// string member as its text, a boolean as itself, absent or null as "" or
+// false.
+type probeAnswer struct {
+	texts map[string]string
+	flags map[string]bool
+}
+
+// read takes the members names of body; an answer that is not a JSON
+// object, or names one of them with a value of another kind, decides
+// nothing.
+func (a *probeAnswer) read(body []byte, names []string) error {
+	vals := make([][]byte, len(names))
+	if !wire.TopMembers(body, names, vals) {
+		return errors.New("the answer is not the JSON object expected")
+	}
+	a.texts, a.flags = map[string]string{}, map[string]bool{}
+	for k, v := range vals {
+		switch {
+		case v == nil || string(v) == "null":
+		case string(v) == "true" || string(v) == "false":
+			a.flags[names[k]] = string(v) == "true"
+		default:
+			text, ok := wire.StringValue(v)
+			if !ok {
+				return fmt.Errorf("the answer's %s is neither a string nor a boolean", names[k])
+			}
+			a.texts[names[k]] = text
+		}
+	}
+	return nil
+}
+
+func (a *probeAnswer) text(name string) string { return a.texts[name] }
+func (a *probeAnswer) flag(name string) bool   { return a.flags[name] }

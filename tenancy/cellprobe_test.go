@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/queengate/queengate/internal/fakebroker"
+	"github.com/queengate/queengate/wire"
 )
 
 func TestProbeTenantScoping(t *testing.T) {
@@ -336,4 +337,64 @@ func TestProbeNeedsTheWriterToSeeItsOwnQueueThroughout(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzProbeAnswer holds the probe's reading of a cell's answer to a model
+// written with encoding/json over a map (names exactly, the last of a
+// repeated one): on an answer the broker's grammar accepts, the same
+// texts and flags, or an error where the model finds a member of another
+// kind; on any other answer, an error.
+func FuzzProbeAnswer(f *testing.F) {
+	for _, s := range []string{
+		`{"configured":true,"queue":"q","queueId":"0190","namespace":"n","task":"t"}`,
+		`{"error":"Queue not found"}`, `{"name":"q","name":"r","id":null}`, `{"Name":"q"}`,
+		`{"deleted":"yes"}`, `{"name":7}`, `[]`, `{"name":"\u00e9\ud83d\ude00"}`, "{\"name\":\"\xff\"}",
+	} {
+		f.Add([]byte(s))
+	}
+	names := []string{"configured", "deleted", "error", "id", "name", "queue", "queueId"}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var a probeAnswer
+		err := a.read(body, names)
+		if wire.Check(body) != nil {
+			if err == nil {
+				t.Fatalf("%q: read an answer the grammar refuses", body)
+			}
+			return
+		}
+		var top map[string]json.RawMessage
+		if json.Unmarshal(body, &top) != nil || top == nil {
+			if err == nil {
+				t.Fatalf("%q: read an answer that is no object", body)
+			}
+			return
+		}
+		wantErr := false
+		for _, n := range names {
+			raw, present := top[n]
+			if !present || string(raw) == "null" {
+				if a.text(n) != "" || a.flag(n) {
+					t.Fatalf("%q: %s absent, read %q %v", body, n, a.text(n), a.flag(n))
+				}
+				continue
+			}
+			var b bool
+			var s string
+			switch {
+			case json.Unmarshal(raw, &b) == nil:
+				if err == nil && (a.flag(n) != b || a.text(n) != "") {
+					t.Fatalf("%q: %s is %v, read %v %q", body, n, b, a.flag(n), a.text(n))
+				}
+			case json.Unmarshal(raw, &s) == nil:
+				if err == nil && (a.text(n) != s || a.flag(n)) {
+					t.Fatalf("%q: %s is %q, read %q %v", body, n, s, a.text(n), a.flag(n))
+				}
+			default:
+				wantErr = true
+			}
+		}
+		if (err != nil) != wantErr {
+			t.Fatalf("%q: error %v, model finds a member of another kind: %v", body, err, wantErr)
+		}
+	})
 }

@@ -193,3 +193,14 @@ func ShortPlainEnd(b []byte, at int) int {
 	}
 	return 0
 }
+
+// StringValue is the text of the checked JSON value whose raw text is v
+// when it is a string (quotes included), decoded; ok is false for any
+// other value.
+func StringValue(v []byte) (string, bool) {
+	if len(v) < 2 || v[0] != '"' {
+		return "", false
+	}
+	text, ok := Unquote(v[1:len(v)-1], nil)
+	return string(text), ok
+}

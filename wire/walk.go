@@ -59,3 +59,19 @@ func MemberValues(b []byte, i int, names []string, into [][]byte) int {
 		return e
 	})
 }
+
+// TopMembers reads the named top-level members of an answer, by the rules
+// of answers: the text must pass Check and be an object; into[k] is then
+// the raw text of the last member named exactly names[k] (nil when
+// absent), and ok is true.
+func TopMembers(b []byte, names []string, into [][]byte) (ok bool) {
+	if Check(b) != nil {
+		return false
+	}
+	i := SkipSpace(b, 0)
+	if b[i] != '{' {
+		return false
+	}
+	MemberValues(b, i, names, into)
+	return true
+}

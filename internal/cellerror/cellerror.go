@@ -39,26 +39,18 @@ func InternalDetail(body []byte) (detail string, exposes bool) {
 	// Read by the broker's grammar, as every answer is: the broker writes
 	// its answers in it, and text it refuses carries nothing a client sent
 	// (the gateway refuses such bodies before the cell).
-	if wire.Check(body) != nil {
-		return "", false
-	}
-	i := wire.SkipSpace(body, 0)
-	if body[i] != '{' {
-		return "", false
-	}
 	var v [1][]byte
-	wire.MemberValues(body, i, []string{"error"}, v[:])
-	raw := v[0]
-	if len(raw) == 0 {
+	if !wire.TopMembers(body, []string{"error"}, v[:]) || len(v[0]) == 0 {
 		return "", false
 	}
+	raw := v[0]
 	msg := string(raw)
 	if raw[0] == '"' {
-		text, ok := wire.Unquote(raw[1:len(raw)-1], nil)
+		text, ok := wire.StringValue(raw)
 		if !ok {
 			return "", false
 		}
-		msg = string(text)
+		msg = text
 	}
 	return msg, LooksInternal(msg)
 }
