@@ -72,14 +72,17 @@
 //     MatchShape, MatchShapeGuessing, ElementsEnd), which read an element
 //     of a known shape whole, byte for byte, and leave any other to
 //     Stream; WordIs, a member name compared as the readers compare it.
-//   - strings.go: the string helpers: Unquote (a string's text, as the
-//     broker decodes it), UnescapedIs (compare without allocating), NULAt
-//     (U+0000 raw or escaped) and StringChars (characters of a JSON
-//     string, as PostgreSQL counts them).
+//   - strings.go: the string helpers: Unquote and StringValue (a
+//     string's text, as the broker decodes it), UnescapedIs (compare
+//     without allocating), NULAt (U+0000 raw or escaped), StringChars
+//     (characters of a JSON string, as PostgreSQL counts them) and
+//     ShortPlainEnd (a short string that needs no decoding, in one look).
 //   - text.go: TextError, the part of the rules any body must meet before
 //     anything reads it (UTF-8, no byte-order mark).
-//   - iter.go, walk.go: Object, Array, Members, Elements, ValueEnd and
-//     PlainBytes, which read checked text in place without allocating.
+//   - iter.go, walk.go: Object, Array, Members, Elements, MemberValues,
+//     ValueEnd and PlainBytes, which read checked text in place without
+//     allocating; TopMembers, the members of an answer's top-level object
+//     by the rules of answers.
 //
 // # Where each body and answer is read
 //
@@ -113,5 +116,9 @@
 //     Check and MemberValues; answers too large to keep are first reduced
 //     to the members billing reads by meter/answerreduce.go (over Checker);
 //   - error answers that expose the cell's internals:
-//     internal/cellerror/cellerror.go, applied by caddymodule/errorscrub.go.
+//     internal/cellerror/cellerror.go, applied by caddymodule/errorscrub.go;
+//   - answers the gateway reads outside billing, over TopMembers: the
+//     queue listing (limits/inventory.go), the grants check
+//     (tenancy/cellgrants.go) and the isolation probe
+//     (tenancy/cellprobe.go).
 package wire
