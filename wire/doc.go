@@ -52,7 +52,8 @@
 //
 //   - scan.go: the grammar, written once: a reader that resumes anywhere
 //     (inside an escape or a UTF-8 sequence too), run over a whole buffer
-//     by SkipValid and SkipValidString, and piece by piece by the Checker.
+//     by SkipValid and SkipValidString, piece by piece by the Checker, and
+//     by Stream for every token and untold value of an answer.
 //   - check.go: Checker, the grammar over pieces of any size (a streamed
 //     body or answer), which says what is wrong and at which byte; Check and
 //     CheckStored for a whole body, without allocating. FuzzCoreAgreesWithOld
@@ -63,15 +64,17 @@
 //     of a UTF-8 sequence) and Surrogate. Readers elsewhere call these
 //     rather than keep a copy.
 //   - number.go: NumberStep, RFC 8259's number grammar a byte at a time,
-//     for the core (past the plain integers and decimals it reads at once)
-//     and for Stream alike.
-//   - stream.go: Stream, the grammar over the pieces of a streamed answer,
-//     which tells a StreamWatcher only what an answer reader looks at;
-//     every answer tally and BillPop read through it.
+//     for the core (past the plain integers and decimals it reads at once).
+//   - stream.go: Stream, the core over the pieces of a streamed answer:
+//     it follows the containers down to its watcher's depth, tells a
+//     StreamWatcher only what an answer reader looks at there, and has the
+//     core read every string's text, number, literal and deeper value;
+//     every answer tally and BillPop read through it. WordIs, a member name
+//     compared as the readers compare it.
 //   - shape.go: the broker's fixed element shapes (Shape, Head,
 //     MatchShape, MatchShapeGuessing, ElementsEnd), which read an element
-//     of a known shape whole, byte for byte, and leave any other to
-//     Stream; WordIs, a member name compared as the readers compare it.
+//     of a known shape whole, byte for byte (a nested value by the core),
+//     and leave any other to Stream.
 //   - strings.go: the string helpers: Unquote (a string's text, as the
 //     broker decodes it), UnescapedIs (compare without allocating), NULAt
 //     (U+0000 raw or escaped) and StringChars (characters of a JSON

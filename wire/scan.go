@@ -128,6 +128,13 @@ func (s *scanner) object(d int) bool {
 	return s.more[d>>6-stackWords]>>(d&63)&1 != 0
 }
 
+// begin readies s to read one value from its first byte, inside outer
+// containers: for a reader that keeps its scanner from value to value
+// (Stream), and whatever stack it grew.
+func (s *scanner) begin(outer int) {
+	s.state, s.d, s.limit, s.high = rValue, 0, DefaultMaxDepth-outer, false
+}
+
 // fail refuses the text at b[i] of the piece; scan returns what it does.
 func (s *scanner) fail(why uint8, i int, found byte) int {
 	s.state, s.why, s.at, s.found = rFail, why, s.base+int64(i), found

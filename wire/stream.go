@@ -4,21 +4,23 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math/bits"
-	"unicode/utf8"
 )
 
 // Stream is the grammar over the pieces of a streamed answer: a strict,
 // streaming JSON reader that accepts exactly what Checker accepts (valid
 // UTF-8, no byte-order mark, no half surrogate pair, nesting within
 // DefaultMaxDepth, RFC 8259 otherwise), and tells its StreamWatcher only
-// about the few places a reader of the answer looks. It is built for speed
-// on what the broker writes: it reads a token at a time rather than a byte
-// at a time, skips plain string text eight bytes at a time, keeps its
-// nesting in a bit set (no allocation, whatever the answer), and says
-// nothing about what lies deeper than the watcher's depth, so a message's
-// payload is checked and passed over. A token cut by the end of a piece is
-// carried on in a little state, so pieces may be of any size. The element
-// shapes of shape.go read the broker's fixed elements whole, faster still.
+// about the few places a reader of the answer looks. Its grammar is the
+// core's (scan.go): Stream follows the containers down to the watcher's
+// depth itself, since that is where it tells, and hands every string's
+// text past its plain start, every number and literal, and every value
+// that opens deeper than the watcher's depth to the core, which reads it
+// (resuming inside it when a piece cuts it) and says where it ended. So
+// a message's payload is checked by the grammar every body passes, and
+// nothing is told of it; nothing is allocated, whatever the answer, but
+// once a reader for a value nested past the core's fixed stack. The
+// element shapes of shape.go read the broker's fixed elements whole,
+// faster still.
 //
 // The watcher hears, at depth (the containers open around the event, 1
 // inside the top-level value):
@@ -51,13 +53,10 @@ type Stream struct {
 	// knows the shape of (see shape.go); -1 when none is read so.
 	elems     ElementReader
 	elemDepth int
-	inner     *Stream // checks the nested values of the elements it reads
-	// maxDepth is the deepest nesting accepted (DefaultMaxDepth,
-	// less the depth at which a value read on its own sits).
-	maxDepth int
-	// stopAtEnd ends the reading at the end of the top-level value, for a
-	// value read on its own inside a piece (stopped is where it ended).
-	stopAtEnd bool
+	// core reads the token (or the untold value) partial says is being
+	// read, and the nested values MatchShape checks; each use readies it,
+	// so Reset leaves it (and the stack it may have grown) alone.
+	core scanner
 
 	streamState // what Reset clears
 }
@@ -68,28 +67,12 @@ type streamState struct {
 	next    uint8 // what may come after the last complete token
 	depth   int
 	wantVal bool  // the watcher asked for the next value
-	partial uint8 // a token cut by the end of a piece
+	partial uint8 // a token the core reads, cut by the end of a piece
 	strKey  bool  // the string being read is a key
 	strTold bool  // and the watcher hears it
 
-	// Inside a string, when the piece ended within an escape or a UTF-8
-	// sequence, or after a high surrogate.
-	sub      uint8
-	hex      uint16
-	hexLeft  uint8
-	highSurr bool
-	utfLeft  uint8
-	utfLo    byte
-	utfHi    byte
-
 	carryLen  int
 	carryLong bool
-
-	num   NumState // the number grammar's state, when a number is cut
-	lit   string   // the literal being matched, when one is cut
-	litAt int
-
-	stopped int // with stopAtEnd: where the top-level value ended
 }
 
 type StreamWatcher interface {
@@ -110,20 +93,11 @@ const (
 	nextEnd                       // after the top-level value
 )
 
-// Tokens cut by the end of a piece.
+// Tokens the core reads, cut by the end of a piece.
 const (
-	partNone uint8 = iota
-	partString
-	partNumber
-	partLiteral
-)
-
-// Sub-states inside a string.
-const (
-	subNone   uint8 = iota
-	subEscape       // after a backslash
-	subHex          // inside \uXXXX
-	subUTF8         // inside a multi-byte sequence
+	partNone   uint8 = iota
+	partString       // a string's text
+	partValue        // a number, a literal, or a value nothing is told of
 )
 
 // Names is the plain member names (no escape, nothing past ASCII) a
@@ -151,7 +125,7 @@ func NamesOf(words ...string) *Names {
 // text need no clearing: each is written before it is read.
 func (s *Stream) Reset(w StreamWatcher, depth int, names *Names) {
 	s.watch, s.watchDepth, s.names = w, depth, *names
-	s.elems, s.elemDepth, s.maxDepth, s.stopAtEnd = nil, -1, DefaultMaxDepth, false
+	s.elems, s.elemDepth = nil, -1
 	s.streamState = streamState{}
 }
 
@@ -177,8 +151,8 @@ func (s *Stream) OK() bool {
 	switch s.partial {
 	case partNone:
 		return s.next == nextEnd
-	case partNumber:
-		return s.depth == 0 && s.num.Complete()
+	case partValue: // a top-level number the text's end ends
+		return s.depth == 0 && s.core.state == rNum && s.core.d == 0 && s.core.num.Complete()
 	}
 	return false
 }
@@ -197,10 +171,10 @@ func (s *Stream) Feed(p []byte) {
 	switch s.partial {
 	case partString:
 		i = s.resumeString(p)
-	case partNumber:
-		i = s.number(p, 0)
-	case partLiteral:
-		i = s.literal(p, 0)
+	case partValue:
+		if i = s.token(p, 0, partValue); i >= 0 {
+			s.afterValue()
+		}
 	}
 	if i < 0 || s.failed {
 		return
@@ -211,11 +185,6 @@ func (s *Stream) Feed(p []byte) {
 // Failed reports that the text fed so far is no start of a well-formed
 // JSON text (or s was never Reset).
 func (s *Stream) Failed() bool { return s.failed || s.watch == nil }
-
-// SetInner gives s the reader that checks on its own the nested values of
-// the elements its ElementReader reads whole (MatchShape); it comes after
-// Reset.
-func (s *Stream) SetInner(inner *Stream) { s.inner = inner }
 
 // Whole lets read take p whole, before anything else was fed, when p may
 // be all of the answer (it ends with end, as the answer's value does):
@@ -238,6 +207,22 @@ func (s *Stream) Whole(p []byte, end byte, read func(p []byte) bool) bool {
 // fail marks the text unreadable; it returns -1, for the token readers.
 func (s *Stream) fail() int {
 	s.failed = true
+	return -1
+}
+
+// token has the core go on from p[i] with the token it was readied for,
+// and returns the index past it; -1 when it was refused, or cut by the
+// end of p (part is then the token to go on with).
+func (s *Stream) token(p []byte, i int, part uint8) int {
+	i = s.core.scan(p, i)
+	switch s.core.state {
+	case rDone:
+		s.partial = partNone
+		return i
+	case rFail:
+		return s.fail()
+	}
+	s.partial = part
 	return -1
 }
 
@@ -308,10 +293,6 @@ func (s *Stream) tokens(p []byte, i int) {
 			}
 			i = s.space(c, i)
 		default: // nextEnd
-			if s.stopAtEnd {
-				s.stopped = i
-				return
-			}
 			i = s.space(c, i)
 		}
 		if i < 0 {
@@ -483,7 +464,7 @@ func ScalarEnd(p []byte, i int) int {
 // space passes the whitespace c at p[i]; anything else where a token
 // should be is refused.
 func (s *Stream) space(c byte, i int) int {
-	if c == ' ' || c == '\n' || c == '\r' || c == '\t' {
+	if Space(c) {
 		return i + 1
 	}
 	return s.fail()
@@ -496,11 +477,11 @@ func (s *Stream) value(p []byte, i int, c byte) int {
 	want := s.wantVal
 	s.wantVal = false
 	tell := want || (s.depth <= s.watchDepth && s.depth > 0 && s.isArray(s.depth))
-	switch c {
-	case '"':
+	switch {
+	case c == '"':
 		s.strTold = tell
 		return s.str(p, i, false)
-	case '{', '[':
+	case c == '{' || c == '[':
 		if c == '{' && s.depth == s.elemDepth && !want && s.isArray(s.depth) {
 			// Elements the element reader knows, one after the other;
 			// the first it does not know opens here as any other.
@@ -517,11 +498,18 @@ func (s *Stream) value(p []byte, i int, c byte) int {
 				return end
 			}
 		}
-		if s.depth >= s.maxDepth {
+		if s.depth >= DefaultMaxDepth {
 			return s.fail()
 		}
-		s.depth++
-		d := s.depth
+		d := s.depth + 1
+		if d > s.watchDepth {
+			// Nothing inside is told: the core reads it all.
+			if want {
+				s.watch.Open(d, c)
+			}
+			break
+		}
+		s.depth = d
 		if c == '[' {
 			s.arrays[d>>6] |= 1 << (d & 63)
 			s.next = nextValueOrClose
@@ -529,61 +517,20 @@ func (s *Stream) value(p []byte, i int, c byte) int {
 			s.arrays[d>>6] &^= 1 << (d & 63)
 			s.next = nextKeyOrClose
 		}
-		if d <= s.watchDepth || want {
-			s.watch.Open(d, c)
-		}
+		s.watch.Open(d, c)
 		return i + 1
-	case 't', 'f', 'n':
+	case c == 't' || c == 'f' || c == 'n' || c == '-' || c-'0' < 10:
 		if tell {
 			s.watch.Value(s.depth, c, nil, false)
 		}
-		lit := "null"
-		switch c {
-		case 't':
-			lit = "true"
-		case 'f':
-			lit = "false"
-		}
-		if len(p)-i >= len(lit) {
-			if string(p[i:i+len(lit)]) != lit {
-				return s.fail()
-			}
-			s.afterValue()
-			return i + len(lit)
-		}
-		s.lit, s.litAt = lit, 0
-		return s.literal(p, i)
-	}
-	if c != '-' && (c < '0' || c > '9') {
+	default:
 		return s.fail()
 	}
-	if tell {
-		s.watch.Value(s.depth, c, nil, false)
+	s.core.begin(s.depth)
+	if i = s.token(p, i, partValue); i >= 0 {
+		s.afterValue()
 	}
-	// An integer that ends within p is read here; the rest of the grammar
-	// by number.
-	j := i
-	if c == '-' {
-		j++
-	}
-	if j < len(p) && '1' <= p[j] && p[j] <= '9' {
-		j++
-		for j < len(p) && '0' <= p[j] && p[j] <= '9' {
-			j++
-		}
-		if j+1 < len(p) && p[j] == '.' && '0' <= p[j+1] && p[j+1] <= '9' {
-			j += 2
-			for j < len(p) && '0' <= p[j] && p[j] <= '9' {
-				j++
-			}
-		}
-		if j < len(p) && p[j] != '.' && p[j] != 'e' && p[j] != 'E' {
-			s.afterValue()
-			return j
-		}
-	}
-	s.num = NumStart
-	return s.number(p, i)
+	return i
 }
 
 // closeContainer closes the innermost container with c.
@@ -593,59 +540,10 @@ func (s *Stream) closeContainer(c byte) bool {
 		s.failed = true
 		return false
 	}
-	if d <= s.watchDepth {
-		s.watch.Close(d)
-	}
+	s.watch.Close(d)
 	s.depth--
 	s.afterValue()
 	return true
-}
-
-// literal goes on matching s.lit from p[i].
-func (s *Stream) literal(p []byte, i int) int {
-	for ; i < len(p); i++ {
-		if p[i] != s.lit[s.litAt] {
-			return s.fail()
-		}
-		s.litAt++
-		if s.litAt == len(s.lit) {
-			s.partial = partNone
-			s.afterValue()
-			return i + 1
-		}
-	}
-	s.partial = partLiteral
-	return -1
-}
-
-// number goes on reading a number from p[i] in state s.num (0 before its
-// first byte).
-func (s *Stream) number(p []byte, i int) int {
-	st := s.num
-	for ; i < len(p); i++ {
-		c := p[i]
-		if st == NumInt || st == NumFrac || st == NumExpDigit {
-			for i < len(p) && '0' <= p[i] && p[i] <= '9' {
-				i++
-			}
-			if i == len(p) {
-				break
-			}
-			c = p[i]
-		}
-		next, ok := NumberStep(st, c)
-		if !ok {
-			if !st.Complete() {
-				return s.fail()
-			}
-			s.partial = partNone
-			s.afterValue()
-			return i // c is read again, as what follows the number
-		}
-		st = next
-	}
-	s.num, s.partial = st, partNumber
-	return -1
 }
 
 // str reads a string whose opening quote is at p[i]; key tells a member
@@ -673,18 +571,21 @@ func (s *Stream) str(p []byte, i int, key bool) int {
 	if key {
 		s.strTold = s.depth <= s.watchDepth
 	}
-	if end = s.stringText(p, end); end < 0 {
+	// The rest of the text, from its first byte that needs a look, is the
+	// core's.
+	s.core.state, s.core.d, s.core.key, s.core.high = rStr, 0, false, false
+	if end = s.token(p, end, partString); end < 0 {
 		if s.failed {
 			return -1
 		}
 		// Cut by the end of the piece: carry the text on if it is told.
-		s.partial = partString
 		s.carryLen, s.carryLong = 0, false
 		if s.strTold {
 			s.keep(p[text:])
 		}
 		return -1
 	}
+	s.endString()
 	if s.strTold {
 		s.tellString(p[text : end-1])
 	}
@@ -693,14 +594,14 @@ func (s *Stream) str(p []byte, i int, key bool) int {
 
 // resumeString goes on with a string cut by the end of the last piece.
 func (s *Stream) resumeString(p []byte) int {
-	end := s.stringText(p, 0)
+	end := s.token(p, 0, partString)
 	if end < 0 {
 		if !s.failed && s.strTold {
 			s.keep(p)
 		}
 		return -1
 	}
-	s.partial = partNone
+	s.endString()
 	if s.strTold {
 		s.keep(p[:end-1])
 		var raw []byte
@@ -710,6 +611,15 @@ func (s *Stream) resumeString(p []byte) int {
 		s.tellString(raw)
 	}
 	return end
+}
+
+// endString moves on after a string's closing quote.
+func (s *Stream) endString() {
+	if s.strKey {
+		s.next = nextColon
+	} else {
+		s.afterValue()
+	}
 }
 
 func (s *Stream) keep(b []byte) {
@@ -727,142 +637,6 @@ func (s *Stream) tellString(raw []byte) {
 	} else {
 		s.watch.Value(s.depth, '"', raw, false)
 	}
-}
-
-// stringText checks a string's text from p[i] on, in the sub-state left
-// by the last piece, and returns the index past its closing quote (-1
-// when the piece ended first, or the text was refused).
-func (s *Stream) stringText(p []byte, i int) int {
-	for i < len(p) {
-		if s.sub == subNone {
-			if !s.highSurr {
-				for i+8 <= len(p) {
-					if m := SpecialBytes(binary.LittleEndian.Uint64(p[i:])); m != 0 {
-						i += bits.TrailingZeros64(m) >> 3
-						goto special
-					}
-					i += 8
-				}
-				for i < len(p) && PlainByte[p[i]] {
-					i++
-				}
-				if i == len(p) {
-					return -1
-				}
-			}
-		special:
-			c := p[i]
-			switch {
-			case c == '\\':
-				if i+1 < len(p) {
-					if e := p[i+1]; e != 'u' {
-						if unescaped[e] == 0 || s.highSurr {
-							return s.fail()
-						}
-						i += 2
-						continue
-					}
-					if i+6 <= len(p) {
-						v := Hex4(p, i+2)
-						if v < 0 || !s.surrogate(uint16(v)) {
-							return s.fail()
-						}
-						i += 6
-						continue
-					}
-				}
-				s.sub = subEscape
-				i++
-				continue
-			case s.highSurr:
-				return s.fail()
-			case c == '"':
-				if !s.strKey {
-					s.afterValue()
-				} else {
-					s.next = nextColon
-				}
-				return i + 1
-			case c < 0x20:
-				return s.fail()
-			}
-			// A byte past ASCII: a whole sequence is checked at once,
-			// two- and three-byte ones (most text past ASCII) in line.
-			if c >= 0xC2 && c < 0xE0 && i+1 < len(p) {
-				if p[i+1]&0xC0 != 0x80 {
-					return s.fail()
-				}
-				i += 2
-				continue
-			}
-			if c >= 0xE1 && c < 0xF0 && c != 0xED && i+2 < len(p) {
-				if p[i+1]&0xC0 != 0x80 || p[i+2]&0xC0 != 0x80 {
-					return s.fail()
-				}
-				i += 3
-				continue
-			}
-			if utf8.FullRune(p[i:]) {
-				r, n := utf8.DecodeRune(p[i:])
-				if r == utf8.RuneError && n == 1 {
-					return s.fail()
-				}
-				i += n
-				continue
-			}
-			left, lo, hi, ok := RuneStart(c)
-			if !ok {
-				return s.fail()
-			}
-			s.sub, s.utfLeft, s.utfLo, s.utfHi = subUTF8, left, lo, hi
-			i++
-			continue
-		}
-		c := p[i]
-		i++
-		switch s.sub {
-		case subEscape:
-			switch {
-			case c == 'u':
-				s.sub, s.hex, s.hexLeft = subHex, 0, 4
-			case unescaped[c] != 0 && !s.highSurr:
-				s.sub = subNone
-			default:
-				return s.fail()
-			}
-		case subHex:
-			d := HexDigit[c]
-			if d > 0xF {
-				return s.fail()
-			}
-			s.hex = s.hex<<4 | uint16(d)
-			s.hexLeft--
-			if s.hexLeft == 0 {
-				s.sub = subNone
-				if !s.surrogate(s.hex) {
-					return s.fail()
-				}
-			}
-		case subUTF8:
-			if c < s.utfLo || c > s.utfHi {
-				return s.fail()
-			}
-			s.utfLo, s.utfHi = 0x80, 0xBF
-			s.utfLeft--
-			if s.utfLeft == 0 {
-				s.sub = subNone
-			}
-		}
-	}
-	return -1
-}
-
-// surrogate takes the code unit of a \u escape: a high surrogate must be
-// followed at once by the escape of a low one.
-func (s *Stream) surrogate(v uint16) bool {
-	var ok bool
-	s.highSurr, ok = Surrogate(v, s.highSurr)
-	return ok
 }
 
 // PlainEnd returns the index of the first byte at or after i that is not
