@@ -156,9 +156,9 @@ func (s *Stream) MatchMembers(sh *Shape, p []byte, i int, depth int, vals *Shape
 			if k != sh.nested {
 				return -1
 			}
-			s.core.begin(depth)
-			end := s.core.scan(p, i)
-			if s.core.state != rDone {
+			s.nest.begin(depth)
+			end := s.nest.scan(p, i)
+			if s.nest.state != rDone {
 				return -1
 			}
 			if vals != nil {
