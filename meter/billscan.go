@@ -37,7 +37,6 @@ func (s span) of(body []byte) []byte { return body[s.at : s.at+s.n] }
 type popBiller struct {
 	scan  wire.Stream
 	watch popWatch
-	inner wire.Stream // checks the data of the messages read whole
 }
 
 // maxPooledMessages bounds the message list a pooled biller keeps.
@@ -55,7 +54,6 @@ func (b *popBiller) read(body []byte) (ok, shaped bool) {
 	w.bodyCap = cap(body)
 	b.scan.Reset(w, 3, popNames)
 	b.scan.ReadElements(w, 2)
-	b.scan.SetInner(&b.inner)
 	if b.scan.Whole(body, '}', func(p []byte) bool { return w.envelope(&b.scan, p) }) {
 		return true, true
 	}

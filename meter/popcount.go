@@ -17,7 +17,6 @@ import "github.com/queengate/queengate/wire"
 type PopCount struct {
 	scan     wire.Stream
 	messages messagesWatch
-	inner    wire.Stream // checks the data of the messages read whole
 }
 
 // NewPopCount returns a count ready for the first piece of an answer.
@@ -25,7 +24,6 @@ func NewPopCount() *PopCount {
 	p := &PopCount{}
 	p.scan.Reset(&p.messages, 3, messagesNames)
 	p.scan.ReadElements(&p.messages, 2)
-	p.scan.SetInner(&p.inner)
 	return p
 }
 

@@ -52,7 +52,9 @@ type Watcher interface {
 	// Close is called when the container at depth closes.
 	Close(depth int)
 	// StringStart is called at a string's opening quote; key tells an
-	// object member's name from a value.
+	// object member's name from a value. (A Stream's watcher, which hears
+	// of a plain name only when its filter lets it through, hears of a
+	// name later: at its end, or at its first byte that is not plain.)
 	StringStart(depth int, key bool)
 	// StringPart gets the string's raw text (escapes intact, no quotes),
 	// in one or more pieces.
@@ -148,7 +150,10 @@ func (c *Checker) Write(p []byte) error {
 			return c.fail(ProblemBOM, 0, "")
 		}
 		c.top = topIn
+		// The Watcher hears of everything, at every depth: none passes
+		// the limit.
 		c.scan.limit, c.scan.nul, c.scan.watch = c.maxDepth(), c.RefuseNUL, c.Watch
+		c.scan.wd, c.scan.every = c.maxDepth(), true
 	}
 	if c.top == topIn {
 		c.scan.base = c.off

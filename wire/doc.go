@@ -52,7 +52,10 @@
 //
 //   - scan.go: the grammar, written once: a reader that resumes anywhere
 //     (inside an escape or a UTF-8 sequence too), run over a whole buffer
-//     by SkipValid and SkipValidString, and piece by piece by the Checker.
+//     by SkipValid and SkipValidString, and piece by piece by the Checker
+//     and by Stream; a watcher hears of what it passes, all of it (the
+//     Checker's) or only down to a depth and of the names a filter lets
+//     through (a Stream's, so a message's payload costs nothing more).
 //   - check.go: Checker, the grammar over pieces of any size (a streamed
 //     body or answer), which says what is wrong and at which byte; Check and
 //     CheckStored for a whole body, without allocating. FuzzCoreAgreesWithOld
@@ -63,15 +66,16 @@
 //     of a UTF-8 sequence) and Surrogate. Readers elsewhere call these
 //     rather than keep a copy.
 //   - number.go: NumberStep, RFC 8259's number grammar a byte at a time,
-//     for the core (past the plain integers and decimals it reads at once)
-//     and for Stream alike.
-//   - stream.go: Stream, the grammar over the pieces of a streamed answer,
-//     which tells a StreamWatcher only what an answer reader looks at;
-//     every answer tally and BillPop read through it.
+//     for the core (past the plain integers and decimals it reads at once).
+//   - stream.go: Stream, the core over the pieces of a streamed answer,
+//     with a watcher that tells a StreamWatcher only what an answer reader
+//     looks at (and hands the broker's fixed elements to shape.go); every
+//     answer tally and BillPop read through it. WordIs, a member name
+//     compared as the readers compare it.
 //   - shape.go: the broker's fixed element shapes (Shape, Head,
 //     MatchShape, MatchShapeGuessing, ElementsEnd), which read an element
-//     of a known shape whole, byte for byte, and leave any other to
-//     Stream; WordIs, a member name compared as the readers compare it.
+//     of a known shape whole, byte for byte (a nested value by the core),
+//     and leave any other to Stream.
 //   - strings.go: the string helpers: Unquote and StringValue (a
 //     string's text, as the broker decodes it), UnescapedIs (compare
 //     without allocating), NULAt (U+0000 raw or escaped), StringChars
@@ -105,8 +109,9 @@
 //
 // Answers (billed or relayed):
 //
-//   - the streaming answer grammar the tallies run on: stream.go, with the
-//     broker's fixed element shapes in shape.go;
+//   - the streaming answer reader the tallies run on: stream.go (the
+//     core of scan.go with its watcher), with the broker's fixed element
+//     shapes in shape.go;
 //   - push: meter/pushtally.go; transaction: meter/txntally.go (both
 //     watchers over Stream, with the broker's shapes);
 //   - pop: meter/billscan.go (kept answers, over Stream), meter/popcount.go

@@ -79,6 +79,23 @@ type scanner struct {
 	limit int  // the most containers open at once
 	nul   bool // refuse \u0000
 	watch Watcher
+	// What the Watcher hears of: the Checker's, everything (every, and wd
+	// its depth limit); a Stream's, nothing deeper than wd, at the cost of
+	// one comparison a token of a message's payload, and of the values
+	// there only the elements of arrays and those it wants (want: the
+	// value of the member just told; a container one deeper too). So it
+	// is called only where it may tell. tell says whether it hears of the
+	// string being read.
+	wd    int
+	every bool
+	want  bool
+	tell  uint8
+	// names, when set, is a Stream's: its watcher hears of a plain member
+	// name only when the filter lets it through.
+	names *Names
+	// elems, when set, reads whole the elements of the arrays at its
+	// element depth that its ElementReader knows (shape.go).
+	elems *Stream
 	base  int64 // the offset in the text of the piece's first byte
 
 	state    uint8
@@ -98,6 +115,25 @@ type scanner struct {
 	why   uint8 // when refused: what, where, and the byte found
 	at    int64
 	found byte
+}
+
+// What the Watcher hears of the string being read.
+const (
+	tellNone uint8 = iota // nothing
+	tellOn                // all: it was told of its start
+	tellName              // a name not yet told of, plain so far
+)
+
+// startName tells the Watcher of the name being read, which turned out
+// not to be plain (or is cut by the end of the piece).
+func (s *scanner) startName(d int) {
+	s.tell = tellOn
+	s.watch.StringStart(d, true)
+}
+
+// hears reports whether the Watcher hears of a value at depth d.
+func (s *scanner) hears(d int) bool {
+	return d <= s.wd && (s.every || s.want || d > 0 && !s.object(d))
 }
 
 // push records the kind of the container opened at depth d+1.
@@ -126,6 +162,13 @@ func (s *scanner) object(d int) bool {
 		return s.fixed[k]>>(d&63)&1 != 0
 	}
 	return s.more[d>>6-stackWords]>>(d&63)&1 != 0
+}
+
+// begin readies s to read one value from its first byte, inside outer
+// containers: for a reader that keeps its scanner from value to value
+// (Stream), and whatever stack it grew.
+func (s *scanner) begin(outer int) {
+	s.state, s.d, s.limit, s.high = rValue, 0, DefaultMaxDepth-outer, false
 }
 
 // fail refuses the text at b[i] of the piece; scan returns what it does.
@@ -194,7 +237,7 @@ value:
 		// The common numbers, a plain integer or decimal, without the
 		// grammar's steps: what is read here leaves the number in one
 		// of the grammar's states, and it goes on from there.
-		if s.watch != nil {
+		if s.watch != nil && s.hears(d) {
 			s.watch.Scalar(d, c)
 		}
 		if i = digits(b, i+1); i < len(b) && b[i] != '.' && b[i]|0x20 != 'e' {
@@ -211,7 +254,7 @@ value:
 	case c == '{' || c == '[':
 		goto open
 	case c == '-' || c == '0':
-		if s.watch != nil {
+		if s.watch != nil && s.hears(d) {
 			s.watch.Scalar(d, c)
 		}
 		s.num = NumStart
@@ -225,7 +268,7 @@ value:
 	default:
 		return s.fail(whyValue, i, c)
 	}
-	if s.watch != nil {
+	if s.watch != nil && s.hears(d) {
 		s.watch.Scalar(d, c)
 	}
 	if lit := literals[s.lit]; len(b)-i >= len(lit) && string(b[i:i+len(lit)]) == lit {
@@ -271,9 +314,15 @@ open:
 	if d >= s.limit {
 		return s.fail(whyDepth, i, c)
 	}
+	if s.elems != nil && d == s.elems.elemDepth && c == '{' {
+		if end := s.elems.element(b, i, d); end >= 0 {
+			i = end
+			goto after
+		}
+	}
 	s.push(d, c == '{')
 	d++
-	if s.watch != nil {
+	if s.watch != nil && (d <= s.wd || s.want) {
 		s.watch.Open(d, c)
 	}
 	i++
@@ -296,7 +345,7 @@ closing: // c, at b[i], closes the innermost container if it is of its kind
 	if (c == '}') != s.object(d) {
 		return s.fail(whyMismatch, i, c)
 	}
-	if s.watch != nil {
+	if s.watch != nil && d <= s.wd {
 		s.watch.Close(d)
 	}
 	d--
@@ -349,8 +398,16 @@ expect: // space, then c: a member name's quote, or the colon after it
 
 strOpen:
 	if i++; s.watch != nil {
-		s.watch.StringStart(d, key)
-		s.seg = i
+		if s.tell = tellNone; key && d <= s.wd || s.hears(d) {
+			if s.tell, s.seg = tellOn, i; key && s.names != nil {
+				// Whether a name is plain is known at its end: it is
+				// told there if the filter lets it through, or at its
+				// first byte that is not plain.
+				s.tell = tellName
+			} else {
+				s.watch.StringStart(d, key)
+			}
+		}
 	}
 
 str:
@@ -373,7 +430,10 @@ special:
 	}
 	switch c = b[i]; {
 	case c == '"':
-		if s.watch != nil {
+		if s.watch != nil && s.tell != tellNone && (s.tell == tellOn || s.names.pass(b[s.seg:i])) {
+			if s.tell == tellName { // a plain name the filter lets through
+				s.startName(d)
+			}
 			if i > s.seg {
 				s.watch.StringPart(b[s.seg:i])
 			}
@@ -388,11 +448,16 @@ special:
 		}
 		goto colon
 	case c == '\\':
-		s.escaped = true
+		if s.escaped = true; s.tell == tellName {
+			s.startName(d)
+		}
 		i++
 		goto esc
 	case c < 0x20:
 		return s.fail(whyControl, i, c)
+	}
+	if s.tell == tellName {
+		s.startName(d)
 	}
 	if n, lo, hi, ok = RuneStart(c); !ok {
 		return s.fail(whyUTF8, i, c)
@@ -484,8 +549,13 @@ colon:
 	goto expect
 
 out:
-	if s.watch != nil && s.state >= rStr && s.state <= rUTF8 && s.seg < len(b) {
-		s.watch.StringPart(b[s.seg:])
+	if s.watch != nil && s.tell != tellNone && s.state >= rStr && s.state <= rUTF8 {
+		if s.tell == tellName {
+			s.startName(d)
+		}
+		if s.seg < len(b) {
+			s.watch.StringPart(b[s.seg:])
+		}
 	}
 	s.d, s.key = d, key
 	return i

@@ -18,7 +18,7 @@ import (
 // ElementReader reads an element object at p[i] whole when it knows its
 // shape, and returns the index past it; it returns -1 having changed
 // nothing when it does not know it. It may have MatchShape check a nested
-// value with the Stream's inner reader (SetInner).
+// value.
 type ElementReader interface {
 	Element(s *Stream, p []byte, i int) int
 }
@@ -109,22 +109,11 @@ type ShapeValue struct {
 // ShapeValues is what MatchShape found, one value per member.
 type ShapeValues [MaxShapeMembers]ShapeValue
 
-// noWatch hears nothing: the watcher of a value read on its own, which
-// only checks it.
-type noWatch struct{}
-
-func (noWatch) Open(int, byte)                {}
-func (noWatch) Close(int)                     {}
-func (noWatch) Key(int, []byte, bool) bool    { return false }
-func (noWatch) Value(int, byte, []byte, bool) {}
-
-var noNames = &Names{}
-
 // MatchShape reads the element object at p[i] as sh when it is written so,
 // its values in vals (when not nil), and returns the index past its
 // closing brace; -1 when it is not, or is cut by the end of p. depth is the
-// object's own depth; s.inner checks a nested value, which it reads on its
-// own. p is shorter than 2 GiB (a piece, or a kept answer).
+// object's own depth; a nested value is checked by the grammar's core, on
+// its own. p is shorter than 2 GiB (a piece, or a kept answer).
 func (s *Stream) MatchShape(sh *Shape, p []byte, i int, depth int, vals *ShapeValues) int {
 	i = s.MatchMembers(sh, p, i, depth, vals)
 	if i < 0 || i >= len(p) || p[i] != '}' {
@@ -167,8 +156,9 @@ func (s *Stream) MatchMembers(sh *Shape, p []byte, i int, depth int, vals *Shape
 			if k != sh.nested {
 				return -1
 			}
-			end := s.inner.readValue(p, i, depth)
-			if end < 0 {
+			s.nest.begin(depth)
+			end := s.nest.scan(p, i)
+			if s.nest.state != rDone {
 				return -1
 			}
 			if vals != nil {
@@ -212,65 +202,6 @@ func ElementsEnd(p []byte, i int, element func(p []byte, i int) int) int {
 		}
 		if p[i] != ',' {
 			return -1
-		}
-		i++
-	}
-}
-
-// readValue checks the container at p[i], the value of a member of an
-// object at depth, as the general reader would, on its own; it returns the
-// index past it, or -1 when it is refused or cut by the end of p.
-func (s *Stream) readValue(p []byte, i int, depth int) int {
-	if end := flatObjectEnd(p, i); end > 0 {
-		return end
-	}
-	s.Reset(noWatch{}, 0, noNames)
-	s.maxDepth = s.maxDepth - depth
-	s.stopAtEnd, s.stopped = true, -1
-	s.Feed(p[i:])
-	if s.failed || s.stopped < 0 {
-		return -1
-	}
-	return i + s.stopped
-}
-
-// flatObjectEnd returns the index past the object at p[i] when it is
-// compact and flat (plain names, each with a plain string or a scalar) and
-// ends within p, else 0: the most common payload, checked without the
-// general reader's state.
-func flatObjectEnd(p []byte, i int) int {
-	if p[i] != '{' || i+1 >= len(p) {
-		return 0
-	}
-	i++
-	if p[i] == '}' {
-		return i + 1
-	}
-	for {
-		if i >= len(p) || p[i] != '"' {
-			return 0
-		}
-		end := i + 1 + PlainLen(p[i+1:])
-		if end+2 >= len(p) || p[end] != '"' || p[end+1] != ':' {
-			return 0
-		}
-		i = end + 2
-		if p[i] == '"' {
-			end = i + 1 + PlainLen(p[i+1:])
-			if end >= len(p) || p[end] != '"' {
-				return 0
-			}
-			i = end + 1
-		} else if i = ScalarEnd(p, i); i == 0 {
-			return 0
-		}
-		switch {
-		case i >= len(p):
-			return 0
-		case p[i] == '}':
-			return i + 1
-		case p[i] != ',':
-			return 0
 		}
 		i++
 	}

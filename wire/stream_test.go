@@ -142,3 +142,52 @@ func TestStreamOnTheSeeds(t *testing.T) {
 		}
 	}
 }
+
+// countWatch is a tally's watcher at its cheapest: it asks for the
+// values of two words and counts what it is told.
+type countWatch struct{ n int }
+
+func (c *countWatch) Open(int, byte) {}
+func (c *countWatch) Close(int)      {}
+func (c *countWatch) Key(_ int, raw []byte, plain bool) bool {
+	return wire.WordIs(raw, plain, "id") || wire.WordIs(raw, plain, "status")
+}
+func (c *countWatch) Value(int, byte, []byte, bool) { c.n++ }
+
+// BenchmarkStreamGeneral is the general reader alone, without the
+// element shapes, on answers of the broker's kinds (a pop answer with
+// nested payloads, a push answer), whole and in the proxy's 32 KiB
+// pieces: what reading an answer in no known shape costs.
+func BenchmarkStreamGeneral(b *testing.B) {
+	msg := `{"consumerGroup":"worker","createdAt":"2026-11-30T04:40:08.409175Z","data":{"customer":{"id":"cust-000042","name":"Zoë Müller","tier":"gold"},"items":[{"qty":2,"sku":"A-42","unit":9.95}],"note":"ask for \"Zoë\" – deliver to the back door, ring twice","orderId":1042,"paid":true,"total":139.9},"id":"01a22ac0-cdd3-7042-9f54-11a670d52b36","leaseId":"01a22ac0-db68-7000-95a9-8adf68ece548","partition":"customer-7","partitionId":"10a61e7c-1734-4d0b-96ce-2b1c46e052e0","producerSub":null,"traceId":null,"transactionId":"01a22ac0-cdd0-739c-987b-5766b13d0042"}`
+	item := streamSeeds[0][1 : len(streamSeeds[0])-1]
+	for _, a := range []struct {
+		name  string
+		body  []byte
+		depth int
+	}{
+		{"pop", []byte(`{"consumerGroup":"worker","messages":[` + strings.TrimSuffix(strings.Repeat(msg+",", 1000), ",") + `],"success":true}`), 3},
+		{"push", []byte(`[` + strings.TrimSuffix(strings.Repeat(item+",", 1000), ",") + `]`), 2},
+	} {
+		for _, size := range []int{0, 32 << 10} {
+			b.Run(fmt.Sprintf("%s/pieces=%d", a.name, size), func(b *testing.B) {
+				parts := pieces(a.body, size)
+				names := wire.NamesOf("id", "status")
+				var s wire.Stream
+				var w countWatch
+				b.SetBytes(int64(len(a.body)))
+				b.ReportAllocs()
+				for range b.N {
+					w.n = 0
+					s.Reset(&w, a.depth, names)
+					for _, p := range parts {
+						s.Feed(p)
+					}
+					if !s.OK() || w.n != 1000 {
+						b.Fatalf("ok %v, told %d values", s.OK(), w.n)
+					}
+				}
+			})
+		}
+	}
+}
