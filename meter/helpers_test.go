@@ -213,6 +213,20 @@ func (p *flakyProxy) dropAll() {
 	}
 }
 
+// trackForwarded keeps a forwarded pair only while the proxy is still up:
+// a connection accepted just before set(proxyHang) and dialled just after it
+// would otherwise escape dropAll and reach the database.
+func (p *flakyProxy) trackForwarded(c, up net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns == nil || p.mode != proxyUp {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	p.conns[up] = struct{}{}
+	return true
+}
+
 func (p *flakyProxy) track(c net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -250,8 +264,11 @@ func (p *flakyProxy) forward(c net.Conn) {
 		c.Close()
 		return
 	}
-	p.track(c)
-	p.track(up)
+	if !p.trackForwarded(c, up) {
+		c.Close()
+		up.Close()
+		return
+	}
 	go func() {
 		_, _ = io.Copy(up, c)
 		up.Close()

@@ -513,7 +513,7 @@ func TestShutdownDrainBoundedAndSpoolSurvivesRestart(t *testing.T) {
 		close(done2)
 	}()
 	deadline := time.Now().Add(20 * time.Second)
-	for totals(t, direct, cluster, OpPush).Msgs == 0 && time.Now().Before(deadline) {
+	for m2.Stats().SpoolFiles != 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	cancel2()
