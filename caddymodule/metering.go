@@ -303,9 +303,9 @@ func (w *meteredResponse) begunMessages() int64 {
 	if !w.keep {
 		return 0
 	}
-	count := meter.NewPopCount()
-	_, _ = count.Write(w.body)
-	return count.Begun(w.status)
+	begun := meter.NewPopKeys()
+	_, _ = begun.Write(w.body)
+	return begun.Begun(w.status)
 }
 
 // releasePop gives the pop answer's reading back to its pool.

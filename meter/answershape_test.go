@@ -80,10 +80,10 @@ func checkAgainstOracles(t *testing.T, name string, body []byte) {
 		if got, want := txn.Billed(200, 9), oldTxn.Billed(200, 9); got != want {
 			t.Fatalf("%s: transaction tally of %q in pieces of %d: %d, the oracle %d", name, body, piece, got, want)
 		}
-		count := NewPopCount()
+		count := NewPopKeys()
 		writeInPieces(count, body, piece)
-		if got, want := count.Messages(200), oldCount.Messages(200); got != want {
-			t.Fatalf("%s: pop count of %q in pieces of %d: %d, the oracle %d", name, body, piece, got, want)
+		if got, _ := count.Result(200); got != oldCount.Messages(200) {
+			t.Fatalf("%s: pop count of %q in pieces of %d: %d, the oracle %d", name, body, piece, got, oldCount.Messages(200))
 		}
 	}
 	checkBillPop(t, name, body)
@@ -108,10 +108,10 @@ func TestShapedElementsKeepTheDepthLimit(t *testing.T) {
 			if depth <= 997 {
 				want = 1
 			}
-			count := NewPopCount()
+			count := NewPopKeys()
 			_, _ = count.Write(body)
-			if n := count.Messages(200); n != want {
-				t.Errorf("data of %s nested %d deep: PopCount %d, want %d", open, depth, n, want)
+			if n, _ := count.Result(200); n != want {
+				t.Errorf("data of %s nested %d deep: PopKeys %d, want %d", open, depth, n, want)
 			}
 			if _, _, ok := scanPopBilling(body); ok != (want == 1) {
 				t.Errorf("data of %s nested %d deep: BillPop's reader answers %v", open, depth, ok)

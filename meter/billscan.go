@@ -370,3 +370,15 @@ func (m *popFields) key(answerGroup span, answerGroupBad bool) (head, tail, grou
 
 // popNames are the member names BillPop reads.
 var popNames = wire.NamesOf("consumerGroup", "messages", "id", "partitionId", "transactionId")
+
+// popMessageShape is a message of the broker's pop answer (testdata/broker,
+// S8 and C34), its data any JSON value; the constants below are where the
+// members BillPop keys from are in it.
+var popMessageShape = wire.ShapeOf(2, "consumerGroup", "createdAt", "data", "id", "leaseId", "partition", "partitionId", "producerSub", "traceId", "transactionId")
+
+const (
+	popShapeGroup         = 0
+	popShapeID            = 3
+	popShapePartitionID   = 6
+	popShapeTransactionID = 9
+)

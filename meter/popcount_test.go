@@ -27,14 +27,12 @@ func modelPopCount(body []byte) (n int64, ok bool) {
 	return int64(len(msgs)), true
 }
 
+// popCountOf is PopKeys' count of body written in pieces of piece bytes.
 func popCountOf(body []byte, piece int) int64 {
-	p := NewPopCount()
-	for len(body) > 0 {
-		n := min(piece, len(body))
-		_, _ = p.Write(body[:n])
-		body = body[n:]
-	}
-	return p.Messages(200)
+	p := NewPopKeys()
+	writeInPieces(p, body, piece)
+	n, _ := p.Result(200)
+	return n
 }
 
 func TestPopCount(t *testing.T) {
@@ -59,20 +57,20 @@ func TestPopCount(t *testing.T) {
 			}
 		}
 	}
-	p := NewPopCount()
+	p := NewPopKeys()
 	_, _ = p.Write([]byte(`{"messages":[{}]}`))
-	if got := p.Messages(500); got != 0 {
+	if got, _ := p.Result(500); got != 0 {
 		t.Fatalf("a 500 counted %d", got)
 	}
 }
 
-// TestPopCountAgreesWithBillPop: where the copy suffices, the streaming
-// count and BillPop agree on what the answer delivered.
+// TestPopCountAgreesWithBillPop: where the copy suffices, PopKeys'
+// streaming count and BillPop agree on what the answer delivered.
 func TestPopCountAgreesWithBillPop(t *testing.T) {
 	body := `{"messages":[` + strings.TrimSuffix(strings.Repeat(`{"transactionId":"t","partitionId":"p","data":{"n":1}},`, 500), ",") + `]}`
 	n, _ := BillPop(200, []byte(body))
 	if got := popCountOf([]byte(body), 4096); got != n || n != 500 {
-		t.Fatalf("PopCount %d, BillPop %d, want 500", got, n)
+		t.Fatalf("PopKeys %d, BillPop %d, want 500", got, n)
 	}
 }
 

@@ -6,10 +6,15 @@ import (
 	"github.com/queengate/queengate/wire"
 )
 
-// PopKeys reads a pop answer too large to keep (over MaxBilledBody) as it
-// streams past: it counts its messages as PopCount does and takes the
-// redelivery key of each, as BillPop spells them, so that the redelivery
-// filter sees an oversized pop as it sees any other.
+// PopKeys reads a pop answer as it streams past, without keeping it: one
+// too large to keep (over MaxBilledBody), and one cut short, whose kept
+// start is read through it too. It counts the messages (the elements of
+// the top-level object's "messages" array, the last member of that name)
+// and takes the redelivery key of each, as BillPop spells them, so that
+// the redelivery filter sees an oversized pop as it sees any other. The
+// gateway bills a pop from its kept answer (BillPop) up to MaxBilledBody;
+// past that, a pop of many large messages would otherwise be billed no
+// delivery and take nothing from the message bucket.
 //
 // It reads by the same rules as BillPop (doc.go) and fails closed alike: a
 // message whose key it cannot read exactly (a field whose last value is
@@ -285,9 +290,14 @@ func (s *popKeyScan) StringEnd() {
 	}
 }
 
-// Begun is PopCount.Begun for an answer too large to keep: the messages
-// an answer cut short had begun (a scalar the cut fell in counts too). None is keyed (the one the cut fell in
-// may have lost part of its key), so each is billed a first delivery.
+// Begun is how many messages a pop answer cut short had begun before its
+// end, for an upstream status: the answer read so far is a well-formed
+// start of one JSON object, and each element of its "messages" array that
+// started counts, the one the cut fell in too. The broker sent at least
+// these, so a pop whose answer broke off is billed them; a start that is
+// not well-formed JSON, or not an object, counts 0, as Result does. None
+// is keyed (the one the cut fell in may have lost part of its key), so
+// each is billed a first delivery.
 func (p *PopKeys) Begun(status int) int64 {
 	if !is2xx(status) || p.check.Write(nil) != nil || !p.scan.isObject {
 		return 0

@@ -139,17 +139,17 @@ func BenchmarkAnswerPopAnswer(b *testing.B) {
 	}
 }
 
-// BenchmarkAnswerPopCount is the count of a pop answer past MaxBilledBody,
-// read as it streams.
-func BenchmarkAnswerPopCount(b *testing.B) {
+// BenchmarkAnswerPopKeys is the count and keys of a pop answer past
+// MaxBilledBody, read as it streams.
+func BenchmarkAnswerPopKeys(b *testing.B) {
 	for _, size := range []int{100, 1000} {
 		for _, n := range answerSizes {
 			body := popAnswerBody(n, size)
 			b.Run(fmt.Sprintf("payload=%dB/items=%d", size, n), func(b *testing.B) {
 				benchAgainstValid(b, body, func(body []byte) {
-					p := NewPopCount()
+					p := NewPopKeys()
 					inPieces(p, body)
-					if p.Messages(200) != int64(n) {
+					if got, _ := p.Result(200); got != int64(n) {
 						b.Fatal("miscounted")
 					}
 				})
