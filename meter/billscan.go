@@ -252,7 +252,13 @@ func (w *popWatch) set(member uint8, v span, ok bool) {
 		w.group, w.groupBad = v, !ok
 		return
 	}
-	m := &w.message
+	w.message.set(member, v, ok)
+}
+
+// set takes the last value of one of the message's keying members
+// (popMemberID, popMemberPartitionID, popMemberTransactionID or
+// popMemberMessageGroup).
+func (m *popFields) set(member uint8, v span, ok bool) {
 	switch member {
 	case popMemberID:
 		m.id = v

@@ -2,6 +2,7 @@ package meter
 
 import (
 	"bytes"
+	"math"
 
 	"github.com/queengate/queengate/wire"
 )
@@ -53,79 +54,46 @@ func (p *PopKeys) Write(b []byte) (int, error) {
 
 // Result is how many messages the whole answer delivered, for an upstream
 // status, and the redelivery keys of those it could key (at most one per
-// message, in their order; len(keys) ≤ messages). An answer that is not
-// one well-formed JSON object, or whose "messages" is not an array, bills
-// nothing.
+// message, in their order; len(keys) ≤ messages), spelled by BillPop's
+// popKeys. An answer that is not one well-formed JSON object, or whose
+// "messages" is not an array, bills nothing.
 func (p *PopKeys) Result(status int) (messages int64, keys []string) {
 	s := &p.scan
 	if !is2xx(status) || p.check.Close() != nil || !s.isObject {
 		return 0, nil
 	}
-	for i := range s.msgs {
-		if k, ok := s.msgs[i].key(s.topGroup, s.topGroupBad); ok {
-			keys = append(keys, k)
-		}
-	}
-	return s.count, keys
+	return s.count, popKeys(s.text, s.msgs, s.topGroup, s.topGroupBad)
 }
 
-// popKeyFields are what one message's key is built from.
-type popKeyFields struct {
-	id, partitionID, transactionID, group string
-	bad                                   uint8 // bit 1<<field: the field's last value was not read exactly
-	unkeyable                             bool  // the message is no object
-}
-
-// key is BillPop's key for the message: partitionId/transactionId/group,
-// else id/<id>/group, with the answer's top-level group when the message
-// names none.
-func (m *popKeyFields) key(topGroup string, topGroupBad bool) (string, bool) {
-	if m.unkeyable || m.bad != 0 {
-		return "", false
-	}
-	group := m.group
-	if group == "" {
-		if topGroupBad {
-			return "", false
-		}
-		group = topGroup
-	}
-	switch {
-	case m.partitionID != "" && m.transactionID != "":
-		return m.partitionID + "/" + m.transactionID + "/" + group, true
-	case m.id != "":
-		return "id/" + m.id + "/" + group, true
-	}
-	return "", false
-}
-
-// The member a string is being read into.
+// What the string being read is.
 const (
-	fieldNone = iota
-	fieldTopKey
-	fieldTopGroup
-	fieldMsgKey
-	fieldID
-	fieldPartitionID
-	fieldTransactionID
-	fieldGroup
+	readingNone     = iota
+	readingTopKey   // a top-level member name
+	readingTopGroup // the value of the top-level consumerGroup
+	readingMsgKey   // a member name of a message being keyed
+	readingMsgValue // the value of a keying member of that message (msgMember)
 )
 
-// popKeyScan follows the top-level members and the message objects.
+// popKeyScan follows the top-level members and the message objects. The
+// keying members' texts are kept one after the other in text, and each
+// message's popFields (BillPop's) name their spans in it, so that the keys
+// are spelled by the same popFields.key and popKeys as BillPop's.
 type popKeyScan struct {
 	isObject    bool
 	pending     bool // the top-level member being read is "messages"
 	groupNext   bool // the top-level member being read is "consumerGroup"
 	inMessages  bool
 	count       int64
-	msgs        []popKeyFields
-	inMsg       bool // inside a message object (depth 3) being keyed
-	msgField    int  // the message member whose value comes next
-	topGroup    string
+	msgs        []popFields
+	inMsg       bool  // inside a message object (depth 3) being keyed
+	msgMember   uint8 // the keying member (popMember*) whose value comes next
+	topGroup    span
 	topGroupBad bool
 
-	reading int // what the current string is read into
+	reading int   // what the current string is (reading*)
+	member  uint8 // with readingMsgValue: whose value it is
 	text    []byte
+	start   int // where the current string's text starts in text
 	long    bool
 }
 
@@ -144,11 +112,11 @@ func (s *popKeyScan) Open(depth int, kind byte) {
 		s.count++
 		s.inMsg = kind == '{' && len(s.msgs) < maxStreamedPopKeys
 		if s.inMsg {
-			s.msgs = append(s.msgs, popKeyFields{})
+			s.msgs = append(s.msgs, popFields{})
 		} else if len(s.msgs) < maxStreamedPopKeys {
-			s.msgs = append(s.msgs, popKeyFields{unkeyable: true})
+			s.msgs = append(s.msgs, popFields{unkeyable: true})
 		}
-		s.msgField = fieldNone
+		s.msgMember = popMemberNone
 	case depth == 4 && s.inMsg:
 		s.msgValue(kind)
 	}
@@ -173,7 +141,7 @@ func (s *popKeyScan) Scalar(depth int, first byte) {
 	case depth == 2 && s.inMessages:
 		s.count++
 		if len(s.msgs) < maxStreamedPopKeys {
-			s.msgs = append(s.msgs, popKeyFields{unkeyable: true})
+			s.msgs = append(s.msgs, popFields{unkeyable: true})
 		}
 	case depth == 3 && s.inMsg:
 		s.msgValue(first)
@@ -184,72 +152,51 @@ func (s *popKeyScan) Scalar(depth int, first byte) {
 // first byte: a "consumerGroup" null is none, any other is not read.
 func (s *popKeyScan) topValue(first byte) {
 	if s.groupNext {
-		s.groupNext, s.topGroup, s.topGroupBad = false, "", first != 'n'
+		s.groupNext, s.topGroup, s.topGroupBad = false, span{}, first != 'n'
 	}
 }
 
 // msgValue notes a message member's value that is not a string, by its
-// first byte: a keying field null is empty, any other is not read.
+// first byte: a keying member null is empty, any other is not read.
 func (s *popKeyScan) msgValue(first byte) {
-	if s.msgField != fieldNone {
-		s.setField(s.msgField, "", first == 'n')
+	if s.msgMember != popMemberNone {
+		s.msgs[len(s.msgs)-1].set(s.msgMember, span{}, first == 'n')
 	}
-	s.msgField = fieldNone
-}
-
-// setField takes the last value of a keying field of the current message:
-// ok false when it was not read exactly.
-func (s *popKeyScan) setField(field int, v string, ok bool) {
-	m := &s.msgs[len(s.msgs)-1]
-	switch field {
-	case fieldID:
-		m.id = v
-	case fieldPartitionID:
-		m.partitionID = v
-	case fieldTransactionID:
-		m.transactionID = v
-	case fieldGroup:
-		m.group = v
-	}
-	if ok {
-		m.bad &^= 1 << field
-	} else {
-		m.bad |= 1 << field
-	}
+	s.msgMember = popMemberNone
 }
 
 func (s *popKeyScan) StringStart(depth int, key bool) {
-	s.reading = fieldNone
+	s.reading = readingNone
 	switch {
 	case depth == 1 && key && s.isObject:
-		s.reading = fieldTopKey
+		s.reading = readingTopKey
 	case depth == 1 && !key:
 		if s.pending {
 			s.pending, s.count, s.msgs = false, 0, s.msgs[:0]
 		}
 		if s.groupNext {
 			s.groupNext = false
-			s.reading = fieldTopGroup
+			s.reading = readingTopGroup
 		}
 	case depth == 2 && !key && s.inMessages:
 		s.count++
 		if len(s.msgs) < maxStreamedPopKeys {
-			s.msgs = append(s.msgs, popKeyFields{unkeyable: true})
+			s.msgs = append(s.msgs, popFields{unkeyable: true})
 		}
 	case depth == 3 && key && s.inMsg:
-		s.reading = fieldMsgKey
-	case depth == 3 && !key && s.inMsg:
-		s.reading = s.msgField
-		s.msgField = fieldNone
+		s.reading = readingMsgKey
+	case depth == 3 && !key && s.inMsg && s.msgMember != popMemberNone:
+		s.reading, s.member = readingMsgValue, s.msgMember
+		s.msgMember = popMemberNone
 	}
-	s.text, s.long = s.text[:0], false
+	s.start, s.long = len(s.text), false
 }
 
 func (s *popKeyScan) StringPart(raw []byte) {
-	if s.reading == fieldNone || s.long {
+	if s.reading == readingNone || s.long {
 		return
 	}
-	if len(s.text)+len(raw) > maxPopKeyField {
+	if len(s.text)-s.start+len(raw) > maxPopKeyField || len(s.text)+len(raw) > math.MaxInt32 {
 		s.long = true
 		return
 	}
@@ -257,36 +204,39 @@ func (s *popKeyScan) StringPart(raw []byte) {
 }
 
 func (s *popKeyScan) StringEnd() {
-	field := s.reading
-	s.reading = fieldNone
-	plain := !s.long && bytes.IndexByte(s.text, '\\') < 0
-	switch field {
-	case fieldTopKey:
+	reading := s.reading
+	s.reading = readingNone
+	text := s.text[s.start:]
+	v := span{int32(s.start), int32(len(text))}
+	plain := !s.long && bytes.IndexByte(text, '\\') < 0
+	switch reading {
+	case readingTopKey, readingMsgKey:
+		// A name is not kept: only what it says.
+		s.text = s.text[:s.start]
+		if s.long {
+			s.pending, s.groupNext, s.msgMember = false, false, popMemberNone
+			return
+		}
 		// Member names are compared decoded and exactly, as the broker's
 		// library reads them.
-		s.pending = !s.long && wire.UnescapedIs(s.text, "messages")
-		s.groupNext = !s.long && wire.UnescapedIs(s.text, "consumerGroup")
-	case fieldTopGroup:
-		s.topGroup, s.topGroupBad = string(s.text), !plain
-	case fieldMsgKey:
-		s.msgField = fieldNone
-		if s.long {
+		if reading == readingTopKey {
+			s.pending = wire.UnescapedIs(text, "messages")
+			s.groupNext = wire.UnescapedIs(text, "consumerGroup")
 			return
 		}
-		for _, f := range [...]struct {
-			name  string
-			field int
-		}{{"id", fieldID}, {"partitionId", fieldPartitionID}, {"transactionId", fieldTransactionID}, {"consumerGroup", fieldGroup}} {
-			if wire.UnescapedIs(s.text, f.name) {
-				s.msgField = f.field
+		s.msgMember = popMemberNone
+		for _, m := range [...]struct {
+			name   string
+			member uint8
+		}{{"id", popMemberID}, {"partitionId", popMemberPartitionID}, {"transactionId", popMemberTransactionID}, {"consumerGroup", popMemberMessageGroup}} {
+			if wire.UnescapedIs(text, m.name) {
+				s.msgMember = m.member
 			}
 		}
-	case fieldID, fieldPartitionID, fieldTransactionID, fieldGroup:
-		if !plain {
-			s.setField(field, "", false)
-			return
-		}
-		s.setField(field, string(s.text), true)
+	case readingTopGroup:
+		s.topGroup, s.topGroupBad = v, !plain
+	case readingMsgValue:
+		s.msgs[len(s.msgs)-1].set(s.member, v, plain)
 	}
 }
 
