@@ -148,6 +148,17 @@ func pushField(name []byte) int {
 // fastPush reads a push body as ParsePush does, into b; false means it
 // did not decide, and b is then to be thrown away.
 func fastPush(body []byte, b *ProduceBatch, n *nameBuf) bool {
+	return fastTop(body, "items", "", func(at int) int {
+		return n.fastItems(b, body, at, pushValueDepth, noOperation)
+	})
+}
+
+// fastTop reads body's top-level object in one pass: the value of the
+// member named field, which must be an array and appear once, is read by
+// read (which returns the index just past it, or -1); a member named
+// undecided leaves the body to the reference reader; every other value is
+// checked. It reports whether body is that one object, its field read.
+func fastTop(body []byte, field, undecided string, read func(at int) int) bool {
 	i := wire.SkipSpace(body, 0)
 	if byteAt(body, i) != '{' {
 		return false
@@ -158,16 +169,16 @@ func fastPush(body []byte, b *ProduceBatch, n *nameBuf) bool {
 			return seen && i >= 0 && wire.SkipSpace(body, i) == len(body)
 		}
 		name, at := memberName(body, i)
-		if at < 0 {
+		if at < 0 || undecided != "" && string(name) == undecided {
 			return false
 		}
 		var end int
-		if string(name) == "items" {
+		if string(name) == field {
 			if seen || byteAt(body, at) != '[' {
 				return false
 			}
 			seen = true
-			end = n.fastItems(b, body, at, pushValueDepth, noOperation)
+			end = read(at)
 		} else {
 			end = wire.SkipValid(body, at, topValueDepth, true)
 		}
@@ -276,41 +287,15 @@ func fastFields(body []byte, i, depth int, v *pushFields, plain *uint8) int {
 }
 
 // fastTransaction reads a transaction body as ParseTransaction does, into
-// b; false means it did not decide.
+// b; false means it did not decide. A "positions" member is left to the
+// reference reader, which checks it.
 func fastTransaction(body []byte, b *ProduceBatch, n *nameBuf) bool {
-	i := wire.SkipSpace(body, 0)
-	if byteAt(body, i) != '{' {
-		return false
-	}
-	seen, ops := false, 0
-	for i, more := firstMember(body, i, '}'); ; {
-		if !more {
-			return seen && ops > 0 && i >= 0 && wire.SkipSpace(body, i) == len(body)
-		}
-		name, at := memberName(body, i)
-		if at < 0 {
-			return false
-		}
+	ops := 0
+	return fastTop(body, "operations", "positions", func(at int) int {
 		var end int
-		if string(name) == "positions" {
-			return false // checked by the reference reader
-		}
-		if string(name) == "operations" {
-			if seen || byteAt(body, at) != '[' {
-				return false
-			}
-			seen = true
-			end, ops = n.fastOperations(b, body, at)
-		} else {
-			end = wire.SkipValid(body, at, topValueDepth, true)
-		}
-		if end < 0 {
-			return false
-		}
-		if i, more = nextMember(body, end, '}'); i < 0 {
-			return false
-		}
-	}
+		end, ops = n.fastOperations(b, body, at)
+		return end
+	}) && ops > 0
 }
 
 // fastOperations counts the items of the operations array at body[i] and
