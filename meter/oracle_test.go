@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/queengate/queengate/wire"
 )
@@ -573,7 +574,7 @@ func oldReadPlain(v []byte, into *[]byte) bool {
 	if string(v) == "null" {
 		return true
 	}
-	s, ok := wire.PlainBytes(v)
+	s, ok := oldPlainBytes(v)
 	if ok {
 		*into = s // the last of repeated members wins, as in encoding/json
 	}
@@ -726,3 +727,17 @@ func oldFoldsTo(k []byte, names ...string) bool {
 }
 
 func oldHasEscape(k []byte) bool { return bytes.IndexByte(k, '\\') >= 0 }
+
+// oldPlainBytes is the contents of a JSON string value without escapes,
+// as a slice of v, and false for any other value, a string holding an
+// escape, or one that is not valid UTF-8: the old readers' shortcut.
+func oldPlainBytes(v []byte) ([]byte, bool) {
+	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
+		return nil, false
+	}
+	text := v[1 : len(v)-1]
+	if bytes.IndexByte(text, '\\') >= 0 || !utf8.Valid(text) {
+		return nil, false
+	}
+	return text, true
+}

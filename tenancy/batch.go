@@ -38,16 +38,6 @@ var (
 	}
 )
 
-// KVBatchIsCarveOut reports whether a POST /api/v1/kv body is a non-empty
-// batch whose every operation stays inside one reserved key space (the Kafka
-// facade's or the S3 sink's). Such a batch is the facade keeping consumer
-// state, so the caller reclassifies it as ClassConsume: no kv plan flag, no
-// push block, consume-scope authorization.
-func KVBatchIsCarveOut(body []byte) bool {
-	_, ok := KVCarveOut(body)
-	return ok
-}
-
 // CarveOutBatch is what the gateway bounds and meters of a carve-out batch.
 type CarveOutBatch struct {
 	// Ops is the number of operations in the batch.
@@ -58,8 +48,12 @@ type CarveOutBatch struct {
 	Heaviest struct{ Index, Bytes int }
 }
 
-// KVCarveOut reads a POST /api/v1/kv body as KVBatchIsCarveOut does and,
-// when it is a carve-out batch, also reports its size.
+// KVCarveOut reports whether a POST /api/v1/kv body is a non-empty batch
+// whose every operation stays inside one reserved key space (the Kafka
+// facade's or the S3 sink's) and, when it is, its size. Such a batch is
+// the facade keeping consumer state, so the caller reclassifies it as
+// ClassConsume: no kv plan flag, no push block, consume-scope
+// authorization.
 func KVCarveOut(body []byte) (CarveOutBatch, bool) {
 	var b CarveOutBatch
 	if wire.Check(body) != nil {
@@ -255,13 +249,4 @@ func opGrows(v *opValues) bool {
 		}
 	}
 	return true
-}
-
-// jsonKind returns the first byte of a JSON value after any leading
-// whitespace, or 0 when there is none.
-func jsonKind(raw []byte) byte {
-	if i := wire.SkipSpace(raw, 0); i < len(raw) {
-		return raw[i]
-	}
-	return 0
 }

@@ -333,3 +333,18 @@ func modelCycleGrows(v any) bool {
 	items, isArray := raw.([]any)
 	return !isArray || len(items) > 0
 }
+
+// KVBatchIsCarveOut is KVCarveOut's verdict alone.
+func KVBatchIsCarveOut(body []byte) bool {
+	_, ok := KVCarveOut(body)
+	return ok
+}
+
+// jsonKind returns the first byte of a JSON value after any leading
+// whitespace, or 0 when there is none.
+func jsonKind(raw []byte) byte {
+	if i := wire.SkipSpace(raw, 0); i < len(raw) {
+		return raw[i]
+	}
+	return 0
+}

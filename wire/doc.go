@@ -83,10 +83,10 @@
 //     ShortPlainEnd (a short string that needs no decoding, in one look).
 //   - text.go: TextError, the part of the rules any body must meet before
 //     anything reads it (UTF-8, no byte-order mark).
-//   - iter.go, walk.go: Object, Array, Members, Elements, MemberValues,
-//     ValueEnd and PlainBytes, which read checked text in place without
-//     allocating; TopMembers, the members of an answer's top-level object
-//     by the rules of answers.
+//   - iter.go, walk.go: Array, Members, Elements, MemberValues and
+//     ValueEnd, which read checked text in place without allocating;
+//     TopMembers, the members of an answer's top-level object by the rules
+//     of answers.
 //
 // # Where each body and answer is read
 //

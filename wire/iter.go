@@ -1,14 +1,11 @@
 package wire
 
-// Object, Array, ValueEnd and PlainBytes walk JSON text that has already
-// been checked (Check, CheckStored or SkipValid) without decoding it, handing
-// out members and elements as slices of the input; they allocate nothing and
+// SkipSpace, ValueEnd, StringEnd and Array walk JSON text that has already
+// been checked (Check, CheckStored or SkipValid) without decoding it,
+// handing out values as slices of the input; they allocate nothing and
 // trust their input.
 
-import (
-	"bytes"
-	"unicode/utf8"
-)
+import "bytes"
 
 // Space reports whether c is JSON whitespace.
 func Space(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
@@ -74,36 +71,6 @@ func StringEnd(b []byte, i int) int {
 	return i
 }
 
-// ObjectIter walks the members of a valid JSON object.
-type ObjectIter struct {
-	b []byte
-	i int
-}
-
-// Object returns an iterator over the object whose text is b.
-func Object(b []byte) ObjectIter { return ObjectIter{b: b} }
-
-// Next returns the next member: its key's raw text between the quotes
-// (escapes intact) and its value's raw text.
-func (it *ObjectIter) Next() (key, val []byte, more bool) {
-	b := it.b
-	i := SkipSpace(b, it.i)
-	if i < len(b) && (b[i] == '{' || b[i] == ',') {
-		i = SkipSpace(b, i+1)
-	}
-	if i >= len(b) || b[i] != '"' {
-		it.i = len(b)
-		return nil, nil, false // '}'
-	}
-	kEnd := StringEnd(b, i)
-	key = b[i+1 : kEnd-1]
-	i = SkipSpace(b, kEnd)
-	i = SkipSpace(b, i+1) // ':'
-	vEnd := ValueEnd(b, i)
-	it.i = vEnd
-	return key, b[i:vEnd], true
-}
-
 // ArrayIter walks the elements of a valid JSON array.
 type ArrayIter struct {
 	b []byte
@@ -127,27 +94,4 @@ func (it *ArrayIter) Next() (elem []byte, more bool) {
 	end := ValueEnd(b, i)
 	it.i = end
 	return b[i:end], true
-}
-
-// PlainBytes returns the contents of a JSON string value without escapes
-// (the common case), as a slice of v, and false for any other value, a
-// string holding an escape, or one that is not valid UTF-8 (encoding/json
-// would replace the bad bytes): those the caller must decode properly.
-func PlainBytes(v []byte) ([]byte, bool) {
-	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
-		return nil, false
-	}
-	ascii := true
-	for _, c := range v[1 : len(v)-1] {
-		switch {
-		case c == '\\':
-			return nil, false
-		case c >= 0x80:
-			ascii = false
-		}
-	}
-	if !ascii && !utf8.Valid(v[1:len(v)-1]) {
-		return nil, false
-	}
-	return v[1 : len(v)-1], true
 }

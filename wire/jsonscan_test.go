@@ -6,14 +6,11 @@ func TestWalk(t *testing.T) {
 	body := []byte(` { "a" : [1, {"b":"x\"y"}, null] , "c\"d":"e" , "f": -1.5e3}`)
 	var keys []string
 	var vals []string
-	i := SkipSpace(body, 0)
-	for it := Object(body[i:]); ; {
-		k, v, more := it.Next()
-		if !more {
-			break
-		}
-		keys, vals = append(keys, string(k)), append(vals, string(v))
-	}
+	Members(body, SkipSpace(body, 0), func(k []byte, at int) int {
+		end := ValueEnd(body, at)
+		keys, vals = append(keys, string(k)), append(vals, string(body[at:end]))
+		return end
+	})
 	if len(keys) != 3 || keys[1] != `c\"d` || vals[0] != `[1, {"b":"x\"y"}, null]` || vals[2] != "-1.5e3" {
 		t.Fatalf("keys %q values %q", keys, vals)
 	}
@@ -27,13 +24,5 @@ func TestWalk(t *testing.T) {
 	}
 	if len(elems) != 3 || elems[1] != `{"b":"x\"y"}` || elems[2] != "null" {
 		t.Fatalf("elements %q", elems)
-	}
-}
-
-func TestPlainBytes(t *testing.T) {
-	for v, want := range map[string]bool{`"queued"`: true, `""`: true, `"q\"d"`: false, `7`: false, `"é"`: true, "\"\x86\"": false, `"`: false} {
-		if _, ok := PlainBytes([]byte(v)); ok != want {
-			t.Errorf("PlainBytes(%s) ok=%v, want %v", v, ok, want)
-		}
 	}
 }
