@@ -9,10 +9,11 @@ import (
 )
 
 // BillPop and ReadPopAnswer read a kept pop answer in one pass over
-// wire.Stream, without decoding it into Go values, by the rules of answers
-// (doc.go): member names exactly as the broker writes them, the last of a
-// repeated member wins, and what cannot be read exactly bills as the
-// broker's answer would at most: a field a key is built from that is not a
+// wire.Stream, and PopKeys one nobody keeps as it streams, with the same
+// watcher (popWatch), without decoding it into Go values, by the rules of
+// answers (doc.go): member names exactly as the broker writes them, the
+// last of a repeated member wins, and what cannot be read exactly bills as
+// the broker's answer would at most: a field a key is built from that is not a
 // plain string or null leaves its message without a key (a first
 // delivery), and a text wire.Check refuses bills nothing.
 
@@ -164,7 +165,41 @@ type popWatch struct {
 	// the slice's capacity.
 	bodyCap int
 	shape   wire.ShapeValues // the values of the last message read whole
+
+	// streamed (PopKeys): the answer comes in pieces nobody keeps, so the
+	// texts of the keying members are copied into text, which the spans
+	// name instead; count is the messages begun, of which msgs holds the
+	// first maxStreamedPopKeys.
+	streamed bool
+	text     []byte
+	count    int64
 }
+
+// spanOf is where the plain string raw, told to the watcher, lies: in the
+// kept answer, or (streamed) in text, where it is copied; ok is false when
+// a streamed text is not kept: past maxPopKeyField or maxPopKeyText, or
+// for a message msgs no longer records (keep false).
+func (w *popWatch) spanOf(raw []byte, keep bool) (s span, ok bool) {
+	if !w.streamed {
+		return span{int32(w.bodyCap - cap(raw)), int32(len(raw))}, true
+	}
+	if !keep || len(raw) > maxPopKeyField || len(w.text)+len(raw) > maxPopKeyText {
+		return span{}, false
+	}
+	at := len(w.text)
+	w.text = append(w.text, raw...)
+	return span{int32(at), int32(len(raw))}, true
+}
+
+// add records a message begun, keeping its fields while msgs has room.
+func (w *popWatch) add(m popFields) {
+	if !w.streamed || len(w.msgs) < maxStreamedPopKeys {
+		w.msgs = append(w.msgs, m)
+	}
+}
+
+// keying reports whether the message being read will be recorded.
+func (w *popWatch) keying() bool { return !w.streamed || len(w.msgs) < maxStreamedPopKeys }
 
 func (w *popWatch) Open(depth int, kind byte) {
 	member := w.member
@@ -177,10 +212,11 @@ func (w *popWatch) Open(depth int, kind byte) {
 	case member != popMemberNone:
 		w.set(member, span{}, false) // a keying member that is a container
 	case depth == 3 && w.inMessages:
+		w.count++
 		w.inMessage = kind == '{'
 		w.message = popFields{unkeyable: !w.inMessage}
 		if !w.inMessage {
-			w.msgs = append(w.msgs, w.message)
+			w.add(w.message)
 		}
 	}
 }
@@ -189,7 +225,7 @@ func (w *popWatch) Close(depth int) {
 	switch {
 	case depth == 3 && w.inMessage:
 		w.inMessage = false
-		w.msgs = append(w.msgs, w.message)
+		w.add(w.message)
 	case depth == 2:
 		w.inMessages = false
 	}
@@ -205,7 +241,7 @@ func (w *popWatch) Key(depth int, raw []byte, plain bool) bool {
 		case wire.WordIs(raw, plain, "messages"):
 			// The last "messages" is the answer's: what an earlier one
 			// held is gone.
-			w.member, w.msgs, w.inMessages = popMemberMessages, w.msgs[:0], false
+			w.member, w.msgs, w.inMessages, w.count = popMemberMessages, w.msgs[:0], false, 0
 		}
 	case depth == 3 && w.inMessage:
 		switch {
@@ -229,7 +265,8 @@ func (w *popWatch) Value(depth int, first byte, raw []byte, _ bool) {
 	case popMemberNone:
 		if depth == 2 && w.inMessages {
 			// An element that is not an object: a message without a key.
-			w.msgs = append(w.msgs, popFields{unkeyable: true})
+			w.count++
+			w.add(popFields{unkeyable: true})
 		}
 	case popMemberMessages:
 		// Not an array: no messages.
@@ -238,7 +275,8 @@ func (w *popWatch) Value(depth int, first byte, raw []byte, _ bool) {
 		case first == 'n':
 			w.set(member, span{}, true)
 		case first == '"' && raw != nil && bytes.IndexByte(raw, '\\') < 0: // no escape: its spelling is its text
-			w.set(member, span{int32(w.bodyCap - cap(raw)), int32(len(raw))}, true)
+			v, ok := w.spanOf(raw, member == popMemberGroup || w.keying())
+			w.set(member, v, ok)
 		default:
 			w.set(member, span{}, false)
 		}
@@ -287,21 +325,27 @@ func (w *popWatch) Element(scan *wire.Stream, p []byte, i int) int {
 	if end < 0 {
 		return -1
 	}
-	base := w.bodyCap - cap(p)
+	base, text, keep := w.bodyCap-cap(p), len(w.text), w.keying()
 	var m popFields
 	for _, f := range [...]struct {
-		at   int
-		into *span
-	}{{popShapeGroup, &m.group}, {popShapeID, &m.id}, {popShapePartitionID, &m.partitionID}, {popShapeTransactionID, &m.transactionID}} {
-		switch v := w.shape[f.at]; v.First {
-		case '"':
+		at     int
+		member uint8
+		into   *span
+	}{{popShapeGroup, popMemberMessageGroup, &m.group}, {popShapeID, popMemberID, &m.id},
+		{popShapePartitionID, popMemberPartitionID, &m.partitionID}, {popShapeTransactionID, popMemberTransactionID, &m.transactionID}} {
+		switch v := w.shape[f.at]; {
+		case v.First == '"' && !w.streamed:
 			*f.into = span{int32(base) + v.At, v.End - v.At}
-		case 'n':
-		default:
+		case v.First == '"':
+			s, ok := w.spanOf(p[v.At:v.End], keep)
+			m.set(f.member, s, ok)
+		case v.First != 'n':
+			w.text = w.text[:text] // nothing read: the general reader reads it again
 			return -1
 		}
 	}
-	w.msgs = append(w.msgs, m)
+	w.count++
+	w.add(m)
 	return end
 }
 

@@ -114,9 +114,8 @@
 //     shapes in shape.go;
 //   - push: meter/pushtally.go; transaction: meter/txntally.go (both
 //     watchers over Stream, with the broker's shapes);
-//   - pop: meter/billscan.go (kept answers, over Stream) and
-//     meter/popkeys.go (over Checker) for answers too large to keep or cut
-//     short;
+//   - pop: meter/billscan.go, over Stream, for kept answers and, through
+//     meter/popkeys.go, for answers too large to keep or cut short;
 //   - ephemeral push, streams cycle and DLQ replay: meter/bill.go, over
 //     Check and MemberValues; answers too large to keep are first reduced
 //     to the members billing reads by meter/answerreduce.go (over Checker);
