@@ -191,15 +191,16 @@ func (w *popWatch) spanOf(raw []byte, keep bool) (s span, ok bool) {
 	return span{int32(at), int32(len(raw))}, true
 }
 
+// keying reports whether the message being read will be recorded: every
+// one of a kept answer, the first maxStreamedPopKeys of a streamed one.
+func (w *popWatch) keying() bool { return !w.streamed || len(w.msgs) < maxStreamedPopKeys }
+
 // add records a message begun, keeping its fields while msgs has room.
 func (w *popWatch) add(m popFields) {
-	if !w.streamed || len(w.msgs) < maxStreamedPopKeys {
+	if w.keying() {
 		w.msgs = append(w.msgs, m)
 	}
 }
-
-// keying reports whether the message being read will be recorded.
-func (w *popWatch) keying() bool { return !w.streamed || len(w.msgs) < maxStreamedPopKeys }
 
 func (w *popWatch) Open(depth int, kind byte) {
 	member := w.member

@@ -19,8 +19,9 @@ import "github.com/queengate/queengate/wire"
 // or a message that is not an object) gets no key,
 // and a message without a key is billed as a first delivery and not
 // remembered. Only the first maxStreamedPopKeys messages are keyed; the
-// rest are billed as first deliveries too. The parts it keeps are a few
-// short strings per message, never the payloads.
+// rest are billed as first deliveries too. What it keeps is the keying
+// members' texts, in one buffer of at most maxPopKeyText bytes, never the
+// payloads.
 type PopKeys struct {
 	scan  wire.Stream
 	watch popWatch
