@@ -1,8 +1,8 @@
 // Package limits decides what a cluster may do against its plan, request by
-// request. It does not import Caddy. The bodies it judges pass package
-// wire's grammar first and are walked with wire's walkers; only the
-// one-pass produce reader (producefast.go) still looks at
-// member names and short strings byte by byte, for speed.
+// request. It does not import Caddy. The bodies it judges are read with
+// package wire: checked by its grammar and walked with its walkers, or,
+// for a push and a transaction, checked and counted in one pass with its
+// cursor (producefast.go).
 //
 //   - Effective limits: a plan's columns with the cluster's limit_overrides
 //     on top (effective.go).

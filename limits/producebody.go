@@ -92,55 +92,13 @@ func (r itemRef) String() string {
 // "transactionId" and an optional "payload" (any value). Other members are
 // ignored. Anything else is a *BodyError or a *wire.SyntaxError.
 func ParsePush(body []byte) (ProduceBatch, error) {
-	var b ProduceBatch
-	b.reset()
-	var names nameBuf
-	if fastPush(body, &b, &names) {
-		return b, nil
-	}
-	b.Release()
-	return parsePushReference(body)
-}
-
-// parsePushReference is ParsePush's reading in two passes (the check,
-// then the walk): the reference fastPush is held to, and the reader of
-// every body fastPush does not decide, which it refuses with the right
-// message.
-func parsePushReference(body []byte) (ProduceBatch, error) {
-	var b ProduceBatch
-	b.reset()
-	var names nameBuf
-	var itemsErr error
-	seen, isArray := false, false
-	isObj, err := walkTop(body, "items", func(at int) int {
-		b.reset()
-		seen, isArray, itemsErr = true, body[at] == '[', nil
-		if !isArray {
-			return wire.ValueEnd(body, at)
-		}
-		return wire.Elements(body, at, func(at int) int {
-			if itemsErr != nil {
-				return wire.ValueEnd(body, at)
-			}
-			end, err := names.addPushItem(&b, body, at, itemRef{op: -1, item: b.Items})
-			itemsErr = err
-			return end
-		})
-	})
-	if err != nil || !isObj || !seen || !isArray || itemsErr != nil {
-		b.Release()
-	}
-	switch {
-	case err != nil:
+	var r produceReader
+	r.b.reset()
+	if err := r.push(body); err != nil {
+		r.b.Release()
 		return ProduceBatch{}, err
-	case !isObj:
-		return ProduceBatch{}, &BodyError{"push body must be a JSON object with an items array"}
-	case !seen || !isArray:
-		return ProduceBatch{}, &BodyError{"items array is required"}
-	case itemsErr != nil:
-		return ProduceBatch{}, itemsErr
 	}
-	return b, nil
+	return r.b, nil
 }
 
 // ParseTransaction reads a POST /api/v1/transaction body: an object with
@@ -153,93 +111,13 @@ func parsePushReference(body []byte) (ProduceBatch, error) {
 // must be what the broker takes (checkPositions), and an operation typed
 // as a position is refused.
 func ParseTransaction(body []byte) (ProduceBatch, error) {
-	var b ProduceBatch
-	b.reset()
-	var names nameBuf
-	if fastTransaction(body, &b, &names) {
-		return b, nil
-	}
-	b.Release()
-	return parseTransactionReference(body)
-}
-
-// parseTransactionReference is ParseTransaction's reading in two passes,
-// as parsePushReference is ParsePush's.
-func parseTransactionReference(body []byte) (ProduceBatch, error) {
-	var b ProduceBatch
-	b.reset()
-	var names nameBuf
-	var opsErr error
-	seen, isArray, ops := false, false, 0
-	var positions []byte // the last "positions" member's raw value
-	isObj, err := walkTopFields(body, []string{"operations", "positions"}, func(field, at int) int {
-		if field == 1 {
-			end := wire.ValueEnd(body, at)
-			positions = body[at:end]
-			return end
-		}
-		b.reset()
-		seen, isArray, opsErr, ops = true, body[at] == '[', nil, 0
-		if !isArray {
-			return wire.ValueEnd(body, at)
-		}
-		return wire.Elements(body, at, func(at int) int {
-			ops++
-			if opsErr != nil {
-				return wire.ValueEnd(body, at)
-			}
-			end, err := names.addOperation(&b, body, at, ops-1)
-			opsErr = err
-			return end
-		})
-	})
-	if err != nil || !isObj || !seen || !isArray || ops == 0 || opsErr != nil {
-		b.Release()
-	}
-	switch {
-	case err != nil:
+	var r produceReader
+	r.b.reset()
+	if err := r.transaction(body); err != nil {
+		r.b.Release()
 		return ProduceBatch{}, err
-	case !isObj:
-		return ProduceBatch{}, &BodyError{"transaction body must be a JSON object with an operations array"}
-	case !seen || !isArray:
-		return ProduceBatch{}, &BodyError{"operations array required"}
-	case ops == 0:
-		return ProduceBatch{}, &BodyError{"operations array cannot be empty"}
-	case opsErr != nil:
-		return ProduceBatch{}, opsErr
 	}
-	if positions != nil {
-		if err := names.checkPositions(positions); err != nil {
-			b.Release()
-			return ProduceBatch{}, err
-		}
-	}
-	return b, nil
-}
-
-// addOperation adds the items of the transaction operation at body[at]
-// and returns the index just past it.
-func (n *nameBuf) addOperation(b *ProduceBatch, body []byte, at, opIndex int) (int, error) {
-	if body[at] != '{' {
-		return wire.ValueEnd(body, at), nil // the broker rejects the transaction; nothing is stored
-	}
-	var v [3][]byte
-	end := wire.MemberValues(body, at, []string{"type", "items", "queue"}, v[:])
-	typ, items, queue := v[0], v[1], v[2]
-	if n.isAck(typ) {
-		return end, nil
-	}
-	if n.isPositionsType(typ) {
-		return end, positionsOperationError(opIndex)
-	}
-	if len(items) > 0 && items[0] == '[' {
-		return end, n.addItems(b, items, opIndex)
-	}
-	if queue == nil {
-		return end, nil
-	}
-	_, err := n.addPushItem(b, body, at, itemRef{op: opIndex, item: -1})
-	return end, err
+	return r.b, nil
 }
 
 // addPushItem reads the push item at body[at], counts it, and returns the
@@ -249,13 +127,9 @@ func (n *nameBuf) addPushItem(b *ProduceBatch, body []byte, at int, ref itemRef)
 		return wire.ValueEnd(body, at), &BodyError{ref.String() + " is not an object"}
 	}
 	var v pushFields
-	end := wire.MemberValues(body, at, pushItemFields[:], v[:])
+	end := wire.MemberValues(body, at, wire.PushItemMembers[:], v[:])
 	return end, n.countPushItem(b, &v, 0, ref)
 }
-
-// pushItemFields are the members of a push item the gateway reads, in the
-// order of pushFields.
-var pushItemFields = [...]string{"queue", "partition", "transactionId", "payload", "traceId"}
 
 // addItems counts the checked array items of operation op's push items,
 // stopping at the first refused.
@@ -283,7 +157,7 @@ const (
 
 // pushFields are the raw values (nil when absent) of a push item's
 // queue, partition, transactionId, payload and traceId.
-type pushFields [len(pushItemFields)][]byte
+type pushFields [len(wire.PushItemMembers)][]byte
 
 // countPushItem counts the push item whose members are v, or says why the
 // broker would refuse it or could not store it. plain says which of the

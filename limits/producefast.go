@@ -4,25 +4,26 @@ import (
 	"github.com/queengate/queengate/wire"
 )
 
-// The one-pass readers of push and transaction bodies. The reference
-// readers (parsePushReference, parseTransactionReference) check the whole
-// body first and then walk it again to count its items; these check and
-// count in the same pass: the structure the gateway reads (the top-level
-// object, the items, their members) by hand, every other value by
-// wire.SkipValid, which also ends a payload where its size is read.
-// Every item is counted by the same countPushItem as in the reference.
+// The push and transaction bodies are read here, in one pass that checks
+// and counts at once: the structure the gateway reads (the top-level
+// object, the items, their members) with wire's cursor, every other value
+// by wire.SkipValid, which also ends a payload where its size is read.
+// Every item is counted by countPushItem.
 //
-// They only accept. On anything they are not sure of — a refusal of any
-// kind, an escaped member name, a duplicated items or operations member,
-// an operation whose type comes after its items twice over — they say so
-// and the caller reads the body again with the reference reader, which
-// decides and words the refusal. So a body is never read differently,
-// only faster: FuzzFastProduceAgrees holds them to the reference on every
-// input (same verdict, same counts), and FuzzParseProduce holds both to
-// the broker model.
+// The pass also decides every refusal, in the order the two-pass reading
+// (check the whole text, then walk it) has: a text the broker cannot read
+// or store (wire.CheckStored's refusal, which names the first bad byte)
+// before the body's shape, and the shape before its items. So where the
+// pass meets a bad byte, or refuses the shape, CheckStored looks for the
+// body's first bad byte once more; an item's refusal is kept while the
+// rest of the body is checked, and a later items or operations member
+// replaces it, as the broker keeps the last of a repeated member.
+// FuzzProduceAgreesWithTwoPasses holds the pass to that two-pass reading
+// (kept in the tests as the oracle), refusals' words included, and
+// FuzzParseProduce holds both to the broker model.
 
-// Depths of the values these readers hand to wire.SkipValid: the
-// containers open around them (the top-level object is 1).
+// Depths of the values the pass hands to wire.SkipValid: the containers
+// open around them (the top-level object is 1).
 const (
 	topValueDepth    = 1 // a member of the top-level object
 	pushValueDepth   = 3 // a member of a push item: top, items, item
@@ -32,216 +33,221 @@ const (
 	noOperation      = -1
 )
 
-// byteAt is b[i], or 0 (which starts no JSON token) past the end.
-func byteAt(b []byte, i int) byte {
-	if i < len(b) {
-		return b[i]
-	}
-	return 0
+// errUnreadable is the refusal of a body the pass stopped in but
+// wire.CheckStored accepts: never expected (the two use one grammar), and
+// refused rather than guessed at.
+var errUnreadable = &BodyError{"the body could not be read"}
+
+// The refusals of a body of another shape, made once: top takes one on
+// every reading.
+var (
+	errPushNotObject        = &BodyError{"push body must be a JSON object with an items array"}
+	errTransactionNotObject = &BodyError{"transaction body must be a JSON object with an operations array"}
+)
+
+// produceReader is one pass over a push or transaction body.
+// It holds the batch and the names itself, and takes the body as an
+// argument of its methods: the body leaks to wire's scanner and the
+// names' buffers to the heap, and a pointer to the batch beside them in
+// one struct would take the batch to the heap with them.
+type produceReader struct {
+	b     ProduceBatch
+	names nameBuf
+	// refused is the first refused item of the items (or operations)
+	// being read; the items after it are only checked.
+	refused error
+	// deferItems counts an operation's items only once the operation is
+	// read to its end. The pass counts them as they come when the type
+	// came first (as the SDKs write it); an operation that repeats its
+	// type or its items after that makes the pass start over this way.
+	deferItems, startOver bool
 }
 
-// memberName reads the member name at body[i] and the colon after it,
-// and returns the name's raw text and where its value starts; at is -1
-// when the text there is not a name and a colon, or the name holds an
-// escape (which the reference reader decodes).
-func memberName(body []byte, i int) (name []byte, at int) {
-	end, escaped := wire.SkipValidString(body, i, true)
-	if end < 0 || escaped {
-		return nil, -1
+// refusal is the refusal of a body the pass did not accept: the first
+// bad byte of its text when it has one, else shape.
+func refusal(body []byte, shape error) error {
+	if err := wire.CheckStored(body); err != nil {
+		return err
 	}
-	name = body[i+1 : end-1]
-	if byteAt(body, end) != ':' {
-		end = wire.SkipSpace(body, end)
-		if byteAt(body, end) != ':' {
-			return nil, -1
-		}
-	}
-	at = end + 1
-	if c := byteAt(body, at); c <= ' ' {
-		at = wire.SkipSpace(body, at)
-	}
-	return name, at
+	return shape
 }
 
-// nextMember moves past the value that ended at body[i]: more is true
-// after a comma (i is then the next element or member), false after the
-// closing bracket (i is then just past it); i is -1 when neither follows.
-func nextMember(body []byte, i int, closing byte) (next int, more bool) {
-	if c := byteAt(body, i); c <= ' ' {
-		i = wire.SkipSpace(body, i)
-	}
-	switch byteAt(body, i) {
-	case ',':
-		i++
-		if c := byteAt(body, i); c <= ' ' {
-			i = wire.SkipSpace(body, i)
-		}
-		return i, true
-	case closing:
-		return i + 1, false
-	}
-	return -1, false
-}
-
-// firstMember moves past the opening bracket at body[i]: more is false
-// for an empty container (i is then just past it).
-func firstMember(body []byte, i int, closing byte) (next int, more bool) {
-	i++
-	if c := byteAt(body, i); c <= ' ' {
-		i = wire.SkipSpace(body, i)
-	}
-	if byteAt(body, i) == closing {
-		return i + 1, false
-	}
-	return i, true
-}
-
-// knownPushField recognises, by their bytes, the push item members as
-// the SDKs write them: a name without escapes and a colon right after it.
-// It returns the field's index in pushFields and where its value starts,
-// or at -1 for any other text there (which memberName then reads).
-func knownPushField(body []byte, i int) (field, at int) {
-	rest := body[i:]
-	if len(rest) < 16 {
-		return -1, -1
-	}
-	switch rest[1] {
-	case 'q':
-		if string(rest[:8]) == `"queue":` {
-			return 0, i + 8
-		}
-	case 'p':
-		if string(rest[:12]) == `"partition":` {
-			return 1, i + 12
-		}
-		if string(rest[:10]) == `"payload":` {
-			return 3, i + 10
-		}
-	case 't':
-		if string(rest[:16]) == `"transactionId":` {
-			return 2, i + 16
-		}
-		if string(rest[:10]) == `"traceId":` {
-			return 4, i + 10
-		}
-	}
-	return -1, -1
-}
-
-// pushField is the index in pushFields of the member named name, or -1.
-func pushField(name []byte) int {
-	switch string(name) {
-	case "queue":
-		return 0
-	case "partition":
-		return 1
-	case "transactionId":
-		return 2
-	case "payload":
-		return 3
-	case "traceId":
-		return 4
-	}
-	return -1
-}
-
-// fastPush reads a push body as ParsePush does, into b; false means it
-// did not decide, and b is then to be thrown away.
-func fastPush(body []byte, b *ProduceBatch, n *nameBuf) bool {
-	return fastTop(body, "items", "", func(at int) int {
-		return n.fastItems(b, body, at, pushValueDepth, noOperation)
-	})
-}
-
-// fastTop reads body's top-level object in one pass: the value of the
-// member named field, which must be an array and appear once, is read by
-// read (which returns the index just past it, or -1); a member named
-// undecided leaves the body to the reference reader; every other value is
-// checked. It reports whether body is that one object, its field read.
-func fastTop(body []byte, field, undecided string, read func(at int) int) bool {
+// top reads the body's top-level object: the value of each member named
+// fields[k] by read(k, at), which returns the index just past it (-1 at a
+// bad byte); every other value is checked. It returns nil when the body
+// is that object, read to its end, and otherwise its refusal (notObject
+// when it is JSON of another kind).
+func (r *produceReader) top(body []byte, fields []string, notObject error, read func(field, at int) int) error {
 	i := wire.SkipSpace(body, 0)
-	if byteAt(body, i) != '{' {
-		return false
+	if wire.At(body, i) != '{' {
+		return refusal(body, notObject)
 	}
-	seen := false
-	for i, more := firstMember(body, i, '}'); ; {
+	for i, more := wire.FirstIn(body, i, '}'); ; {
 		if !more {
-			return seen && i >= 0 && wire.SkipSpace(body, i) == len(body)
+			if i < 0 || wire.SkipSpace(body, i) != len(body) {
+				return refusal(body, errUnreadable)
+			}
+			return nil
 		}
-		name, at := memberName(body, i)
-		if at < 0 || undecided != "" && string(name) == undecided {
-			return false
+		name, escaped, at := wire.MemberName(body, i)
+		if at < 0 {
+			return refusal(body, errUnreadable)
+		}
+		field := -1
+		for k, word := range fields {
+			if wire.NameIs(name, escaped, word) {
+				field = k
+				break
+			}
 		}
 		var end int
-		if string(name) == field {
-			if seen || byteAt(body, at) != '[' {
-				return false
-			}
-			seen = true
-			end = read(at)
+		if field >= 0 {
+			end = read(field, at)
 		} else {
 			end = wire.SkipValid(body, at, topValueDepth, true)
 		}
 		if end < 0 {
-			return false
+			return refusal(body, errUnreadable)
 		}
-		if i, more = nextMember(body, end, '}'); i < 0 {
-			return false
+		if i, more = wire.NextIn(body, end, '}'); i < 0 {
+			return refusal(body, errUnreadable)
 		}
 	}
 }
 
-// fastItems counts the push items of the array at body[i], whose
-// members' values are at depth; op is the operation they belong to
-// (noOperation in a push). It returns the index just past the array, or
-// -1.
-func (n *nameBuf) fastItems(b *ProduceBatch, body []byte, i, depth, op int) int {
-	for i, more := firstMember(body, i, ']'); ; {
+var (
+	pushTop        = []string{"items"}
+	transactionTop = []string{"operations", "positions"}
+)
+
+// push reads a push body (ParsePush).
+func (r *produceReader) push(body []byte) error {
+	seen, isArray := false, false
+	err := r.top(body, pushTop, errPushNotObject, func(_, at int) int {
+		r.b.reset()
+		r.refused = nil
+		seen, isArray = true, wire.At(body, at) == '['
+		if !isArray {
+			return wire.SkipValid(body, at, topValueDepth, true)
+		}
+		return r.items(body, at, pushValueDepth, noOperation)
+	})
+	switch {
+	case err != nil:
+		return err
+	case !seen || !isArray:
+		return &BodyError{"items array is required"}
+	}
+	return r.refused
+}
+
+// transaction reads a transaction body (ParseTransaction), twice when
+// the first pass must start over.
+func (r *produceReader) transaction(body []byte) error {
+	err := r.transactionPass(body)
+	if r.startOver {
+		r.b.reset()
+		r.refused, r.startOver, r.deferItems = nil, false, true
+		err = r.transactionPass(body)
+	}
+	return err
+}
+
+func (r *produceReader) transactionPass(body []byte) error {
+	seen, isArray, ops := false, false, 0
+	var positions []byte // the last "positions" member's raw value
+	err := r.top(body, transactionTop, errTransactionNotObject, func(field, at int) int {
+		if field == 1 {
+			end := wire.SkipValid(body, at, topValueDepth, true)
+			positions = body[at:max(end, at)]
+			return end
+		}
+		r.b.reset()
+		r.refused = nil
+		seen, isArray, ops = true, wire.At(body, at) == '[', 0
+		if !isArray {
+			return wire.SkipValid(body, at, topValueDepth, true)
+		}
+		var end int
+		end, ops = r.operations(body, at)
+		return end
+	})
+	switch {
+	case r.startOver:
+		return nil
+	case err != nil:
+		return err
+	case !seen || !isArray:
+		return &BodyError{"operations array required"}
+	case ops == 0:
+		return &BodyError{"operations array cannot be empty"}
+	case r.refused != nil:
+		return r.refused
+	case positions != nil:
+		return r.names.checkPositions(positions)
+	}
+	return nil
+}
+
+// items counts the push items of the array at body[i], whose members'
+// values are at depth; op is the operation they belong to (noOperation in
+// a push). It returns the index just past the array, or -1.
+func (r *produceReader) items(body []byte, i, depth, op int) int {
+	for i, more := wire.FirstIn(body, i, ']'); ; {
 		if !more {
 			return i
 		}
-		if byteAt(body, i) != '{' {
+		var end int
+		switch {
+		case r.refused != nil:
+			end = wire.SkipValid(body, i, depth-1, true)
+		case wire.At(body, i) != '{':
+			r.refused = &BodyError{itemRef{op: op, item: r.b.Items}.String() + " is not an object"}
+			end = wire.SkipValid(body, i, depth-1, true)
+		default:
+			var v pushFields
+			var plain uint8
+			if end = pushItem(body, i, depth, &v, &plain); end >= 0 {
+				r.refused = r.names.countPushItem(&r.b, &v, plain, itemRef{op: op, item: r.b.Items})
+			}
+		}
+		if end < 0 {
 			return -1
 		}
-		var v pushFields
-		var plain uint8
-		end := fastFields(body, i, depth, &v, &plain)
-		if end < 0 || n.countPushItem(b, &v, plain, itemRef{op: op, item: b.Items}) != nil {
-			return -1
-		}
-		if c := byteAt(body, end); c == ',' && byteAt(body, end+1) == '{' {
+		if wire.CommaThen(body, end, '{') {
 			i, more = end+1, true // the next item, as the SDKs write it
 			continue
 		}
-		if i, more = nextMember(body, end, ']'); i < 0 {
+		if i, more = wire.NextIn(body, end, ']'); i < 0 {
 			return -1
 		}
 	}
 }
 
-// fastFields checks the object at body[i], whose values are at depth,
-// sets v to its push item members (the last of a repeated one) and plain
-// to which of its queue and partition are strings without escapes (as
-// countPushItem takes it), and returns the index just past it, or -1.
-func fastFields(body []byte, i, depth int, v *pushFields, plain *uint8) int {
-	for i, more := firstMember(body, i, '}'); ; {
+// pushItem checks the object at body[i], whose values are at depth, sets
+// v to its push item members (the last of a repeated one) and plain to
+// which of its queue and partition are strings without escapes and
+// whether its traceId is a canonical uuid (as countPushItem takes them),
+// and returns the index just past it, or -1.
+func pushItem(body []byte, i, depth int, v *pushFields, plain *uint8) int {
+	for i, more := wire.FirstIn(body, i, '}'); ; {
 		if !more {
 			return i
 		}
-		f, at := knownPushField(body, i)
+		f, at := wire.PushItemMember(body, i)
 		if at < 0 {
-			var name []byte
-			if name, at = memberName(body, i); at < 0 {
+			name, escaped, nameAt := wire.MemberName(body, i)
+			if nameAt < 0 {
 				return -1
 			}
-			f = pushField(name)
+			f, at = wire.PushItemMemberNamed(name, escaped), nameAt
 		}
-		if c := byteAt(body, at); c <= ' ' {
+		if c := wire.At(body, at); c <= ' ' {
 			at = wire.SkipSpace(body, at)
 		}
 		var end int
 		escaped, uuid := true, false
-		if byteAt(body, at) == '"' {
+		if wire.At(body, at) == '"' {
 			if f == 2 && wire.PlainString36(body, at) {
 				// The transactionId every SDK writes (a uuid): 36 bytes no
 				// string must escape, in one look instead of the loop.
@@ -276,87 +282,82 @@ func fastFields(body []byte, i, depth int, v *pushFields, plain *uint8) int {
 				}
 			}
 		}
-		if c := byteAt(body, end); c == ',' && byteAt(body, end+1) == '"' {
+		if wire.CommaThen(body, end, '"') {
 			i, more = end+1, true // the next member, as the SDKs write it
 			continue
 		}
-		if i, more = nextMember(body, end, '}'); i < 0 {
+		if i, more = wire.NextIn(body, end, '}'); i < 0 {
 			return -1
 		}
 	}
 }
 
-// fastTransaction reads a transaction body as ParseTransaction does, into
-// b; false means it did not decide. A "positions" member is left to the
-// reference reader, which checks it.
-func fastTransaction(body []byte, b *ProduceBatch, n *nameBuf) bool {
-	ops := 0
-	return fastTop(body, "operations", "positions", func(at int) int {
-		var end int
-		end, ops = n.fastOperations(b, body, at)
-		return end
-	}) && ops > 0
-}
-
-// fastOperations counts the items of the operations array at body[i] and
-// returns the index just past it (-1 when it did not decide) and the
-// number of operations.
-func (n *nameBuf) fastOperations(b *ProduceBatch, body []byte, i int) (end, ops int) {
-	for i, more := firstMember(body, i, ']'); ; {
+// operations counts the items of the operations array at body[i] and
+// returns the index just past it (-1 at a bad byte, or to start over) and
+// the number of operations.
+func (r *produceReader) operations(body []byte, i int) (end, ops int) {
+	for i, more := wire.FirstIn(body, i, ']'); ; {
 		if !more {
 			return i, ops
 		}
 		ops++
 		var end int
-		if byteAt(body, i) == '{' {
-			end = n.fastOperation(b, body, i, ops-1)
+		if r.refused == nil && wire.At(body, i) == '{' {
+			end = r.operation(body, i, ops-1)
 		} else {
 			end = wire.SkipValid(body, i, topElementDepth, true) // adds nothing
 		}
 		if end < 0 {
 			return -1, ops
 		}
-		if i, more = nextMember(body, end, ']'); i < 0 {
+		if i, more = wire.NextIn(body, end, ']'); i < 0 {
 			return -1, ops
 		}
 	}
 }
 
-// fastOperation counts the items of the operation object at body[i] as
-// addOperation does, and returns the index just past it, or -1. When its
-// type comes before its items, as the SDKs write it, the items are
-// counted as they are read; otherwise (the type is not known yet) they are
-// checked, and counted by the reference walker once the type is known.
-func (n *nameBuf) fastOperation(b *ProduceBatch, body []byte, i, op int) int {
+// operation counts the items of the operation object at body[i], and
+// returns the index just past it, or -1. An operation whose "type" is
+// "ack" adds nothing; otherwise one with an "items" array adds each item;
+// otherwise one with a "queue" is one item of its own (the flat form: a
+// string queue, an optional partition and payload); anything else adds
+// nothing. One typed as a position is refused. When its type comes
+// before its items, as the SDKs write it, the items are counted as they
+// are read; otherwise they are checked, and counted once the operation's
+// last type is known.
+func (r *produceReader) operation(body []byte, i, op int) int {
 	var v pushFields
 	var typ, items []byte
 	types, counted := 0, false
-	for i, more := firstMember(body, i, '}'); ; {
+	for i, more := wire.FirstIn(body, i, '}'); ; {
 		if !more {
-			if counted {
-				return i
+			if !counted {
+				r.settleOperation(op, typ, items, &v)
 			}
-			return n.settleOperation(b, i, op, typ, items, &v)
+			return i
 		}
-		name, at := memberName(body, i)
+		name, escaped, at := wire.MemberName(body, i)
 		if at < 0 {
 			return -1
 		}
 		var end int
-		switch string(name) {
-		case "type":
+		switch {
+		case wire.NameIs(name, escaped, "type"):
 			if counted {
-				return -1 // a type after the counted items could make them an ack's
+				// A type after the counted items could make them an ack's.
+				r.startOver = true
+				return -1
 			}
 			types++
 			end = wire.SkipValid(body, at, opValueDepth, true)
 			typ = body[at:max(end, at)]
-		case "items":
-			if items != nil {
+		case wire.NameIs(name, escaped, "items"):
+			if counted {
+				r.startOver = true // the last items are the operation's
 				return -1
 			}
-			if byteAt(body, at) == '[' && types == 1 && !n.isAck(typ) && !n.isPositionsType(typ) {
-				end = n.fastItems(b, body, at, opItemValueDepth, op)
+			if !r.deferItems && wire.At(body, at) == '[' && types == 1 && !r.names.isAck(typ) && !r.names.isPositionsType(typ) {
+				end = r.items(body, at, opItemValueDepth, op)
 				counted = true
 			} else {
 				end = wire.SkipValid(body, at, opValueDepth, true)
@@ -364,42 +365,31 @@ func (n *nameBuf) fastOperation(b *ProduceBatch, body []byte, i, op int) int {
 			items = body[at:max(end, at)]
 		default:
 			end = wire.SkipValid(body, at, opValueDepth, true)
-			if f := pushField(name); f >= 0 && end >= 0 {
+			if f := wire.PushItemMemberNamed(name, escaped); f >= 0 && end >= 0 {
 				v[f] = body[at:end]
 			}
 		}
 		if end < 0 {
 			return -1
 		}
-		if i, more = nextMember(body, end, '}'); i < 0 {
+		if i, more = wire.NextIn(body, end, '}'); i < 0 {
 			return -1
 		}
 	}
 }
 
 // settleOperation counts an operation whose items (if any) were not
-// counted as they were read, as addOperation does; end is the index just
-// past it, returned unless it did not decide (-1).
-func (n *nameBuf) settleOperation(b *ProduceBatch, end, op int, typ, items []byte, v *pushFields) int {
-	if n.isAck(typ) {
-		return end
+// counted as they were read, once it is read to its end.
+func (r *produceReader) settleOperation(op int, typ, items []byte, v *pushFields) {
+	switch {
+	case r.names.isAck(typ):
+	case r.names.isPositionsType(typ):
+		r.refused = positionsOperationError(op)
+	case len(items) > 0 && items[0] == '[':
+		r.refused = r.names.addItems(&r.b, items, op)
+	case v[0] != nil: // the flat form
+		r.refused = r.names.countPushItem(&r.b, v, 0, itemRef{op: op, item: -1})
 	}
-	if n.isPositionsType(typ) {
-		return -1 // refused by the reference reader
-	}
-	if len(items) > 0 && items[0] == '[' {
-		if n.addItems(b, items, op) != nil {
-			return -1
-		}
-		return end
-	}
-	if v[0] == nil { // no queue: not the flat form
-		return end
-	}
-	if n.countPushItem(b, v, 0, itemRef{op: op, item: -1}) != nil {
-		return -1
-	}
-	return end
 }
 
 // isAck reports whether the raw type of an operation is the string "ack".

@@ -10,10 +10,10 @@ import (
 	"github.com/queengate/queengate/wire"
 )
 
-// fastProduceSeeds are bodies at the one-pass readers' edges: member order,
+// fastProduceSeeds are bodies at the one-pass reader's edges: member order,
 // repeated members, escaped names, nesting at the limit at every level the
-// readers track by hand, space everywhere, and the shapes they hand back
-// to the reference reader.
+// reader tracks by hand, space everywhere, refusals of every kind, and the
+// operations that make it start over.
 var fastProduceSeeds = []string{
 	`{"items":[{"queue":"q","partition":"p","payload":{"a":1},"transactionId":"t","traceId":"3f1c2b9a-5d4e-4a6b-9c8d-7e6f5a4b3c2d"}]}`,
 	` { "items" : [ { "queue" : "q" , "payload" : [ 1 , 2 ] } , { "queue" : "r" } ] , "x" : { } } `,
@@ -75,9 +75,9 @@ var fastProduceSeeds = []string{
 	"{\"items\":[{\"queue\":\"q\",\"payload\":\"\xc3\xbc\xe2\x82\xac\xf0\x9f\x98\x80\"}]}",
 }
 
-// FuzzFastProduceAgrees holds the one-pass readers to the reference
-// readers on every input: the same verdict, the same refusal, the same
-// counts, pairs and size records.
+// FuzzFastProduceAgrees holds the one-pass reader to the two-pass reading
+// (producereference_test.go) on every input: the same verdict, the same
+// refusal, the same counts, pairs and size records.
 func FuzzFastProduceAgrees(f *testing.F) {
 	for _, s := range fastProduceSeeds {
 		f.Add([]byte(s))
@@ -103,15 +103,14 @@ func fastProduceAgrees(t *testing.T, body []byte) {
 	for _, r := range []struct {
 		what           string
 		parse, reading func([]byte) (ProduceBatch, error)
-		fast           func([]byte, *ProduceBatch, *nameBuf) bool
 	}{
-		{"push", ParsePush, parsePushReference, fastPush},
-		{"transaction", ParseTransaction, parseTransactionReference, fastTransaction},
+		{"push", ParsePush, parsePushReference},
+		{"transaction", ParseTransaction, parseTransactionReference},
 	} {
 		got, err := r.parse(body)
 		want, wantErr := r.reading(body)
 		if (err == nil) != (wantErr == nil) || (err != nil && err.Error() != wantErr.Error()) {
-			t.Fatalf("%s %q: %v, the reference %v", r.what, body, err, wantErr)
+			t.Fatalf("%s %q: %v, the two-pass reading %v", r.what, body, err, wantErr)
 		}
 		sameBatch(t, r.what, body, got, want)
 		// The gateway skips its text check for a body the reader accepts:
@@ -121,20 +120,8 @@ func fastProduceAgrees(t *testing.T, body []byte) {
 				t.Fatalf("%s %q: accepted a body whose text is refused: %v", r.what, body, textErr)
 			}
 		}
-		// The one-pass reader alone: it never accepts what the reference
-		// refuses, and what it accepts it counts the same.
-		var b ProduceBatch
-		b.reset()
-		var names nameBuf
-		if r.fast(body, &b, &names) {
-			if wantErr != nil {
-				t.Fatalf("%s %q: the one-pass reader accepted what the reference refuses: %v", r.what, body, wantErr)
-			}
-			sameBatch(t, r.what+" one pass", body, b, want)
-		}
 		// Handed back, the rooms carry these pairs' names to the next
 		// reading, which must take them only for the same names.
-		b.Release()
 		got.Release()
 		want.Release()
 	}
@@ -157,21 +144,31 @@ func sameBatch(t *testing.T, what string, body []byte, got, want ProduceBatch) {
 	}
 }
 
-// The one-pass readers decide the bodies producers send: the SDK's
-// shapes never fall back to the reference reader.
-func TestFastProduceDecidesSDKBodies(t *testing.T) {
-	bodies := map[string]func([]byte, *ProduceBatch, *nameBuf) bool{
-		`{"items":[{"queue":"sdk-orders","partition":"Default","payload":{"orderId":2},"transactionId":"01a22ac0-cdf8-75d8-a2e3-6df0297938b5","traceId":"3f1c2b9a-5d4e-4a6b-9c8d-7e6f5a4b3c2d"},{"queue":"sdk-orders","partition":"Default","payload":{"orderId":3},"transactionId":"01a22ac0-cdf8-75d8-a2e3-710715c0ef90"}]}`:                    fastPush,
-		`{"items": [{"queue": "cat-orders", "partition": "p1", "payload": {"orderId": 1, "amount": 9.5, "note": "caf\u00e9 \"x\""}, "transactionId": "tx-1"}]}`:                                                                                                                                                                                   fastPush,
-		`{"operations": [{"type": "ack", "transactionId": "tx-9", "partitionId": "e2e25fb6-3992-491d-bc97-e488082bce43", "status": "completed"}, {"type": "push", "items": [{"queue": "cat-next", "partition": "Default", "payload": {"processed": 9}, "transactionId": "tx-n9"}]}], "requiredLeases": ["01a22ac1-1857-7000-b13e-11121ff4f283"]}`: fastTransaction,
-		`{"operations":[{"items":[{"queue":"a","payload":1}],"type":"push"},{"type":"push","queue":"q","payload":"abc"}]}`:                                                                                                                                                                                                                        fastTransaction,
-	}
-	for body, fast := range bodies {
-		var b ProduceBatch
-		b.reset()
-		var names nameBuf
-		if !fast([]byte(body), &b, &names) {
-			t.Errorf("%s: the one-pass reader did not decide", body)
+// The bodies producers send are read in one pass: a transaction whose
+// operations name their type before their items never starts over.
+func TestSDKTransactionsAreReadOnce(t *testing.T) {
+	for _, body := range []string{
+		`{"operations": [{"type": "ack", "transactionId": "tx-9", "partitionId": "e2e25fb6-3992-491d-bc97-e488082bce43", "status": "completed"}, {"type": "push", "items": [{"queue": "cat-next", "partition": "Default", "payload": {"processed": 9}, "transactionId": "tx-n9"}]}], "requiredLeases": ["01a22ac1-1857-7000-b13e-11121ff4f283"]}`,
+		`{"operations":[{"items":[{"queue":"a","payload":1}],"type":"push"},{"type":"push","queue":"q","payload":"abc"}]}`,
+	} {
+		var r produceReader
+		r.b.reset()
+		if err := r.transactionPass([]byte(body)); err != nil || r.startOver {
+			t.Errorf("%s: %v, started over %v", body, err, r.startOver)
 		}
+		r.b.Release()
+	}
+	// A type repeated after the items it counted does start over, and
+	// the last type decides.
+	body := []byte(`{"operations":[{"type":"push","items":[{"queue":"a"}],"type":"ack"},{"type":"push","queue":"q"}]}`)
+	var r produceReader
+	r.b.reset()
+	if err := r.transactionPass(body); err != nil || !r.startOver {
+		t.Fatalf("%s: %v, started over %v", body, err, r.startOver)
+	}
+	r.b.Release()
+	got, err := ParseTransaction(body)
+	if err != nil || got.Items != 1 || got.Pairs[0].Queue != "q" {
+		t.Fatalf("%s: %+v, %v; want the flat item of queue q only", body, got, err)
 	}
 }

@@ -241,3 +241,29 @@ func BenchmarkReadingParts(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRefusedPush is the reading of 100-item pushes the gateway
+// refuses: for an item the broker would refuse or could not store, or a
+// name written with escapes, the one pass decides alone; for a bad byte,
+// CheckStored looks for the first one again.
+func BenchmarkRefusedPush(b *testing.B) {
+	item := `{"queue":"orders","partition":"Default","payload":{"n":1,"s":"` + strings.Repeat("x", 64) +
+		`"},"transactionId":"01a22ac0-cdf8-75d8-a2e3-6df0297938b5"}`
+	items := strings.Repeat(item+",", 99)
+	for _, c := range []struct{ name, body string }{
+		{"lastItemBadTraceId", `{"items":[` + items + `{"queue":"orders","traceId":"nope"}]}`},
+		{"lastItemNoQueue", `{"items":[` + items + `{"payload":1}]}`},
+		{"escapedItemsName", `{"\u0069tems":[` + items + item + `]}`},
+		{"badByteAtTheEnd", `{"items":[` + items + item + `]`},
+	} {
+		body := []byte(c.body)
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				batch, _ := limits.ParsePush(body)
+				batch.Release()
+			}
+		})
+	}
+}

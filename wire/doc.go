@@ -93,11 +93,11 @@
 // Request bodies (each checked here first, read by the package that
 // decides on it):
 //
-//   - push and transaction: limits/producebody.go (the reference reading,
-//     one item at a time), limits/producefast.go (the one-pass reader
-//     that only accepts; anything it is unsure of goes to the reference
-//     reading); a transaction's cursor writes:
-//     limits/txnpositions.go;
+//   - push and transaction: limits/producefast.go (one pass with this
+//     package's cursor, cursor.go, that checks, counts and refuses),
+//     limits/producebody.go (what an item is, and the settling of an
+//     operation whose type comes after its items); a transaction's cursor
+//     writes: limits/txnpositions.go;
 //   - configure and DLQ replay: limits/configure.go, which checks the body
 //     and reads its top level once, names' lengths included; the lengths
 //     of stored names in ack bodies, and the schema's other column rules:
