@@ -74,8 +74,9 @@ func refusal(body []byte, shape error) error {
 
 // top reads the body's top-level object: the value of each member named
 // fields[k] by read(k, at), which returns the index just past it (-1 at a
-// bad byte); every other value is checked. It returns nil when the body
-// is that object, read to its end, and otherwise its refusal (notObject
+// bad byte, or when the pass must start over); every other value is
+// checked. It returns nil when the body is that object, read to its end
+// (or the pass is to start over), and otherwise its refusal (notObject
 // when it is JSON of another kind).
 func (r *produceReader) top(body []byte, fields []string, notObject error, read func(field, at int) int) error {
 	i := wire.SkipSpace(body, 0)
@@ -107,6 +108,9 @@ func (r *produceReader) top(body []byte, fields []string, notObject error, read 
 			end = wire.SkipValid(body, at, topValueDepth, true)
 		}
 		if end < 0 {
+			if r.startOver {
+				return nil // the caller reads the body again
+			}
 			return refusal(body, errUnreadable)
 		}
 		if i, more = wire.NextIn(body, end, '}'); i < 0 {
