@@ -93,12 +93,7 @@ func (r itemRef) String() string {
 // ignored. Anything else is a *BodyError or a *wire.SyntaxError.
 func ParsePush(body []byte) (ProduceBatch, error) {
 	var r produceReader
-	r.b.reset()
-	if err := r.push(body); err != nil {
-		r.b.Release()
-		return ProduceBatch{}, err
-	}
-	return r.b, nil
+	return r.batch(r.push(body))
 }
 
 // ParseTransaction reads a POST /api/v1/transaction body: an object with
@@ -112,12 +107,7 @@ func ParsePush(body []byte) (ProduceBatch, error) {
 // as a position is refused.
 func ParseTransaction(body []byte) (ProduceBatch, error) {
 	var r produceReader
-	r.b.reset()
-	if err := r.transaction(body); err != nil {
-		r.b.Release()
-		return ProduceBatch{}, err
-	}
-	return r.b, nil
+	return r.batch(r.transaction(body))
 }
 
 // addPushItem reads the push item at body[at], counts it, and returns the

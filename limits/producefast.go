@@ -124,8 +124,19 @@ var (
 	transactionTop = []string{"operations", "positions"}
 )
 
+// batch is what a reading that ended with err gives its caller: the
+// batch read, or no batch and err.
+func (r *produceReader) batch(err error) (ProduceBatch, error) {
+	if err != nil {
+		r.b.Release()
+		return ProduceBatch{}, err
+	}
+	return r.b, nil
+}
+
 // push reads a push body (ParsePush).
 func (r *produceReader) push(body []byte) error {
+	r.b.reset()
 	seen, isArray := false, false
 	err := r.top(body, pushTop, errPushNotObject, func(_, at int) int {
 		r.b.reset()
@@ -148,6 +159,7 @@ func (r *produceReader) push(body []byte) error {
 // transaction reads a transaction body (ParseTransaction), twice when
 // the first pass must start over.
 func (r *produceReader) transaction(body []byte) error {
+	r.b.reset()
 	err := r.transactionPass(body)
 	if r.startOver {
 		r.b.reset()
