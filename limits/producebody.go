@@ -11,11 +11,13 @@ import (
 // fail-closed rule: a body is either read exactly as the broker (0.15.1)
 // reads it, or refused (the caller answers 400 and forwards nothing). So:
 //
-//   - the body must pass wire.CheckStored first: well-formed JSON, valid
+//   - the body must pass wire.CheckStored's rules: well-formed JSON, valid
 //     UTF-8 (the broker crashes on anything else), no byte-order mark,
 //     nesting within wire.DefaultMaxDepth, no \u0000 (the broker's
-//     database cannot store it). After that the walkers in wire read it
-//     in place without decoding or copying it;
+//     database cannot store it). A push or a transaction is checked in the
+//     one pass that reads it (producefast.go); every other body is checked
+//     first and then read in place by wire's walkers, without decoding or
+//     copying it;
 //   - object keys match exactly and the last of duplicated keys wins, as in
 //     the broker's JSON library;
 //   - an item without "payload" is an item: the broker stores it with an
