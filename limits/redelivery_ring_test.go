@@ -26,7 +26,11 @@ func TestRedeliveriesMatchTheLinkedList(t *testing.T) {
 			list.seed = ring.seed // the same shards, and the same fingerprints
 			rng := rand.New(rand.NewPCG(3, uint64(bounds.perCluster)))
 			clusters := []string{"a", "b", "c", "d", "e"}
-			for step := range 30_000 {
+			steps := 30_000
+			if underRace {
+				steps = 3_000 // single-threaded: the detector has nothing to find in it
+			}
+			for step := range steps {
 				cluster := clusters[rng.IntN(len(clusters))]
 				var ids []string
 				for range rng.IntN(130) {
