@@ -3,9 +3,10 @@ package wire
 // The cursor of a one-pass reader: a reader that checks a body and reads
 // it in the same pass walks the containers it looks into with these, and
 // hands every value it does not look into to SkipValid, which checks it
-// and ends it. None of them trusts its input: each returns -1 where the
-// text is not what the grammar allows there, and the reader then asks
-// CheckStored where the first bad byte is.
+// and ends it. Those that move through the text (FirstIn, NextIn,
+// MemberName) do not trust it: each returns -1 where the text is not what
+// the grammar allows there, and the reader then asks CheckStored where
+// the first bad byte is.
 
 // At is b[i], or 0 (which starts no JSON token) past the end.
 func At(b []byte, i int) byte {
