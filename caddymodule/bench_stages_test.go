@@ -337,7 +337,7 @@ func BenchmarkStageMeterPush(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		// The answer is tallied as it streams past, then billed.
-		rw.tallyAnswers(billPush)
+		rw.tallyAnswers(billPush, st)
 		rw.tally.Write(answer)
 		env.g.recordUsage(req.r, st, env.cluster, rw, exchangeAnswered)
 	}

@@ -74,9 +74,9 @@ const (
 )
 
 // meteredResponse passes the cell's response to the client as it comes,
-// counts its bytes, and reads what billing needs: push and transaction
-// answers are tallied as they stream (at any size, never copied); for the
-// other routes billed from the body it keeps a copy (up to
+// counts its bytes, and reads what billing needs: push, transaction,
+// cycle and replay answers are tallied as they stream (at any size, never
+// copied); for pops and ephemeral pushes it keeps a copy (up to
 // meter.MaxBilledBody). It also notes when the response head arrives,
 // which is when a parked long-poll stops waiting.
 //
@@ -95,18 +95,17 @@ type meteredResponse struct {
 	body       []byte       // the kept copy: *kept, while there is one
 	kept       *[]byte      // the pooled buffer holding it
 	tally      *answerTally // pushes and transactions only: every request's state stays small
-	// rule is the route's billing. An answer too large to keep is read
-	// as it streams on, from the copy's overflow on: a pop's count and
-	// redelivery keys (pops), a cycle's or a replay's billed members
-	// (cycle, replay).
+	// rule is the route's billing. A pop answer too large to keep is
+	// read as it streams on, from the copy's overflow on: its count and
+	// redelivery keys (pops).
 	rule billing
 	// pop is the reading of a pop answer kept whole, once made (for the
 	// error scrub, before billing), and popRead the length it read.
 	pop     *meter.PopAnswer
 	popRead int
 	pops    *meter.PopKeys
-	cycle   *meter.CycleAnswer
-	replay  *meter.ReplayAnswer
+	cycle   *meter.CycleTally  // a cycle's answer, read as it streams
+	replay  *meter.ReplayTally // a replay's answer, read as it streams
 	onHead  func()
 }
 
@@ -131,11 +130,19 @@ func (t *answerTally) Write(p []byte) {
 	}
 }
 
-// tallyAnswers makes the answer of a push or a transaction tallied as it
-// streams instead of kept: no request may escape billing by the size of
-// its answer.
-func (w *meteredResponse) tallyAnswers(rule billing) {
-	if rule != billPush && rule != billTransaction {
+// tallyAnswers makes the answer of a push, a transaction, a cycle or a
+// replay tallied as it streams instead of kept: no request may escape
+// billing by the size of its answer.
+func (w *meteredResponse) tallyAnswers(rule billing, st *requestState) {
+	switch rule {
+	case billCycle:
+		w.keep, w.cycle = false, meter.NewCycleTally(cycleGroups(st))
+		return
+	case billReplay:
+		w.keep, w.replay = false, meter.NewReplayTally()
+		return
+	case billPush, billTransaction:
+	default:
 		return
 	}
 	w.keep = false
@@ -193,13 +200,8 @@ func (w *meteredResponse) read(b []byte) {
 	}
 	if w.keep {
 		if len(w.body)+n > meter.MaxBilledBody {
-			switch w.rule {
-			case billPop:
+			if w.rule == billPop {
 				w.pops = meter.NewPopKeys()
-			case billCycle:
-				w.cycle = meter.NewCycleAnswer()
-			case billReplay:
-				w.replay = meter.NewReplayAnswer()
 			}
 			if s := w.streamed(); s != nil {
 				_, _ = s.Write(w.body)
@@ -213,7 +215,8 @@ func (w *meteredResponse) read(b []byte) {
 	}
 }
 
-// streamed is the reader of an answer too large to keep, or nil.
+// streamed is the reader of an answer read as it streams, not kept (a
+// cycle's, a replay's, a pop's too large to keep), or nil.
 func (w *meteredResponse) streamed() interface{ Write([]byte) (int, error) } {
 	switch {
 	case w.pops != nil:
@@ -392,31 +395,11 @@ func (g *Gateway) recordUsage(r *http.Request, st *requestState, c *tenancy.Clus
 		g.debitDeliveriesOf(c, a.Messages(), a)
 		rw.releasePop()
 	case billCycle:
-		var n int64
-		if rw.cycle != nil {
-			var overflow bool
-			if n, overflow = rw.cycle.Bill(status, cycleGroups(st)); overflow {
-				// Its push results alone are past what billing reads: the
-				// admitted sink items are billed, as for no answer.
-				n = int64(st.cycle.Items)
-				record(meter.Sample{ClusterID: c.ID, Op: meter.OpPush, Msgs: n, Unanswered: n})
-				g.logger.Warn("cycle answer's push results too large to read; its admitted sink items are billed as unanswered",
-					zap.String("request_id", st.rid), zap.String("cluster", c.Slug), zap.Int64("items", n))
-				n = 0
-			}
-		} else {
-			n = meter.BillCycle(status, body, cycleGroups(st))
-		}
-		if n > 0 {
+		if n := rw.cycle.Billed(status); n > 0 {
 			record(meter.Sample{ClusterID: c.ID, Op: meter.OpPush, Msgs: n})
 		}
 	case billReplay:
-		var stored, readable bool
-		if rw.replay != nil {
-			stored, readable = rw.replay.Bill(status)
-		} else {
-			stored, readable = meter.BillReplay(status, body)
-		}
+		stored, readable := rw.replay.Stored(status)
 		if stored {
 			record(meter.Sample{ClusterID: c.ID, Op: meter.OpPush, Msgs: 1})
 		} else if !readable && status < 300 {

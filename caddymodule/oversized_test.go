@@ -13,10 +13,11 @@ import (
 	"github.com/queengate/queengate/meter"
 )
 
-// Answers too large to keep (over meter.MaxBilledBody) are billed from
-// what they say, read as they stream: a streams cycle's confirmed sink
-// items, a replay's moved message, a pop's deliveries through the
-// redelivery filter (docs/metering.md).
+// Answers larger than the gateway keeps of any answer (over
+// meter.MaxBilledBody) are billed from what they say, read as they
+// stream: a streams cycle's confirmed sink items, a replay's moved
+// message, a pop's deliveries through the redelivery filter
+// (docs/metering.md).
 
 // hugeValue is a JSON string just long enough to make any answer holding
 // it too large to keep.
@@ -54,13 +55,15 @@ func serveTo(t *testing.T, env *testEnv, method, target, body string, next caddy
 }
 
 func TestOversizedCycleAnswerIsBilled(t *testing.T) {
-	env, m := meteredEnv(t)
-	answer := `{"messages":[{"data":` + hugeValue + `,"id":"m1"}],"push_results":[{"queueName":"q","status":"queued"},{"queueName":"q","status":"duplicate"},{"queueName":"q","status":"queued"}],"success":true}`
-	serveTo(t, env, "POST", "/streams/v1/cycle", `{"push_items":[{"queue":"q","payload":1},{"queue":"q","payload":2},{"queue":"q","payload":3}]}`,
-		streamingAnswer(answer))
-	got := billed(m)
-	if got[meter.OpPush].Msgs != 2 || got[meter.OpPush].Unanswered != 0 || got[meter.OpRead].Reqs != 1 {
-		t.Fatalf("billed %+v; want 2 sink items the answer confirmed queued, and the request", got)
+	for _, data := range []string{`"small"`, hugeValue} {
+		env, m := meteredEnv(t)
+		answer := `{"messages":[{"data":` + data + `,"id":"m1"}],"push_results":[{"queueName":"q","status":"queued"},{"queueName":"q","status":"duplicate"},{"queueName":"q","status":"queued"}],"success":true}`
+		serveTo(t, env, "POST", "/streams/v1/cycle", `{"push_items":[{"queue":"q","payload":1},{"queue":"q","payload":2},{"queue":"q","payload":3}]}`,
+			streamingAnswer(answer))
+		got := billed(m)
+		if got[meter.OpPush].Msgs != 2 || got[meter.OpPush].Unanswered != 0 || got[meter.OpRead].Reqs != 1 {
+			t.Fatalf("%d-byte answer: billed %+v; want 2 sink items the answer confirmed queued, and the request", len(answer), got)
+		}
 	}
 }
 
@@ -69,12 +72,14 @@ func TestOversizedReplayAnswerIsBilled(t *testing.T) {
 		result string
 		want   int64
 	}{{`"moved"`, 1}, {`"duplicate"`, 0}} {
-		env, m := meteredEnv(t)
-		answer := `{"message":{"data":` + hugeValue + `},"result":` + tc.result + `,"success":true}`
-		serveTo(t, env, "POST", "/api/v1/dlq/7/replay", "", streamingAnswer(answer))
-		got := billed(m)
-		if got[meter.OpPush].Msgs != tc.want || got[meter.OpConfigure].Reqs != 1 {
-			t.Fatalf("result %s: billed %+v; want %d moved message and the request", tc.result, got, tc.want)
+		for _, data := range []string{`"small"`, hugeValue} {
+			env, m := meteredEnv(t)
+			answer := `{"message":{"data":` + data + `},"result":` + tc.result + `,"success":true}`
+			serveTo(t, env, "POST", "/api/v1/dlq/7/replay", "", streamingAnswer(answer))
+			got := billed(m)
+			if got[meter.OpPush].Msgs != tc.want || got[meter.OpConfigure].Reqs != 1 {
+				t.Fatalf("result %s, %d-byte answer: billed %+v; want %d moved message and the request", tc.result, len(answer), got, tc.want)
+			}
 		}
 	}
 }

@@ -290,7 +290,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	client := st.scrub.attach(w, r, g.logger, &st.rid)
 	st.rw = meteredResponse{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: client},
 		keep: rule != billPlain, rule: rule, detached: detach || rule == billPop, onHead: release}
-	st.rw.tallyAnswers(rule)
+	st.rw.tallyAnswers(rule, st)
 	if st.rw.keep {
 		var judge errorFreeJudge
 		if rule == billPop {

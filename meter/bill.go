@@ -129,62 +129,16 @@ type CycleGroup struct {
 // ("queueName") and the partition's id in each element, one element per
 // item; elements without a partition name confirm items of their queue one
 // by one, up to the count the request sent to that queue. "duplicate",
-// other statuses, "success": false and unreadable bodies bill 0.
+// other statuses, "success": false and unreadable bodies bill 0. It is
+// CycleTally over a whole body; the gateway tallies answers as they
+// stream.
 func BillCycle(status int, body []byte, groups []CycleGroup) int64 {
 	if !is2xx(status) || len(groups) == 0 {
 		return 0
 	}
-	var top [2][]byte
-	if !wire.TopMembers(body, []string{"success", "push_results"}, top[:]) || string(top[0]) != "true" {
-		return 0
-	}
-	type qp struct{ queue, partition string }
-	named := map[qp]bool{}
-	anonymous := map[string]int{} // queue -> confirmed items without a partition name
-	results := top[1]
-	if len(results) == 0 || results[0] != '[' {
-		results = []byte("[]") // absent, or not an array: nothing confirmed
-	}
-	var res [4][]byte // status, queue, queueName, partition
-	wire.Elements(results, 0, func(at int) int {
-		end := wire.ValueEnd(results, at)
-		if results[at] != '{' {
-			return end
-		}
-		res = [4][]byte{}
-		wire.MemberValues(results, at, []string{"status", "queue", "queueName", "partition"}, res[:])
-		if status, _ := wire.StringValue(res[0]); status != "queued" && status != "buffered" {
-			return end
-		}
-		queue, ok := wire.StringValue(res[1])
-		if !ok {
-			if queue, ok = wire.StringValue(res[2]); !ok {
-				return end
-			}
-		}
-		if partition, ok := wire.StringValue(res[3]); ok {
-			named[qp{queue, partition}] = true
-		} else {
-			anonymous[queue]++
-		}
-		return end
-	})
-	var billed int64
-	for _, g := range groups {
-		if g.Items <= 0 {
-			continue
-		}
-		if named[qp{g.Queue, g.Partition}] {
-			billed += int64(g.Items)
-			continue
-		}
-		if n := anonymous[g.Queue]; n > 0 {
-			take := min(n, g.Items)
-			anonymous[g.Queue] = n - take
-			billed += int64(take)
-		}
-	}
-	return billed
+	t := NewCycleTally(groups)
+	_, _ = t.Write(body)
+	return t.Billed(status)
 }
 
 // BillReplay is M6, for POST /api/v1/messages/{pid}/{txid}/retry and POST
@@ -196,17 +150,9 @@ func BillCycle(status int, body []byte, groups []CycleGroup) int64 {
 // readable is false only for a 2xx answer whose body is not a JSON object:
 // the move may have committed, so the gateway books the request and answers
 // 502 telling the client to re-read the dead-letter row. Non-2xx answers are
-// readable and not stored.
+// readable and not stored. It is ReplayTally over a whole body.
 func BillReplay(status int, body []byte) (stored, readable bool) {
-	if !is2xx(status) {
-		return false, true
-	}
-	var top [2][]byte
-	if !wire.TopMembers(body, []string{"success", "result"}, top[:]) {
-		return false, false
-	}
-	if string(top[0]) != "true" {
-		return false, true
-	}
-	return top[1] == nil || string(top[1]) == `"moved"`, true
+	t := NewReplayTally()
+	_, _ = t.Write(body)
+	return t.Stored(status)
 }

@@ -113,12 +113,12 @@
 //     core of scan.go with its watcher), with the broker's fixed element
 //     shapes in shape.go;
 //   - push: meter/pushtally.go; transaction: meter/txntally.go (both
-//     watchers over Stream, with the broker's shapes);
+//     watchers over Stream, with the broker's shapes); streams cycle and
+//     DLQ replay: meter/cycletally.go (watchers over Stream, as they
+//     stream, at any size);
 //   - pop: meter/billscan.go, over Stream, for kept answers and, through
 //     meter/popkeys.go, for answers too large to keep or cut short;
-//   - ephemeral push, streams cycle and DLQ replay: meter/bill.go, over
-//     Check and MemberValues; answers too large to keep are first reduced
-//     to the members billing reads by meter/answerreduce.go (over Checker);
+//   - ephemeral push: meter/bill.go, over TopMembers;
 //   - error answers that expose the cell's internals:
 //     internal/cellerror/cellerror.go, applied by caddymodule/errorscrub.go;
 //   - answers the gateway reads outside billing, over TopMembers: the

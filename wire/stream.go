@@ -16,7 +16,8 @@ import (
 // checked and passed over; the element shapes of shape.go read the
 // broker's fixed elements whole, faster still. Nothing is allocated,
 // whatever the answer, but once a reader for a value nested past the
-// core's fixed stack.
+// core's fixed stack, and once the room for a long string KeepLong
+// asked for.
 //
 // The watcher hears, at depth (the containers open around the event, 1
 // inside the top-level value):
@@ -27,7 +28,8 @@ import (
 //     the watcher's words (any name with an escape or a byte past ASCII,
 //     or cut by the end of a piece, or a plain one of a word's length and
 //     first byte): raw text, escapes intact, nil when longer than carried
-//     across a piece (64 bytes: no word a reader looks for is that long),
+//     across a piece (64 bytes, no word a reader looks for is that long,
+//     unless KeepLong asked for more),
 //     and plain when it is known to hold no escape and nothing past ASCII;
 //     it returns whether it wants the member's value. Names are the
 //     broker's, matched exactly (WordIs).
@@ -43,8 +45,11 @@ type Stream struct {
 	watchDepth int
 	names      Names // the plain member names told
 	// The text of a string the watcher hears, when it is cut by the end
-	// of a piece: up to len(carry) bytes, else carryLong.
-	carry [64]byte
+	// of a piece: up to len(carry) bytes, or up to keepLong in long (see
+	// KeepLong), else carryLong.
+	carry    [64]byte
+	long     []byte
+	keepLong int
 	// elems reads whole the element objects of arrays at elemDepth that it
 	// knows the shape of (see shape.go); -1 when none is read so.
 	elems     ElementReader
@@ -108,8 +113,16 @@ func NamesOf(words ...string) *Names {
 func (s *Stream) Reset(w StreamWatcher, depth int, names *Names) {
 	s.watch, s.watchDepth, s.names = w, depth, *names
 	s.elems, s.elemDepth = nil, -1
+	s.keepLong = 0
 	s.streamState = streamState{}
 }
+
+// KeepLong has s carry the text of a string the watcher hears up to n
+// bytes across the ends of pieces, for a watcher that needs every name
+// of the answer whole (a queue's, up to the broker's 255 characters each
+// escaped); it comes after Reset. By default a string cut by the end of
+// a piece is told whole up to 64 bytes, and as nil past that.
+func (s *Stream) KeepLong(n int) { s.keepLong = n }
 
 // ReadElements has r read the element objects of the arrays at depth
 // (the arrays' own depth) whole, where it knows their shape; it comes
@@ -259,7 +272,7 @@ func (h *streamHears) StringEnd() {
 	} else if s.keep(raw); h.carryLong {
 		raw = nil
 	} else {
-		raw = h.carry[:h.carryLen]
+		raw = s.carried()
 	}
 	// A plain name the core measured is one the filter let through.
 	if h.strKey {
@@ -270,11 +283,30 @@ func (h *streamHears) StringEnd() {
 }
 
 func (s *Stream) keep(b []byte) {
-	if s.carryLong || s.carryLen+len(b) > len(s.carry) {
+	n := s.carryLen + len(b)
+	switch {
+	case s.carryLong:
+		return
+	case n <= len(s.carry):
+		copy(s.carry[s.carryLen:], b)
+	case n <= s.keepLong:
+		if s.carryLen <= len(s.carry) {
+			s.long = append(s.long[:0], s.carry[:s.carryLen]...)
+		}
+		s.long = append(s.long, b...)
+	default:
 		s.carryLong = true
 		return
 	}
-	s.carryLen += copy(s.carry[s.carryLen:], b)
+	s.carryLen = n
+}
+
+// carried is the text keep kept.
+func (s *Stream) carried() []byte {
+	if s.carryLen <= len(s.carry) {
+		return s.carry[:s.carryLen]
+	}
+	return s.long
 }
 
 // ScalarEnd returns the end of the integer, decimal fraction or literal

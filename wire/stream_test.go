@@ -191,3 +191,39 @@ func BenchmarkStreamGeneral(b *testing.B) {
 		}
 	}
 }
+
+// A string cut by the ends of pieces is told whole up to 64 bytes, and up
+// to KeepLong's bound when the reader asked for more; past the bound, and
+// with nothing asked past 64 bytes, it is told as nil. Within one piece
+// it is told whole at any length.
+func TestStreamKeepLong(t *testing.T) {
+	for _, tc := range []struct {
+		text     string
+		keepLong int
+		piece    int
+		whole    bool
+	}{
+		{strings.Repeat("a", 64), 0, 1, true},
+		{strings.Repeat("a", 65), 0, 1, false},
+		{strings.Repeat("a", 65), 0, 0, true},
+		{strings.Repeat(`\u00e9`, 300), 1800, 1, true},
+		{strings.Repeat(`\u00e9`, 300), 1800, 7, true},
+		{strings.Repeat(`\u00e9`, 300), 1799, 7, false},
+		{strings.Repeat("b", 60) + strings.Repeat("c", 100), 160, 61, true},
+	} {
+		var r recorder
+		var s wire.Stream
+		s.Reset(&r, 1, wire.NamesOf(streamWords...))
+		s.KeepLong(tc.keepLong)
+		for _, p := range pieces([]byte(`{"status":"`+tc.text+`"}`), tc.piece) {
+			s.Feed(p)
+		}
+		want := fmt.Sprintf("value 1 \" %q false\n", tc.text)
+		if !tc.whole {
+			want = "value 1 \" \"\" true\n"
+		}
+		if !s.OK() || !strings.Contains(r.log.String(), want) {
+			t.Errorf("%d bytes, KeepLong(%d), pieces of %d: told\n%s\nwant a line %q", len(tc.text), tc.keepLong, tc.piece, r.log.String(), want)
+		}
+	}
+}

@@ -1,8 +1,11 @@
 package meter
 
 import (
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
+	"unicode/utf16"
 
 	"github.com/queengate/queengate/wire"
 )
@@ -16,16 +19,15 @@ func streamInPieces(w interface{ Write([]byte) (int, error) }, body []byte, piec
 }
 
 func streamedCycle(status int, body []byte, groups []CycleGroup, piece int) int64 {
-	a := NewCycleAnswer()
-	streamInPieces(a, body, piece)
-	n, _ := a.Bill(status, groups)
-	return n
+	t := NewCycleTally(groups)
+	streamInPieces(t, body, piece)
+	return t.Billed(status)
 }
 
 func streamedReplay(status int, body []byte, piece int) (bool, bool) {
-	a := NewReplayAnswer()
-	streamInPieces(a, body, piece)
-	return a.Bill(status)
+	t := NewReplayTally()
+	streamInPieces(t, body, piece)
+	return t.Stored(status)
 }
 
 var cycleBodies = []string{
@@ -45,17 +47,17 @@ var cycleBodies = []string{
 	`[{"success":true}]`,
 }
 
-// The reduced answer bills what the whole answer bills, in any piece size,
-// with the messages a cycle popped (which are not kept) in between.
-func TestCycleAnswerBillsAsBillCycle(t *testing.T) {
+// The tally bills what the reading it replaced bills on the whole answer,
+// in any piece size, with the messages a cycle popped in between.
+func TestCycleTallyBillsAsTheOracle(t *testing.T) {
 	groups := []CycleGroup{{"q", "a", 3}, {"q", "b", 2}, {"q", "Default", 2}, {`q"`, "Default", 1}}
 	popped := `"messages":[` + strings.TrimSuffix(strings.Repeat(`{"data":{"success":false,"push_results":[]},"id":"m"},`, 50), ",") + `]`
 	for _, body := range cycleBodies {
 		for _, b := range []string{body, strings.Replace(body, "{", "{"+popped+",", 1)} {
-			want := BillCycle(200, []byte(b), groups)
+			want := oracleBillCycle(200, []byte(b), groups)
 			for _, piece := range []int{1, 3, 1 << 20} {
 				if got := streamedCycle(200, []byte(b), groups, piece); got != want {
-					t.Errorf("%s in pieces of %d: %d, BillCycle %d", b, piece, got, want)
+					t.Errorf("%s in pieces of %d: %d, the oracle %d", b, piece, got, want)
 				}
 			}
 		}
@@ -70,7 +72,7 @@ func TestCycleAnswerBillsAsBillCycle(t *testing.T) {
 	}
 }
 
-func TestReplayAnswerBillsAsBillReplay(t *testing.T) {
+func TestReplayTallyBillsAsTheOracle(t *testing.T) {
 	for _, c := range []struct {
 		status int
 		body   string
@@ -83,32 +85,77 @@ func TestReplayAnswerBillsAsBillReplay(t *testing.T) {
 		{200, `{"success":true,"result":"mo\u0076ed"}`}, {200, `{"message":{"data":{"x":[1,2,3]}},"success":true,"result":"moved"}`},
 		{201, ` {"result" : "moved" , "success" : true } `},
 	} {
-		ws, wr := BillReplay(c.status, []byte(c.body))
+		ws, wr := oracleBillReplay(c.status, []byte(c.body))
 		for _, piece := range []int{1, 4, 1 << 20} {
 			if s, r := streamedReplay(c.status, []byte(c.body), piece); s != ws || r != wr {
-				t.Errorf("%d %s in pieces of %d: %v %v, BillReplay %v %v", c.status, c.body, piece, s, r, ws, wr)
+				t.Errorf("%d %s in pieces of %d: %v %v, the oracle %v %v", c.status, c.body, piece, s, r, ws, wr)
 			}
 		}
 	}
 }
 
-// An answer whose kept members alone are over MaxBilledBody is reported,
-// not billed as if it said nothing.
-func TestCycleAnswerOverflow(t *testing.T) {
-	a := NewCycleAnswer()
-	_, _ = a.Write([]byte(`{"success":true,"push_results":["`))
-	chunk := []byte(strings.Repeat("x", 1<<20))
-	for range MaxBilledBody>>20 + 1 {
-		_, _ = a.Write(chunk)
+// A cycle answer far past what the gateway keeps of any answer (the
+// messages it popped) is billed from its push results all the same, and
+// nothing of it is kept: the memory the tally takes does not grow with it.
+func TestCycleTallyKeepsNothingOfTheMessages(t *testing.T) {
+	groups := []CycleGroup{{"q", "a", 3}, {"q", "Default", 2}}
+	tally := NewCycleTally(groups)
+	message := []byte(`{"data":{"text":"` + strings.Repeat("x", 1<<20) + `"},"id":"m"},`)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, _ = tally.Write([]byte(`{"messages":[`))
+	for range MaxBilledBody>>20 + 8 {
+		streamInPieces(tally, message, 32<<10)
 	}
-	_, _ = a.Write([]byte(`"]}`))
-	if n, overflow := a.Bill(200, []CycleGroup{{"q", "Default", 1}}); !overflow || n != 0 {
-		t.Fatalf("billed %d, overflow %v", n, overflow)
+	_, _ = tally.Write([]byte(`{"id":"last"}],"success":true,"push_results":[{"queue":"q","partition":"a","status":"queued"},` +
+		`{"queueName":"q","status":"buffered"},{"queueName":"q","status":"queued"}]}`))
+	runtime.ReadMemStats(&after)
+	if got := tally.Billed(200); got != 5 {
+		t.Fatalf("billed %d, want 5", got)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
+		t.Fatalf("streaming a %d MiB answer allocated %d bytes", MaxBilledBody>>20+8, grew)
 	}
 }
 
-// FuzzCycleAnswer: on every answer the Checker reads, the reduced answer
-// bills what BillCycle bills on the whole one; on one it refuses, nothing.
+// A queue or partition name as long as the broker takes, every character
+// escaped, is read whole across the ends of pieces: a result that names a
+// group in such text confirms it at any piece size.
+func TestCycleTallyReadsLongNamesAcrossPieces(t *testing.T) {
+	queue := strings.Repeat("q", 255)
+	partition := strings.Repeat("é", 255)
+	escape := func(s string) string {
+		var b strings.Builder
+		for _, r := range s {
+			if r > 0xFFFF {
+				hi, lo := utf16.EncodeRune(r)
+				fmt.Fprintf(&b, `\u%04x\u%04x`, hi, lo)
+			} else {
+				fmt.Fprintf(&b, `\u%04x`, r)
+			}
+		}
+		return b.String()
+	}
+	for _, q := range []string{queue, strings.Repeat("😀", 255)} {
+		groups := []CycleGroup{{q, partition, 4}, {q, "Default", 2}}
+		body := `{"success":true,"push_results":[{"queue":"` + escape(q) + `","partition":"` + escape(partition) + `","status":"qu\u0065ued"},` +
+			`{"queueName":"` + escape(q) + `","status":"queued"}]}`
+		want := oracleBillCycle(200, []byte(body), groups)
+		if want != 5 {
+			t.Fatalf("the oracle billed %d, want 5", want)
+		}
+		for _, piece := range []int{1, 7, 64, 1000, 1 << 20} {
+			if got := streamedCycle(200, []byte(body), groups, piece); got != want {
+				t.Errorf("in pieces of %d: billed %d, want %d", piece, got, want)
+			}
+		}
+	}
+}
+
+// FuzzCycleAnswer: on every answer the Checker reads, the tally bills, in
+// pieces, what the oracle bills on the whole one; on one it refuses,
+// nothing.
 func FuzzCycleAnswer(f *testing.F) {
 	for _, b := range cycleBodies {
 		f.Add([]byte(b), uint8(2))
@@ -122,13 +169,13 @@ func FuzzCycleAnswer(f *testing.F) {
 			}
 			return
 		}
-		if want := BillCycle(200, body, groups); got != want {
-			t.Fatalf("streamed %d, BillCycle %d: %q", got, want, body)
+		if want := oracleBillCycle(200, body, groups); got != want {
+			t.Fatalf("streamed %d, the oracle %d: %q", got, want, body)
 		}
 	})
 }
 
-// FuzzReplayAnswer is FuzzCycleAnswer for BillReplay.
+// FuzzReplayAnswer is FuzzCycleAnswer for ReplayTally.
 func FuzzReplayAnswer(f *testing.F) {
 	for _, b := range []string{`{"success":true,"result":"moved"}`, `{"success":true}`, `{"result":"x","success":true}`, `[]`, `{"success":false}`} {
 		f.Add([]byte(b), uint8(2))
@@ -141,8 +188,8 @@ func FuzzReplayAnswer(f *testing.F) {
 			}
 			return
 		}
-		if ws, wr := BillReplay(200, body); stored != ws || readable != wr {
-			t.Fatalf("streamed %v %v, BillReplay %v %v: %q", stored, readable, ws, wr, body)
+		if ws, wr := oracleBillReplay(200, body); stored != ws || readable != wr {
+			t.Fatalf("streamed %v %v, the oracle %v %v: %q", stored, readable, ws, wr, body)
 		}
 	})
 }
