@@ -365,22 +365,14 @@ func popKeys(body []byte, msgs []popFields, answerGroup span, groupBad bool) []s
 	}
 	var b strings.Builder
 	b.Grow(size)
-	ids := make([]string, 0, count)
+	var spelled [256]byte
 	for i := range msgs {
 		if head, tail, group, ok := msgs[i].key(answerGroup, groupBad); ok {
-			if head == idKeyHead {
-				b.WriteString("id")
-			} else {
-				b.Write(head.of(body))
-			}
-			b.WriteByte('/')
-			b.Write(tail.of(body))
-			b.WriteByte('/')
-			b.Write(group.of(body))
+			b.Write(appendKey(spelled[:0], body, head, tail, group))
 		}
 	}
-	all := b.String()
-	start := 0
+	all, start := b.String(), 0
+	ids := make([]string, 0, count)
 	for i := range msgs {
 		if head, tail, group, ok := msgs[i].key(answerGroup, groupBad); ok {
 			end := start + int(head.n) + 1 + int(tail.n) + 1 + int(group.n)
@@ -389,6 +381,20 @@ func popKeys(body []byte, msgs []popFields, answerGroup span, groupBad bool) []s
 		}
 	}
 	return ids
+}
+
+// appendKey spells a key, its head, tail and group joined by '/', out of
+// the text its spans are in.
+func appendKey(dst, text []byte, head, tail, group span) []byte {
+	if head == idKeyHead {
+		dst = append(dst, "id"...)
+	} else {
+		dst = append(dst, head.of(text)...)
+	}
+	dst = append(dst, '/')
+	dst = append(dst, tail.of(text)...)
+	dst = append(dst, '/')
+	return append(dst, group.of(text)...)
 }
 
 // idKeyHead stands for the head "id" of a key by id (it is not in the

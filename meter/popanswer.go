@@ -87,13 +87,5 @@ func (a *PopAnswer) AppendKey(dst []byte, i int) []byte {
 	a.index()
 	w := &a.biller.watch
 	head, tail, group, _ := w.msgs[a.keyed[i]].key(w.group, w.groupBad)
-	if head == idKeyHead {
-		dst = append(dst, "id"...)
-	} else {
-		dst = append(dst, head.of(a.body)...)
-	}
-	dst = append(dst, '/')
-	dst = append(dst, tail.of(a.body)...)
-	dst = append(dst, '/')
-	return append(dst, group.of(a.body)...)
+	return appendKey(dst, a.body, head, tail, group)
 }
