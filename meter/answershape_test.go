@@ -41,9 +41,12 @@ func TestShapedElementsReadAsTheOracle(t *testing.T) {
 	checked := 0
 	for name, body := range shapedAnswers() {
 		variants := [][]byte{body}
+		// Under the race detector (CI's core pass, twice) a sample of the
+		// offsets: the test is single-threaded, and the plain pass edits
+		// every offset.
 		stride := 1
 		if underRace {
-			stride = 7
+			stride = 19
 		}
 		for at := 0; at < len(body); at += stride {
 			variants = append(variants, slices.Delete(slices.Clone(body), at, at+1))
