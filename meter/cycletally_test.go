@@ -160,6 +160,11 @@ func FuzzCycleAnswer(f *testing.F) {
 	for _, b := range cycleBodies {
 		f.Add([]byte(b), uint8(2))
 	}
+	// Names and keys written with escapes, cut by every end of a piece:
+	// one past the longest text a group's name can be written in.
+	f.Add([]byte(`{"\u0073uccess":true,"push_results":[{"queue":"\u0071","partition":"\u0061","\u0073tatus":"queued"},`+
+		`{"queueName":"\u0071","status":"buffered"},{"queue":"`+strings.Repeat(`\u0071`, 8)+`","status":"queued"}]}`), uint8(0))
+	f.Add([]byte(`{"push_results":[{"queue":"q","partition":"a","status":"queued"}],"success":true,"push_results":[{"queue":"q","status":"queued"}]}`), uint8(4))
 	groups := []CycleGroup{{"q", "a", 3}, {"q", "b", 2}, {"q", "Default", 2}, {"q", "A", 1}}
 	f.Fuzz(func(t *testing.T, body []byte, piece uint8) {
 		got := streamedCycle(200, body, groups, int(piece)+1)
