@@ -8,9 +8,12 @@
 // The gateway calls Meter.Record once per proxied request (twice for a
 // streams cycle or a DLQ replay that stored messages), after the upstream
 // answered. The Bill* functions decide the billable message count from the
-// buffered response body, because the broker answers 200 with an error body
-// for most failures. Bodies are buffered only on the routes below that read
-// them (with a cap); every other response streams through. BytesIn is the
+// response body, because the broker answers 200 with an error body for most
+// failures. Push, transaction, streams cycle and replay answers are read as
+// they stream, at any size (PushTally, TxnTally, CycleTally, ReplayTally:
+// the Bill* functions of those routes are the same readers over a whole
+// body); pop and ephemeral push answers are buffered (with a cap); every
+// other response streams through unread. BytesIn is the
 // buffered request length on buffered routes, else 0; BytesOut is the
 // buffered response length where buffered, else the upstream Content-Length
 // (0 when absent or chunked).
@@ -46,8 +49,9 @@
 // Every answer is read by the rules of answers in package wire (its doc,
 // "The rules of answers"): the broker's grammar, its exact member names,
 // the last of a repeated member, and no bill from a text the grammar
-// refuses. The readers here are watchers over wire.Stream, wire.Checker and
-// wire's walkers, and hold only the billing decisions: what counts as
+// refuses. The readers here are watchers over wire.Stream (and, for the
+// ephemeral push's one member, wire.TopMembers), and hold only the billing
+// decisions: what counts as
 // accepted, committed or delivered, and which key a delivery has.
 //
 // The op of a route class: POST /api/v1/push and ephemeral push → OpPush;
