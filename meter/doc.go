@@ -13,17 +13,16 @@
 // they stream, at any size (PushTally, TxnTally, CycleTally, ReplayTally:
 // the Bill* functions of those routes are the same readers over a whole
 // body); pop and ephemeral push answers are buffered (with a cap); every
-// other response streams through unread. BytesIn is the
-// buffered request length on buffered routes, else 0; BytesOut is the
-// buffered response length where buffered, else the upstream Content-Length
-// (0 when absent or chunked).
+// other response streams through unread. BytesIn is the request body's
+// length (as buffered, else its Content-Length); BytesOut is what the
+// client was sent of the answer.
 //
 //	situation                                         Sample(s) to Record
 //	------------------------------------------------  ---------------------------------------------------------------
 //	refused by the gateway before forwarding          nothing (401/403 incl. scope and push-block 403s, 400
 //	(any 4xx it generates itself)                     bad_request, 404, 413, 421, 429)
-//	upstream timeout (gateway answers 504)            {op, Reqs:1}; BytesIn, BytesOut 0; not billed
-//	upstream unreachable (gateway answers 502)        {op, Reqs:1}; BytesIn, BytesOut 0; not billed
+//	upstream timeout (gateway answers 504)            {op, Reqs:1, BytesIn}; not billed
+//	upstream unreachable (gateway answers 502)        {op, Reqs:1, BytesIn}; not billed
 //	upstream 5xx (any route; streamed, not buffered)  {op, Reqs:1, BytesIn, BytesOut: Content-Length}; not billed
 //	POST /api/v1/push, 2xx                            {OpPush, Reqs:1, Msgs: BillPush(status, body), BytesIn: len(req), BytesOut: len(body)}
 //	POST /api/v1/push, other non-5xx (e.g. 400)       {OpPush, Reqs:1, BytesIn, BytesOut}
