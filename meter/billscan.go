@@ -129,11 +129,11 @@ func (w *popWatch) envelope(s *wire.Stream, body []byte) bool {
 	default:
 		return false
 	}
-	w.isObject, w.inMessages = true, true
+	w.isObject, w.inList = true, true
 	if i = wire.ElementsEnd(body, i, func(p []byte, i int) int { return w.Element(s, p, i) }); i < 0 {
 		return false
 	}
-	w.inMessages = false
+	w.inList = false
 	return popTailEnds(s, body, i)
 }
 
@@ -152,14 +152,12 @@ const (
 // popWatch reads the top-level consumerGroup and messages, and the keying
 // members of each element of the messages array.
 type popWatch struct {
-	isObject   bool
-	inMessages bool // inside the messages array (depth 2)
-	inMessage  bool // inside one of its objects (depth 3)
-	member     uint8
-	group      span
-	groupBad   bool // the last top-level consumerGroup was neither a plain string nor null
-	message    popFields
-	msgs       []popFields
+	listPlace // the list is the messages array
+	member    uint8
+	group     span
+	groupBad  bool // the last top-level consumerGroup was neither a plain string nor null
+	message   popFields
+	msgs      []popFields
 	// bodyCap is the answer's capacity: the watcher is told slices of the
 	// answer, one whole piece, and a slice's offset in it is bodyCap less
 	// the slice's capacity.
@@ -206,45 +204,36 @@ func (w *popWatch) Open(depth int, kind byte) {
 	member := w.member
 	w.member = popMemberNone
 	switch {
-	case depth == 1:
-		w.isObject = kind == '{'
-	case member == popMemberMessages:
-		w.inMessages = kind == '['
-	case member != popMemberNone:
-		w.set(member, span{}, false) // a keying member that is a container
-	case depth == 3 && w.inMessages:
+	case w.open(depth, kind, member == popMemberMessages):
 		w.count++
-		w.inMessage = kind == '{'
-		w.message = popFields{unkeyable: !w.inMessage}
-		if !w.inMessage {
+		w.message = popFields{unkeyable: !w.inItem}
+		if !w.inItem {
 			w.add(w.message)
 		}
+	case member != popMemberNone && member != popMemberMessages:
+		w.set(member, span{}, false) // a keying member that is a container
 	}
 }
 
 func (w *popWatch) Close(depth int) {
-	switch {
-	case depth == 3 && w.inMessage:
-		w.inMessage = false
+	if w.close(depth) {
 		w.add(w.message)
-	case depth == 2:
-		w.inMessages = false
 	}
 }
 
 func (w *popWatch) Key(depth int, raw []byte, plain bool) bool {
 	w.member = popMemberNone
 	switch {
-	case depth == 1 && w.isObject:
+	case w.topMember(depth):
 		switch {
 		case wire.WordIs(raw, plain, "consumerGroup"):
 			w.member = popMemberGroup
 		case wire.WordIs(raw, plain, "messages"):
 			// The last "messages" is the answer's: what an earlier one
 			// held is gone.
-			w.member, w.msgs, w.inMessages, w.count = popMemberMessages, w.msgs[:0], false, 0
+			w.member, w.msgs, w.inList, w.count = popMemberMessages, w.msgs[:0], false, 0
 		}
-	case depth == 3 && w.inMessage:
+	case w.itemMember(depth):
 		switch {
 		case wire.WordIs(raw, plain, "id"):
 			w.member = popMemberID
@@ -264,7 +253,7 @@ func (w *popWatch) Value(depth int, first byte, raw []byte, _ bool) {
 	w.member = popMemberNone
 	switch member {
 	case popMemberNone:
-		if depth == 2 && w.inMessages {
+		if depth == 2 && w.inList {
 			// An element that is not an object: a message without a key.
 			w.count++
 			w.add(popFields{unkeyable: true})
@@ -319,7 +308,7 @@ func (m *popFields) set(member uint8, v span, ok bool) {
 // whole: a plain string sets its field, null leaves it empty, and anything
 // else is left to the general reader.
 func (w *popWatch) Element(scan *wire.Stream, p []byte, i int) int {
-	if !w.inMessages {
+	if !w.inList {
 		return -1
 	}
 	end := scan.MatchShape(popMessageShape, p, i, 3, &w.shape)

@@ -97,12 +97,12 @@ type cycleWatch struct {
 	unnamed         []int          // items of the queue confirmed by results naming no partition
 	maxText         int            // the longest name text that may name a group
 
-	isObject, success   bool
-	inResults, inResult bool
-	member              cycleMember
-	confirming          bool          // the result's last status is "queued" or "buffered"
-	names               [3]cycleValue // the result's last queue, queueName and partition
-	key                 []byte        // a pair's key, built to look it up
+	listPlace  // the list is the "push_results" array
+	success    bool
+	member     cycleMember
+	confirming bool          // the result's last status is "queued" or "buffered"
+	names      [3]cycleValue // the result's last queue, queueName and partition
+	key        []byte        // a pair's key, built to look it up
 }
 
 // cycleValue is the last value of one of a push result's name members.
@@ -144,47 +144,36 @@ func pairKey(dst, queue, partition []byte) []byte {
 }
 
 func (w *cycleWatch) Open(depth int, kind byte) {
-	member := w.member
-	w.member = cycleNone
-	switch {
-	case depth == 1:
-		w.isObject = kind == '{'
-	case member == cycleResults:
-		w.inResults = kind == '['
-	case depth == 3 && w.inResults:
-		w.inResult = kind == '{'
+	if w.open(depth, kind, w.member == cycleResults) {
 		w.confirming = false
 		for k := range w.names {
 			w.names[k].isString = false
 		}
 	}
+	w.member = cycleNone
 }
 
 func (w *cycleWatch) Close(depth int) {
-	switch {
-	case depth == 3 && w.inResult:
-		w.inResult = false
+	if w.close(depth) {
 		w.confirm()
-	case depth == 2:
-		w.inResults = false
 	}
 }
 
 func (w *cycleWatch) Key(depth int, raw []byte, plain bool) bool {
 	w.member = cycleNone
 	switch {
-	case depth == 1 && w.isObject:
+	case w.topMember(depth):
 		switch {
 		case wire.WordIs(raw, plain, "success"):
 			w.member, w.success = cycleSuccess, false
 		case wire.WordIs(raw, plain, "push_results"):
 			// The last push_results is the answer's: what an earlier one
 			// confirmed is gone, and one that is no array confirms nothing.
-			w.member, w.inResults = cycleResults, false
+			w.member, w.inList = cycleResults, false
 			clear(w.named)
 			clear(w.unnamed)
 		}
-	case depth == 3 && w.inResult:
+	case w.itemMember(depth):
 		if wire.WordIs(raw, plain, "status") {
 			w.member, w.confirming = cycleStatus, false
 			break

@@ -65,11 +65,11 @@ func (w *txnWatch) envelope(s *wire.Stream, p []byte) bool {
 	if len(p) < 32 || i < 0 {
 		return false
 	}
-	w.isObject, w.inResults = true, true
+	w.isObject, w.inList = true, true
 	if i = wire.ElementsEnd(p, i, func(p []byte, i int) int { return w.Element(s, p, i) }); i < 0 {
 		return false
 	}
-	w.inResults = false
+	w.inList = false
 	var vals wire.ShapeValues
 	if s.MatchShape(txnTail, p, i, 1, &vals) != len(p) {
 		return false
@@ -91,11 +91,9 @@ func (t *TxnTally) Billed(status, countedItems int) int64 {
 // txnWatch follows the top-level object's "success" and the objects of its
 // "results" array.
 type txnWatch struct {
-	isObject   bool
+	listPlace  // the list is the "results" array
 	success    bool
 	duplicates int64 // of the last "results" array
-	inResults  bool  // inside the "results" array (depth 2)
-	inResult   bool  // inside one of its objects (depth 3)
 	resultPush bool
 	resultDup  bool
 	member     txnMember // the member whose value comes next
@@ -112,33 +110,22 @@ const (
 )
 
 func (s *txnWatch) Open(depth int, kind byte) {
-	switch {
-	case depth == 1:
-		s.isObject = kind == '{'
-	case depth == 2 && s.member == memberResults && kind == '[':
-		s.inResults, s.duplicates = true, 0
-	case depth == 3 && s.inResults && kind == '{':
-		s.inResult, s.resultPush, s.resultDup = true, false, false
+	if s.open(depth, kind, s.member == memberResults) && s.inItem {
+		s.resultPush, s.resultDup = false, false
 	}
 	s.member = memberOther
 }
 
 func (s *txnWatch) Close(depth int) {
-	switch {
-	case depth == 3 && s.inResult:
-		s.inResult = false
-		if s.resultPush && s.resultDup {
-			s.duplicates++
-		}
-	case depth == 2 && s.inResults:
-		s.inResults = false
+	if s.close(depth) && s.resultPush && s.resultDup {
+		s.duplicates++
 	}
 }
 
 // watched reports whether members at depth are read: the top-level
 // object's, and those of a "results" entry.
 func (s *txnWatch) watched(depth int) bool {
-	return (depth == 1 && s.isObject) || (depth == 3 && s.inResult)
+	return s.topMember(depth) || s.itemMember(depth)
 }
 
 func (s *txnWatch) Key(depth int, raw []byte, plain bool) bool {
@@ -150,32 +137,32 @@ func (s *txnWatch) Key(depth int, raw []byte, plain bool) bool {
 		// No escape: the name is its text, one switch tells it.
 		switch string(raw) {
 		case "type":
-			if s.inResult {
+			if s.inItem {
 				s.member, s.resultPush = memberType, false
 			}
 		case "duplicate":
-			if s.inResult {
+			if s.inItem {
 				s.member, s.resultDup = memberDuplicate, false
 			}
 		case "success":
-			if !s.inResult {
+			if !s.inItem {
 				s.member, s.success = memberSuccess, false
 			}
 		case "results":
-			if !s.inResult {
+			if !s.inItem {
 				s.member, s.duplicates = memberResults, 0
 			}
 		}
 		return s.member != memberOther
 	}
 	switch {
-	case s.inResult && wire.WordIs(raw, plain, "type"):
+	case s.inItem && wire.WordIs(raw, plain, "type"):
 		s.member, s.resultPush = memberType, false
-	case s.inResult && wire.WordIs(raw, plain, "duplicate"):
+	case s.inItem && wire.WordIs(raw, plain, "duplicate"):
 		s.member, s.resultDup = memberDuplicate, false
-	case !s.inResult && wire.WordIs(raw, plain, "success"):
+	case !s.inItem && wire.WordIs(raw, plain, "success"):
 		s.member, s.success = memberSuccess, false
-	case !s.inResult && wire.WordIs(raw, plain, "results"):
+	case !s.inItem && wire.WordIs(raw, plain, "results"):
 		// A later "results" replaces an earlier one, whatever it is.
 		s.member, s.duplicates = memberResults, 0
 	}
@@ -213,7 +200,7 @@ var txnShapes = [...]*wire.Shape{
 // element reads a "results" entry of a known shape whole, leaving the
 // watcher as its open, members and close would.
 func (s *txnWatch) Element(scan *wire.Stream, p []byte, i int) int {
-	if !s.inResults {
+	if !s.inList {
 		return -1
 	}
 	for _, sh := range &txnShapes {
