@@ -137,21 +137,17 @@ func (w *meteredResponse) tallyAnswers(rule billing, st *requestState) {
 	switch rule {
 	case billCycle:
 		w.keep, w.cycle = false, meter.NewCycleTally(cycleGroups(st))
-		return
 	case billReplay:
 		w.keep, w.replay = false, meter.NewReplayTally()
-		return
 	case billPush, billTransaction:
-	default:
-		return
+		w.keep = false
+		if w.tally == nil {
+			w.tally = answerTallies.Get().(*answerTally)
+		}
+		w.tally.rule = rule
+		w.tally.push.Reset()
+		w.tally.txn.Reset()
 	}
-	w.keep = false
-	if w.tally == nil {
-		w.tally = answerTallies.Get().(*answerTally)
-	}
-	w.tally.rule = rule
-	w.tally.push.Reset()
-	w.tally.txn.Reset()
 }
 
 func (w *meteredResponse) start(status int) {

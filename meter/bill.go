@@ -14,8 +14,9 @@ import (
 // bills nothing.
 
 // MaxBilledBody is the largest response the gateway buffers for a Bill*
-// function that reads a whole body (the reference's cap). Push answers are
-// never buffered: PushTally counts them as they stream, at any size.
+// function that reads a whole body (the reference's cap): a pop's or an
+// ephemeral push's. Push, transaction, cycle and replay answers are never
+// buffered: their tallies read them as they stream, at any size.
 const MaxBilledBody = 64 << 20
 
 // is2xx reports a successful upstream status.
