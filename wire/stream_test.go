@@ -227,3 +227,41 @@ func TestStreamKeepLong(t *testing.T) {
 		}
 	}
 }
+
+// FuzzStreamKeepLong: a Stream that keeps strings as long as the whole
+// text across the ends of pieces tells its watcher, in pieces of any size,
+// what it tells of the text in one piece, and gives its verdict; only the
+// names the watcher does not want may differ (one cut by the end of a
+// piece is told whatever its length and first byte).
+func FuzzStreamKeepLong(f *testing.F) {
+	for _, seed := range []string{
+		`{"status":"` + strings.Repeat("a", 100) + `"}`,
+		`{"st\u0061tus":"` + strings.Repeat(`\u00e9`, 30) + `","x":[1,{"status":"queued"}]}`,
+		`[{"status":"buffered"},{"` + strings.Repeat("k", 70) + `":"v"}]`,
+	} {
+		f.Add([]byte(seed), uint8(0))
+	}
+	f.Fuzz(func(t *testing.T, body []byte, piece uint8) {
+		tell := func(size int) (string, bool) {
+			var r recorder
+			var s wire.Stream
+			s.Reset(&r, 3, wire.NamesOf(streamWords...))
+			s.KeepLong(len(body))
+			for _, p := range pieces(body, size) {
+				s.Feed(p)
+			}
+			var wanted strings.Builder
+			for line := range strings.Lines(r.log.String()) {
+				if !strings.HasPrefix(line, "key ") || strings.HasSuffix(line, " true\n") {
+					wanted.WriteString(line)
+				}
+			}
+			return wanted.String(), s.OK()
+		}
+		whole, wholeOK := tell(0)
+		cut, cutOK := tell(int(piece) + 1)
+		if cut != whole || cutOK != wholeOK {
+			t.Fatalf("in pieces of %d:\n%s(ok %v)\nwhole:\n%s(ok %v)\nbody %q", int(piece)+1, cut, cutOK, whole, wholeOK, body)
+		}
+	})
+}
