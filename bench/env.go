@@ -276,14 +276,34 @@ func setup(ctx context.Context, o options) (*env, error) {
 		return nil, err
 	}
 
-	if err := e.startBare(); err != nil {
+	if err := retryTakenPort([]*int{&e.barePort, &e.bareAdmin}, e.startBare); err != nil {
 		return nil, err
 	}
-	if err := e.startGateway(o.parked); err != nil {
+	startGateway := func() error { return e.startGateway(o.parked) }
+	if err := retryTakenPort([]*int{&e.gatewayPort, &e.gatewayAdmin, &e.metricsPort}, startGateway); err != nil {
 		return nil, err
 	}
 	ok = true
 	return e, nil
+}
+
+// retryTakenPort runs start, which listens on ports freePort picked, and
+// runs it again on new ones when one of them was taken meanwhile: the
+// kernel may hand a port freePort gave back to the next listener that
+// asks for any (the batch front, PostgreSQL) before start binds it.
+func retryTakenPort(ports []*int, start func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := start()
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return err
+		}
+		logf("a port picked for it was taken meanwhile; starting it again on others")
+		for _, p := range ports {
+			if *p, err = freePort(); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 func randomToken(prefix string) string {
