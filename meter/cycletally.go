@@ -14,7 +14,7 @@ import (
 // wins, and an answer that is not one well-formed JSON object bills
 // nothing.
 //
-// Write it the answer in pieces, then read Billed once.
+// Write it the answer in pieces, then read Billed.
 type CycleTally struct {
 	scan  wire.Stream
 	watch cycleWatch
@@ -289,38 +289,46 @@ const (
 type replayWatch struct {
 	isObject, success bool
 	result            replayResult
-	member            uint8 // 1: success, 2: result
+	member            replayMember // the member whose value comes next
 }
+
+type replayMember uint8
+
+const (
+	replayNone replayMember = iota
+	replaySuccess
+	replayResultMember
+)
 
 func (w *replayWatch) Open(depth int, kind byte) {
 	if depth == 1 {
 		w.isObject = kind == '{'
 	}
-	w.member = 0
+	w.member = replayNone
 }
 
 func (w *replayWatch) Close(int) {}
 
 func (w *replayWatch) Key(depth int, raw []byte, plain bool) bool {
-	w.member = 0
+	w.member = replayNone
 	switch {
 	case depth != 1 || !w.isObject:
 	case wire.WordIs(raw, plain, "success"):
-		w.member, w.success = 1, false
+		w.member, w.success = replaySuccess, false
 	case wire.WordIs(raw, plain, "result"):
-		w.member, w.result = 2, replayOther
+		w.member, w.result = replayResultMember, replayOther
 	}
-	return w.member != 0
+	return w.member != replayNone
 }
 
 func (w *replayWatch) Value(_ int, first byte, raw []byte, _ bool) {
 	switch w.member {
-	case 1:
+	case replaySuccess:
 		w.success = first == 't'
-	case 2:
+	case replayResultMember:
 		if first == '"' && string(raw) == "moved" {
 			w.result = replayMoved
 		}
 	}
-	w.member = 0
+	w.member = replayNone
 }
