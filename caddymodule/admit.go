@@ -25,16 +25,24 @@ func (g *Gateway) admitBody(r *http.Request, st *requestState, c *tenancy.Cluste
 	if st.route.Class == tenancy.ClassProduce {
 		return g.admitProduce(r, st, c)
 	}
+	route := st.route
+	gated := func(f tenancy.Feature, op tenancy.GatedOp) bool {
+		return route == tenancy.Route{Class: tenancy.ClassGated, Feature: f, Op: op}
+	}
+	batchRoute := gated(tenancy.FeatureKV, tenancy.GatedMixed) || gated(tenancy.FeatureTimers, tenancy.GatedMixed)
+	if batchRoute {
+		// Read whole first: bufferBody then finds the body buffered, its
+		// text refused already if the batch's reading refused it.
+		if _, e := g.readBatch(r, st); e != nil {
+			return e
+		}
+	}
 	body, e := g.bufferBody(r, st)
 	if e != nil {
 		return e
 	}
 	if tenancy.BodyNamesReserved(body) {
 		return errReservedName
-	}
-	route := st.route
-	gated := func(f tenancy.Feature, op tenancy.GatedOp) bool {
-		return route == tenancy.Route{Class: tenancy.ClassGated, Feature: f, Op: op}
 	}
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/api/v1/configure":
@@ -45,8 +53,8 @@ func (g *Gateway) admitBody(r *http.Request, st *requestState, c *tenancy.Cluste
 		return g.admitCycle(r, st, c)
 	case gated(tenancy.FeatureEphemeral, tenancy.GatedGrow):
 		return g.admitStored(st, c, body, limits.ParseEphemeral, true)
-	case gated(tenancy.FeatureKV, tenancy.GatedMixed), gated(tenancy.FeatureTimers, tenancy.GatedMixed):
-		return g.admitStored(st, c, body, limits.ParseOperations, false)
+	case batchRoute:
+		return g.admitStored(st, c, body, func([]byte) (limits.ProduceBatch, error) { return st.batch.Items, st.batch.Err }, false)
 	case gated(tenancy.FeatureKV, tenancy.GatedGrow):
 		return g.admitStored(st, c, body, limits.ParseStoredValue, false)
 	case gated(tenancy.FeatureTraces, tenancy.GatedOpen) && r.URL.Path == "/api/v1/traces":

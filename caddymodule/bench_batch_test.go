@@ -142,3 +142,44 @@ func BenchmarkPipelinePop100(b *testing.B) {
 		}
 	})
 }
+
+// kvBatchBody is a KV batch of ops puts of about value bytes each, in the
+// Kafka facade's key space (a carve-out) or in a namespace of the tenant's.
+func kvBatchBody(ops, value int, carveOut bool) string {
+	ns, prefix := "sessions", ""
+	if carveOut {
+		ns, prefix = "queen-kafka", "qk:"
+	}
+	filler := strings.Repeat("v", max(1, value-2))
+	var b strings.Builder
+	b.WriteString(`{"operations":[`)
+	for i := range ops {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"ns":%q,"op":"put","key":"%sgroup/orders/%d","value":%q}`, ns, prefix, i, filler)
+	}
+	b.WriteString(`]}`)
+	return b.String()
+}
+
+// benchmarkKVBatch is a KV batch of 100 puts of 100 bytes: the batch read
+// for the carve-out, the push block's verdict and the size caps.
+func benchmarkKVBatch(b *testing.B, carveOut bool) {
+	env := newBenchEnv(b)
+	env.cluster.Features.KV = true
+	body := kvBatchBody(100, 100, carveOut)
+	req := newBenchRequest("POST", "/api/v1/kv", body)
+	w := &discardWriter{h: http.Header{}}
+	next := transportCell(http.StatusOK, `{"results":[]}`)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	loopReportingCPU(b, func() {
+		if err := env.g.ServeHTTP(w.reset(), req.reset(), next); err != nil || w.status != http.StatusOK {
+			b.Fatalf("status %d, %v", w.status, err)
+		}
+	})
+}
+
+func BenchmarkPipelineKVBatch100(b *testing.B)         { benchmarkKVBatch(b, false) }
+func BenchmarkPipelineKVCarveOutBatch100(b *testing.B) { benchmarkKVBatch(b, true) }

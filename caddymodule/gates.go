@@ -69,21 +69,40 @@ func (g *Gateway) reclassifyKVBatch(r *http.Request, st *requestState, c *tenanc
 	if st.route != kvBatchRoute {
 		return nil
 	}
-	body, e := g.bufferBody(r, st)
-	if e != nil {
+	batch, e := g.readBatch(r, st)
+	if e != nil || batch.CarveOut.Ops == 0 {
 		return e
 	}
-	batch, ok := tenancy.KVCarveOut(body)
-	if !ok {
-		return nil
-	}
-	if refusal := limits.CheckCarveOut(len(body), batch.Ops, batch.Heaviest.Index, batch.Heaviest.Bytes,
+	carve := batch.CarveOut
+	if refusal := limits.CheckCarveOut(len(st.body), carve.Ops, carve.Heaviest.Index, carve.Heaviest.Bytes,
 		c.Limits, g.app.MaxBatchItems); refusal != nil {
 		return payloadTooLarge(refusal.Message)
 	}
+	batch.Items.Release() // a consume: no size caps of a kv batch apply
 	st.route = tenancy.Route{Class: tenancy.ClassConsume}
-	st.carveOutOps = batch.Ops
+	st.carveOutOps = carve.Ops
 	return nil
+}
+
+// readBatch reads a KV or timers batch once, for every step that decides
+// on it (the carve-out, the push block, the size caps). A batch refused for
+// its text gets the text's refusal, as every body does from whoever reads
+// it first; a batch it accepts is valid UTF-8 without a byte-order mark.
+func (g *Gateway) readBatch(r *http.Request, st *requestState) (*tenancy.Batch, *apierror.Error) {
+	if st.batch == nil {
+		body, e := g.bufferUnchecked(r, st)
+		if e != nil {
+			return nil, e
+		}
+		b := tenancy.ReadBatch(body)
+		st.batch = &b
+	}
+	if st.batch.Err != nil {
+		if e := bodyTextRefusal(st.body); e != nil {
+			return nil, e
+		}
+	}
+	return st.batch, nil
 }
 
 // kvBatchRoute is the class of POST /api/v1/kv before its body is read.
@@ -115,15 +134,21 @@ func (g *Gateway) planGates(r *http.Request, st *requestState, c *tenancy.Cluste
 		return block
 	}
 	// A mixed batch is refused only when it would add data.
-	body, e := g.bufferBody(r, st)
+	if route.Feature == tenancy.FeatureStreams {
+		body, e := g.bufferBody(r, st)
+		if e != nil {
+			return e
+		}
+		if tenancy.CycleGrows(body) {
+			return block
+		}
+		return nil
+	}
+	batch, e := g.readBatch(r, st)
 	if e != nil {
 		return e
 	}
-	grows := tenancy.BatchGrows(body)
-	if route.Feature == tenancy.FeatureStreams {
-		grows = tenancy.CycleGrows(body)
-	}
-	if grows {
+	if batch.Grows {
 		return block
 	}
 	return nil

@@ -25,10 +25,11 @@ type requestState struct {
 	principal  tenancy.Principal
 	cluster    *tenancy.Cluster // once known: the Host's, then the credential's
 
-	longPoll    bool  // a pop that waits upstream (wait, read as the broker reads it)
-	popAutoAck  bool  // a pop that acknowledges what it delivers (autoAck, read so too)
-	longPollMs  int64 // the wait it asks for
-	carveOutOps int   // operations of a KV batch served as a consume (reserved key space)
+	longPoll    bool           // a pop that waits upstream (wait, read as the broker reads it)
+	popAutoAck  bool           // a pop that acknowledges what it delivers (autoAck, read so too)
+	longPollMs  int64          // the wait it asks for
+	batch       *tenancy.Batch // a KV or timers batch, once read (gates.go)
+	carveOutOps int            // operations of a KV batch served as a consume (reserved key space)
 	reqDecision limits.Decision
 	msgDecision limits.Decision
 	msgChecked  bool

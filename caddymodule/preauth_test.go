@@ -114,6 +114,12 @@ func TestCarveOutAuthorizedAfterReclassification(t *testing.T) {
 	g := testGateway(t)
 	carve := `{"operations":[{"ns":"queen-kafka","op":"put","key":"qk:g/t/0","value":{"offset":7}}]}`
 	plain := `[{"ns":"app","op":"put","key":"k","value":1}]`
+	// U+0000 is refused (400) by the step that refuses what the broker
+	// cannot store, after the carve-out, the plan's flags and the push
+	// block have judged the batch by its operations.
+	carveNUL := `[{"ns":"queen-kafka","op":"put","key":"qk:g/t/0","value":"\u0000"}]`
+	plainNUL := `[{"ns":"app","op":"put","key":"k","value":"\u0000"}]`
+	readNUL := `{"x":"\u0000","operations":[{"ns":"app","op":"get","key":"k"}]}`
 	for _, tc := range []struct {
 		host, key, body string
 		status          int
@@ -127,6 +133,12 @@ func TestCarveOutAuthorizedAfterReclassification(t *testing.T) {
 		{"acme", "qk_live_acme", carve, 200, ""},
 		{"held", "qk_live_held", carve, 200, ""},
 		{"held", "qk_live_held", plain, 403, "push_blocked"},
+		{"acme", "qk_live_acme", carveNUL, 400, "bad_request"},
+		{"acme", "qk_live_acme", plainNUL, 403, "feature_gated"},
+		{"held", "qk_live_held", carveNUL, 400, "bad_request"},
+		{"held", "qk_live_held", plainNUL, 403, "push_blocked"},
+		{"held", "qk_live_held", readNUL, 400, "bad_request"},
+		{"pro", "qk_live_consume", carveNUL, 400, "bad_request"},
 	} {
 		w, seen := g.do(t, call{method: "POST", host: tc.host + ".eu1.example.com", target: "/api/v1/kv", auth: tc.key, body: tc.body}, nil)
 		if w.Code != tc.status {

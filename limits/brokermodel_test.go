@@ -683,7 +683,7 @@ func FuzzParseProduce(f *testing.F) {
 		if agree(t, "ephemeral", err, ok && ephOK, gatewayOnly, sure) && eph.Items != want {
 			t.Fatalf("ephemeral %d, model %d", eph.Items, want)
 		}
-		got, err = ParseOperations(body)
+		got, err = parseOperations(body)
 		ops, opsOK := modelOperations(text)
 		if agree(t, "operations", err, ok && opsOK, gatewayOnly, sure) {
 			compareOperations(t, got, ops)

@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"errors"
 	"strconv"
 
 	"github.com/queengate/queengate/wire"
@@ -247,61 +248,95 @@ func ParseEphemeral(body []byte) (ProduceBatch, error) {
 	return b, nil
 }
 
-// ParseOperations reads a POST /api/v1/kv or /api/v1/timers batch: a bare
+// ReadOperations reads a POST /api/v1/kv or /api/v1/timers batch: a bare
 // JSON array of operations, or an object with an "operations" array (the
 // last one, as at the broker). Each operation is an item; its size is that
 // of its largest member's raw JSON text (the value it stores, whatever the
 // member is called: "value" for KV, the payload of a timer; a duplicated
 // member's discarded values count too), or of the whole element when it is
-// not an object. Any other body is refused: what
-// the broker would store from it is not known.
-func ParseOperations(body []byte) (ProduceBatch, error) {
-	var b ProduceBatch
+// not an object. Any other body is refused: what the broker would store
+// from it is not known.
+//
+// A caller that decides on the operations themselves (tenancy's carve-out
+// and push-block rules) reads them in the same walk: before each is
+// called, once an operation, values[k] holds the raw text of the
+// operation's last member named members[k] (nil when absent, or when the
+// operation is not an object). isBatch reports that the body is JSON the
+// gateway reads (wire.Check) and a batch, each called for every one of its
+// operations; it is so for a batch refused only for U+0000 too, so that
+// nothing decided from the operations depends on whether a value holds
+// what the broker cannot store.
+func ReadOperations(body []byte, members []string, values [][]byte, each func()) (b ProduceBatch, isBatch bool, err error) {
+	err = wire.CheckStored(body)
+	var syntax *wire.SyntaxError
+	if err != nil && (!errors.As(err, &syntax) || syntax.Problem != wire.ProblemNUL || wire.Check(body) != nil) {
+		return ProduceBatch{}, false, err
+	}
+	at := operationsAt(body)
+	if at < 0 {
+		if err == nil {
+			err = errNotABatch
+		}
+		return ProduceBatch{}, false, err
+	}
 	b.reset()
-	if err := wire.CheckStored(body); err != nil {
-		return ProduceBatch{}, err
+	wire.Elements(body, at, func(at int) int {
+		clear(values)
+		end, size := at, 0
+		if body[at] == '{' {
+			end = wire.Members(body, at, func(name []byte, at int) int {
+				e := wire.ValueEnd(body, at)
+				size = max(size, e-at)
+				for k, member := range members {
+					if wire.UnescapedIs(name, member) {
+						values[k] = body[at:e]
+						break
+					}
+				}
+				return e
+			})
+		} else {
+			end = wire.ValueEnd(body, at)
+			size = end - at
+		}
+		b.count(size, b.Items)
+		if each != nil {
+			each()
+		}
+		return end
+	})
+	if err != nil {
+		b.Release()
+		return ProduceBatch{}, true, err
 	}
-	ops := func(at int) int {
-		b.reset()
-		return wire.Elements(body, at, func(at int) int {
-			end, size := at, 0
-			if body[at] == '{' {
-				end = wire.Members(body, at, func(_ []byte, at int) int {
-					e := wire.ValueEnd(body, at)
-					size = max(size, e-at)
-					return e
-				})
-			} else {
-				end = wire.ValueEnd(body, at)
-				size = end - at
-			}
-			b.count(size, b.Items)
-			return end
-		})
-	}
+	return b, true, nil
+}
+
+// errNotABatch refuses a KV or timers body of another shape.
+var errNotABatch = &BodyError{"a batch must be a JSON array of operations or an object with an operations array"}
+
+// operationsAt is where the array of operations of a batch opens (a bare
+// array, or the last "operations" member of an object, when it is an
+// array), or -1. body has passed wire.Check.
+func operationsAt(body []byte) int {
 	i := wire.SkipSpace(body, 0)
-	isBatch := false
 	switch body[i] {
 	case '[':
-		isBatch = true
-		ops(i)
+		return i
 	case '{':
-		wire.Members(body, i, func(k []byte, at int) int {
-			if !wire.UnescapedIs(k, "operations") {
-				return wire.ValueEnd(body, at)
+		at := -1
+		wire.Members(body, i, func(name []byte, v int) int {
+			if wire.UnescapedIs(name, "operations") {
+				at = v
+				if body[v] != '[' {
+					at = -1
+				}
 			}
-			isBatch = body[at] == '['
-			if !isBatch {
-				b.reset()
-				return wire.ValueEnd(body, at)
-			}
-			return ops(at)
+			return wire.ValueEnd(body, v)
 		})
+		return at
 	}
-	if !isBatch {
-		return ProduceBatch{}, &BodyError{"a batch must be a JSON array of operations or an object with an operations array"}
-	}
-	return b, nil
+	return -1
 }
 
 // ParseStoredValue reads a PUT /api/v1/kv/{ns}/{key} body: the value, one

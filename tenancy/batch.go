@@ -4,17 +4,18 @@ import (
 	"bytes"
 	"slices"
 
+	"github.com/queengate/queengate/limits"
 	"github.com/queengate/queengate/wire"
 )
 
-// The body sniffers below read request bodies the gateway buffers anyway.
-// They fail closed: a body they cannot read exactly as the broker does never
-// earns a carve-out, and counts as growing, so a push block refuses it.
-//
-// Every body first passes wire.Check (valid UTF-8, no byte-order mark,
-// well-formed, nesting within wire.DefaultMaxDepth), and is then read once,
-// in place, with wire's walkers: member names are matched exactly once
-// unescaped (never case-insensitively), and the last of duplicated names
+// A KV or timers batch is read once (limits.ReadOperations, which also
+// sizes its operations for the plan's caps), and what the gateway decides
+// from its operations is decided here, in the same walk: whether it stays
+// inside a reserved key space (a carve-out) and whether it may add stored
+// data (a push block refuses it then). Both fail closed: a body that is not
+// a batch the gateway reads exactly as the broker does never earns a
+// carve-out, and counts as growing. Member names match exactly once
+// unescaped (never case-insensitively), and the last of a repeated member
 // wins, as at the broker.
 
 // reservedKeySpace is a KV namespace the broker's own facades use, whose
@@ -48,61 +49,49 @@ type CarveOutBatch struct {
 	Heaviest struct{ Index, Bytes int }
 }
 
-// KVCarveOut reports whether a POST /api/v1/kv body is a non-empty batch
-// whose every operation stays inside one reserved key space (the Kafka
-// facade's or the S3 sink's) and, when it is, its size. Such a batch is
-// the facade keeping consumer state, so the caller reclassifies it as
-// ClassConsume: no kv plan flag, no push block, consume-scope
-// authorization.
-func KVCarveOut(body []byte) (CarveOutBatch, bool) {
-	var b CarveOutBatch
-	if wire.Check(body) != nil {
-		return b, false
-	}
-	at, ok := batchOps(body)
-	if !ok {
-		return b, false
-	}
-	kafka, s3 := true, true
-	wire.Elements(body, at, func(i int) int {
-		var v opValues
-		end := v.read(body, i)
-		kafka = kafka && kafkaKeySpace.holds(&v)
-		s3 = s3 && s3KeySpace.holds(&v)
-		if val := v[opValue]; val != nil && len(val) > b.Heaviest.Bytes {
-			b.Heaviest.Index, b.Heaviest.Bytes = b.Ops, len(val)
-		}
-		b.Ops++
-		return end
-	})
-	if b.Ops == 0 || !kafka && !s3 {
-		return CarveOutBatch{}, false
-	}
-	return b, true
+// Batch is a POST /api/v1/kv or /api/v1/timers batch as the gateway
+// decides on it.
+type Batch struct {
+	// Items is the operations as items for the plan's size caps
+	// (limits.ReadOperations); empty when Err is set.
+	Items limits.ProduceBatch
+	// Err is why the body is refused with 400: its text, its shape, or
+	// U+0000 in it; nil for a batch the broker reads and stores as the
+	// gateway does.
+	Err error
+	// Grows reports whether the batch may add stored data: any operation
+	// whose op is not get, getPrefix, delete or cancel (a missing or
+	// non-string op grows). A body that is not a batch grows too: what
+	// the broker would do with it is not known. Only an empty batch stores
+	// nothing for certain.
+	Grows bool
+	// CarveOut is set (Ops > 0) when the body is a KV batch whose every
+	// operation stays inside one reserved key space (the Kafka facade's or
+	// the S3 sink's): the facade keeping consumer state, which the caller
+	// reclassifies as ClassConsume (no kv plan flag, no push block,
+	// consume-scope authorization) and bounds on its own.
+	CarveOut CarveOutBatch
 }
 
-// BatchGrows reports whether a POST /api/v1/kv or /api/v1/timers batch may
-// add stored data: any operation whose op is not one of get, getPrefix,
-// delete or cancel (a missing or non-string op counts as growing). A body
-// that is not a batch (a bare array of operations, or an object with an
-// "operations" array) grows too: what the broker would do with it is not
-// known. Only an empty batch stores nothing for certain.
-func BatchGrows(body []byte) bool {
-	if wire.Check(body) != nil {
-		return true
-	}
-	at, ok := batchOps(body)
-	if !ok {
-		return true
-	}
-	grows := false
-	wire.Elements(body, at, func(i int) int {
-		var v opValues
-		end := v.read(body, i)
+// ReadBatch reads a KV or timers batch once, for every decision on it.
+func ReadBatch(body []byte) Batch {
+	var v opValues
+	var carve CarveOutBatch
+	kafka, s3, grows := true, true, false
+	items, isBatch, err := limits.ReadOperations(body, opNames, v[:], func() {
+		kafka = kafka && kafkaKeySpace.holds(&v)
+		s3 = s3 && s3KeySpace.holds(&v)
 		grows = grows || opGrows(&v)
-		return end
+		if val := v[opValue]; val != nil && len(val) > carve.Heaviest.Bytes {
+			carve.Heaviest.Index, carve.Heaviest.Bytes = carve.Ops, len(val)
+		}
+		carve.Ops++
 	})
-	return grows
+	b := Batch{Items: items, Err: err, Grows: !isBatch || grows}
+	if isBatch && (kafka || s3) {
+		b.CarveOut = carve
+	}
+	return b
 }
 
 // CycleGrows reports whether a POST /streams/v1/cycle body may push sink
@@ -130,26 +119,7 @@ func CycleGrows(body []byte) bool {
 	return wire.SkipSpace(items, 1) < len(items)-1
 }
 
-// batchOps returns where the array of operations of a KV or timers batch
-// opens: a bare JSON array of operations, or an object holding one under
-// "operations". body has passed wire.Check.
-func batchOps(body []byte) (at int, ok bool) {
-	i := wire.SkipSpace(body, 0)
-	switch body[i] {
-	case '[':
-		return i, true
-	case '{':
-		wire.Members(body, i, func(k []byte, v int) int {
-			if wire.UnescapedIs(k, "operations") { // the last one counts
-				at, ok = v, body[v] == '['
-			}
-			return wire.ValueEnd(body, v)
-		})
-	}
-	return at, ok
-}
-
-// The members of an operation the sniffers read.
+// The members of an operation ReadBatch reads.
 const (
 	opNS = iota
 	opOp
@@ -165,15 +135,6 @@ var opNames = []string{opNS: "ns", opOp: "op", opKey: "key", opPrefix: "prefix",
 // opValues is the raw values of an operation's members (nil: absent, or
 // the operation is not an object).
 type opValues [opMembers][]byte
-
-// read takes the operation whose value starts at body[i] and returns the
-// index just past it.
-func (v *opValues) read(body []byte, i int) int {
-	if body[i] != '{' {
-		return wire.ValueEnd(body, i)
-	}
-	return wire.MemberValues(body, i, opNames, v[:])
-}
 
 // stringIs reports whether the raw value v is a string whose text is s.
 func stringIs(v []byte, s string) bool {

@@ -27,7 +27,7 @@ func runBodyCases(t *testing.T, fn func([]byte) bool, fnName string, cases []bod
 }
 
 func TestKVBatchIsCarveOut(t *testing.T) {
-	runBodyCases(t, KVBatchIsCarveOut, "KVBatchIsCarveOut", []bodyCase{
+	runBodyCases(t, kvBatchIsCarveOut, "kvBatchIsCarveOut", []bodyCase{
 		// Kafka facade.
 		{"kafka put, bare array", `[{"ns":"queen-kafka","op":"put","key":"qk:offsets/orders/0","value":"42"}]`, true},
 		{"kafka ops object", `{"operations":[{"ns":"queen-kafka","op":"getMany","keys":["qk:a","qk:b"]},{"ns":"queen-kafka","op":"delete","key":"qk:a"}]}`, true},
@@ -105,7 +105,7 @@ func TestKVBatchIsCarveOut(t *testing.T) {
 }
 
 func TestBatchGrows(t *testing.T) {
-	runBodyCases(t, BatchGrows, "BatchGrows", []bodyCase{
+	runBodyCases(t, batchGrows, "batchGrows", []bodyCase{
 		{"reads and deletes", `[{"ns":"s","op":"get","key":"a"},{"ns":"s","op":"getPrefix","prefix":"a"},{"ns":"s","op":"delete","key":"a"}]`, false},
 		{"timer cancel", `{"operations":[{"op":"cancel","queue":"orders","key":"reminder-42"}]}`, false},
 		{"put", `[{"ns":"s","op":"get","key":"a"},{"ns":"s","op":"put","key":"a","value":1}]`, true},
@@ -162,12 +162,12 @@ func TestCycleGrows(t *testing.T) {
 	})
 }
 
-// FuzzBatchSniffers checks the body sniffers against a plain model built on
-// a generic JSON decoding. The seed corpus lives in
-// testdata/fuzz/FuzzBatchSniffers.
-func FuzzBatchSniffers(f *testing.F) {
+// FuzzReadBatch checks ReadBatch's verdicts, and CycleGrows', against a
+// plain model built on a generic JSON decoding. The seed corpus lives in
+// testdata/fuzz/FuzzReadBatch.
+func FuzzReadBatch(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
-		carve, grows, cycle := KVBatchIsCarveOut(body), BatchGrows(body), CycleGrows(body)
+		carve, grows, cycle := kvBatchIsCarveOut(body), batchGrows(body), CycleGrows(body)
 		// What the gateway does not read (not JSON, not UTF-8, a
 		// byte-order mark, or refused by wire.Check for its depth or a
 		// half surrogate pair) must fail closed.
@@ -178,23 +178,33 @@ func FuzzBatchSniffers(f *testing.F) {
 			return
 		}
 		v := decodeGeneric(t, body)
-		if want := modelCarveOut(v); carve != want {
-			t.Fatalf("KVBatchIsCarveOut(%s) = %v, model says %v", body, carve, want)
+		// A batch is refused only for what the broker cannot store
+		// (U+0000), else read whole: one item an operation.
+		b := ReadBatch(body)
+		ops, isBatch := modelOps(v)
+		if stored := wire.CheckStored(body) == nil; (b.Err == nil) != (stored && isBatch) {
+			t.Fatalf("ReadBatch(%s) refuses with %v; stored %v, a batch %v", body, b.Err, stored, isBatch)
+		} else if b.Err == nil && b.Items.Items != len(ops) {
+			t.Fatalf("ReadBatch(%s) counts %d items, the model %d operations", body, b.Items.Items, len(ops))
 		}
-		if size, ok := KVCarveOut(body); ok != carve {
-			t.Fatalf("KVCarveOut(%s) is %v, KVBatchIsCarveOut %v", body, ok, carve)
+		b.Items.Release()
+		if want := modelCarveOut(v); carve != want {
+			t.Fatalf("kvBatchIsCarveOut(%s) = %v, model says %v", body, carve, want)
+		}
+		if size, ok := kvCarveOut(body); ok != carve {
+			t.Fatalf("kvCarveOut(%s) is %v, kvBatchIsCarveOut %v", body, ok, carve)
 		} else if ok {
 			checkCarveOutSize(t, body, v, size)
 		}
 		if want := modelBatchGrows(v); grows != want {
-			t.Fatalf("BatchGrows(%s) = %v, model says %v", body, grows, want)
+			t.Fatalf("batchGrows(%s) = %v, model says %v", body, grows, want)
 		}
 		if want := modelCycleGrows(v); cycle != want {
 			t.Fatalf("CycleGrows(%s) = %v, model says %v", body, cycle, want)
 		}
 		if jsonKind(body) == '[' {
 			wrapped := append(append([]byte(`{"operations":`), body...), '}')
-			if KVBatchIsCarveOut(wrapped) != carve || BatchGrows(wrapped) != grows {
+			if kvBatchIsCarveOut(wrapped) != carve || batchGrows(wrapped) != grows {
 				t.Fatalf("%s answers differently wrapped in an operations object", body)
 			}
 		}
@@ -209,7 +219,7 @@ func checkCarveOutSize(t *testing.T, body []byte, v any, size CarveOutBatch) {
 	t.Helper()
 	ops, _ := modelOps(v)
 	if size.Ops != len(ops) {
-		t.Fatalf("KVCarveOut(%s) counts %d operations, the model %d", body, size.Ops, len(ops))
+		t.Fatalf("kvCarveOut(%s) counts %d operations, the model %d", body, size.Ops, len(ops))
 	}
 	var arr []json.RawMessage
 	if jsonKind(body) == '[' {
@@ -228,7 +238,7 @@ func checkCarveOutSize(t *testing.T, body []byte, v any, size CarveOutBatch) {
 		}
 	}
 	if size.Heaviest.Index != index || size.Heaviest.Bytes != heaviest {
-		t.Fatalf("KVCarveOut(%s): heaviest %+v, the model says %d bytes at %d", body, size.Heaviest, heaviest, index)
+		t.Fatalf("kvCarveOut(%s): heaviest %+v, the model says %d bytes at %d", body, size.Heaviest, heaviest, index)
 	}
 }
 
@@ -334,11 +344,20 @@ func modelCycleGrows(v any) bool {
 	return !isArray || len(items) > 0
 }
 
-// KVBatchIsCarveOut is KVCarveOut's verdict alone.
-func KVBatchIsCarveOut(body []byte) bool {
-	_, ok := KVCarveOut(body)
+// kvCarveOut is ReadBatch's carve-out and whether the body earns one.
+func kvCarveOut(body []byte) (CarveOutBatch, bool) {
+	b := ReadBatch(body)
+	return b.CarveOut, b.CarveOut.Ops > 0
+}
+
+// kvBatchIsCarveOut is ReadBatch's carve-out verdict alone.
+func kvBatchIsCarveOut(body []byte) bool {
+	_, ok := kvCarveOut(body)
 	return ok
 }
+
+// batchGrows is ReadBatch's push-block verdict alone.
+func batchGrows(body []byte) bool { return ReadBatch(body).Grows }
 
 // jsonKind returns the first byte of a JSON value after any leading
 // whitespace, or 0 when there is none.

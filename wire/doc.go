@@ -102,7 +102,10 @@
 //     and reads its top level once, names' lengths included; the lengths
 //     of stored names in ack bodies, and the schema's other column rules:
 //     limits/schema.go;
-//   - KV batches: tenancy/batch.go; the probe's reserved names in any body:
+//   - KV and timers batches: limits/producebody.go (ReadOperations, which
+//     sizes the operations and hands each one's members to its caller in
+//     the same walk), for tenancy/batch.go's carve-out and push-block
+//     verdicts; the probe's reserved names in any body:
 //     tenancy/reservedname.go;
 //   - which check a body gets, and the order of refusals:
 //     caddymodule/bodycheck.go and caddymodule/admit.go.
