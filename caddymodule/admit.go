@@ -29,8 +29,7 @@ func (g *Gateway) admitBody(r *http.Request, st *requestState, c *tenancy.Cluste
 	gated := func(f tenancy.Feature, op tenancy.GatedOp) bool {
 		return route == tenancy.Route{Class: tenancy.ClassGated, Feature: f, Op: op}
 	}
-	batchRoute := gated(tenancy.FeatureKV, tenancy.GatedMixed) || gated(tenancy.FeatureTimers, tenancy.GatedMixed)
-	if batchRoute {
+	if planGatesReadBody(route) {
 		// Read whole first: bufferBody then finds the body buffered, its
 		// text refused already if the batch's reading refused it.
 		if _, e := g.readBatch(r, st); e != nil {
@@ -50,10 +49,10 @@ func (g *Gateway) admitBody(r *http.Request, st *requestState, c *tenancy.Cluste
 	case tenancy.IsDLQReplay(r.Method, r.URL.EscapedPath()) && strings.HasPrefix(r.URL.Path, "/api/v1/dlq/"):
 		return g.admitReplay(r, st, c)
 	case gated(tenancy.FeatureStreams, tenancy.GatedMixed):
-		return g.admitCycle(r, st, c)
+		return g.admitCycle(r, st, c, st.batch)
 	case gated(tenancy.FeatureEphemeral, tenancy.GatedGrow):
 		return g.admitStored(st, c, body, limits.ParseEphemeral, true)
-	case batchRoute:
+	case gated(tenancy.FeatureKV, tenancy.GatedMixed), gated(tenancy.FeatureTimers, tenancy.GatedMixed):
 		return g.admitStored(st, c, body, func([]byte) (limits.ProduceBatch, error) { return st.batch.Items, st.batch.Err }, false)
 	case gated(tenancy.FeatureKV, tenancy.GatedGrow):
 		return g.admitStored(st, c, body, limits.ParseStoredValue, false)
@@ -150,15 +149,13 @@ func readProduce(path string, body []byte) (limits.ProduceBatch, *apierror.Error
 	return batch, nil
 }
 
-func (g *Gateway) admitCycle(r *http.Request, st *requestState, c *tenancy.Cluster) *apierror.Error {
-	body, e := g.bufferBody(r, st)
-	if e != nil {
-		return e
+// admitCycle applies the plan's caps to a streams cycle's sink items and
+// state values, and admits the sink items as a push's.
+func (g *Gateway) admitCycle(r *http.Request, st *requestState, c *tenancy.Cluster, cycle *tenancy.Batch) *apierror.Error {
+	if cycle.Err != nil {
+		return badBody(cycle.Err)
 	}
-	batch, err := limits.ParseCycle(body)
-	if err != nil {
-		return badBody(err)
-	}
+	batch := cycle.Items
 	if refusal := limits.CheckCycle(batch, c.Limits, g.app.MaxBatchItems); refusal != nil {
 		return payloadTooLarge(refusal.Message)
 	}

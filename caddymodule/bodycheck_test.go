@@ -53,6 +53,18 @@ func TestBodiesReadOrRefused(t *testing.T) {
 			400, "bad_request", "body starts with a UTF-8 byte-order mark; send the JSON without it"},
 		{"kv batch, unreadable, on a blocked cluster", held("/api/v1/kv", `[{"ns":"n","op":"get","key":"k"}`),
 			403, "push_blocked", "pushes blocked (billing hold)"},
+		// On a blocked cluster a cycle that would push is refused for
+		// that first, whatever else is wrong with it.
+		{"cycle, a refused item, on a blocked cluster", held("/streams/v1/cycle", `{"push_items":[{"queue":"s","traceId":"x"}]}`),
+			403, "push_blocked", "pushes blocked (billing hold)"},
+		{"cycle, push_items not an array, on a blocked cluster", held("/streams/v1/cycle", `{"push_items":{"queue":"s"}}`),
+			403, "push_blocked", "pushes blocked (billing hold)"},
+		{"cycle, U+0000 and items, on a blocked cluster", held("/streams/v1/cycle", `{"push_items":[{"queue":"\u0000"}]}`),
+			403, "push_blocked", "pushes blocked (billing hold)"},
+		{"cycle, U+0000 and no items, on a blocked cluster", held("/streams/v1/cycle", `{"push_items":[],"consumer_group":"\u0000"}`),
+			400, "bad_request", "body holds U+0000 (\\u0000) at byte 35; the broker cannot store it"},
+		{"cycle, byte-order mark, on a blocked cluster", held("/streams/v1/cycle", bom+`{"push_items":[]}`),
+			400, "bad_request", "body starts with a UTF-8 byte-order mark; send the JSON without it"},
 		{"timers batch, byte-order mark", held("/api/v1/timers", bom+`[{"op":"schedule","key":"k"}]`),
 			400, "bad_request", "body starts with a UTF-8 byte-order mark; send the JSON without it"},
 	}

@@ -84,17 +84,23 @@ func (g *Gateway) reclassifyKVBatch(r *http.Request, st *requestState, c *tenanc
 	return nil
 }
 
-// readBatch reads a KV or timers batch once, for every step that decides
-// on it (the carve-out, the push block, the size caps). A batch refused for
-// its text gets the text's refusal, as every body does from whoever reads
-// it first; a batch it accepts is valid UTF-8 without a byte-order mark.
+// readBatch reads a mixed batch (a KV or timers batch, or a streams
+// cycle) once, for every step that decides on it: the carve-out, the push
+// block, the size caps. A batch refused for its text gets the text's
+// refusal, as every body does from whoever reads it first; a batch it
+// accepts is valid UTF-8 without a byte-order mark.
 func (g *Gateway) readBatch(r *http.Request, st *requestState) (*tenancy.Batch, *apierror.Error) {
 	if st.batch == nil {
 		body, e := g.bufferUnchecked(r, st)
 		if e != nil {
 			return nil, e
 		}
-		b := tenancy.ReadBatch(body)
+		var b tenancy.Batch
+		if st.route.Feature == tenancy.FeatureStreams {
+			b.Items, b.Grows, b.Err = limits.ReadCycle(body)
+		} else {
+			b = tenancy.ReadBatch(body)
+		}
 		st.batch = &b
 	}
 	if st.batch.Err != nil {
@@ -134,16 +140,6 @@ func (g *Gateway) planGates(r *http.Request, st *requestState, c *tenancy.Cluste
 		return block
 	}
 	// A mixed batch is refused only when it would add data.
-	if route.Feature == tenancy.FeatureStreams {
-		body, e := g.bufferBody(r, st)
-		if e != nil {
-			return e
-		}
-		if tenancy.CycleGrows(body) {
-			return block
-		}
-		return nil
-	}
 	batch, e := g.readBatch(r, st)
 	if e != nil {
 		return e

@@ -669,7 +669,7 @@ func FuzzParseProduce(f *testing.F) {
 			compareModel(t, "transaction", got, items, nil)
 		}
 
-		got, err = ParseCycle(body)
+		got, err = parseCycle(body)
 		citems, pos, cycleOK := modelCycle(text)
 		if agree(t, "cycle", err, ok && cycleOK, gatewayOnly, sure) {
 			compareModel(t, "cycle", got, citems, pos)

@@ -247,7 +247,7 @@ func TestParseEphemeral(t *testing.T) {
 	}
 }
 
-func TestParseCycle(t *testing.T) {
+func TestReadCycle(t *testing.T) {
 	cases := []struct {
 		name string
 		body string
@@ -265,7 +265,7 @@ func TestParseCycle(t *testing.T) {
 		{"not an object", `[{"push_items":[]}]`, batchWant{0, nil, 0, [2]int{-1, 0}}},
 	}
 	for _, c := range cases {
-		got, err := ParseCycle([]byte(c.body))
+		got, err := parseCycle([]byte(c.body))
 		if err != nil {
 			t.Errorf("%s: %v", c.name, err)
 			continue
@@ -278,7 +278,7 @@ func TestParseCycle(t *testing.T) {
 		`{"push_items":"x"}`,
 		"\xef\xbb\xbf{\"push_items\":[{\"queue\":\"a\"}]}",
 	} {
-		if _, err := ParseCycle([]byte(refused)); err == nil {
+		if _, err := parseCycle([]byte(refused)); err == nil {
 			t.Errorf("%q was read", refused)
 		}
 	}
@@ -344,7 +344,7 @@ func TestCheckProduce(t *testing.T) {
 }
 
 func TestCheckCycle(t *testing.T) {
-	b, _ := ParseCycle([]byte(`{"push_items":[{"queue":""},{"queue":"a","payload":"1234"},{"queue":"a","payload":"123456"},{"queue":"a","payload":"12"}]}`))
+	b, _ := parseCycle([]byte(`{"push_items":[{"queue":""},{"queue":"a","payload":"1234"},{"queue":"a","payload":"123456"},{"queue":"a","payload":"12"}]}`))
 	lim := AllUnlimited()
 	if r := CheckCycle(b, lim, 0); r != nil {
 		t.Fatal(r.Message)
@@ -358,7 +358,7 @@ func TestCheckCycle(t *testing.T) {
 		t.Fatal(r.Message)
 	}
 	lim.MaxPayloadBytes = 0
-	if empty, _ := ParseCycle([]byte(`{"push_items":[]}`)); CheckCycle(empty, lim, 0) != nil {
+	if empty, _ := parseCycle([]byte(`{"push_items":[]}`)); CheckCycle(empty, lim, 0) != nil {
 		t.Fatal("an empty cycle was refused")
 	}
 }
@@ -428,8 +428,8 @@ func TestParsePushDoesNotCopyLargeBodies(t *testing.T) {
 	}
 }
 
-func TestParseCycleCountsItemsPerGroup(t *testing.T) {
-	b, _ := ParseCycle([]byte(`{"push_items":[
+func TestReadCycleCountsItemsPerGroup(t *testing.T) {
+	b, _ := parseCycle([]byte(`{"push_items":[
 		{"queue":"a","payload":1},{"queue":"b","partition":"p","payload":2},
 		{"queue":"a","payload":3},"skipped",{"queue":"a","partition":"Default","data":4}]}`))
 	if len(b.Pairs) != 2 || len(b.PairItems) != 2 || b.PairItems[0] != 3 || b.PairItems[1] != 1 {

@@ -53,9 +53,14 @@ func walkTopFields(body []byte, fields []string, read func(field, at int) int) (
 	if err := wire.CheckStored(body); err != nil {
 		return false, err
 	}
+	return walkCheckedTop(body, fields, read), nil
+}
+
+// walkCheckedTop is walkTopFields over a body that passed wire.Check.
+func walkCheckedTop(body []byte, fields []string, read func(field, at int) int) (isObject bool) {
 	i := wire.SkipSpace(body, 0)
 	if body[i] != '{' {
-		return false, nil
+		return false
 	}
 	wire.Members(body, i, func(k []byte, at int) int {
 		for f, name := range fields {
@@ -65,7 +70,21 @@ func walkTopFields(body []byte, fields []string, read func(field, at int) int) (
 		}
 		return wire.ValueEnd(body, at)
 	})
-	return true, nil
+	return true
+}
+
+// checkStoredWalkable reports whether body may be walked (it passes
+// wire.Check, refused if at all only for U+0000), and wire.CheckStored's
+// refusal of it. A reader whose caller decides from a body's structure reads
+// that structure even when the body is refused for what the broker cannot
+// store, so that no step's verdict depends on where a U+0000 is.
+func checkStoredWalkable(body []byte) (walkable bool, err error) {
+	err = wire.CheckStored(body)
+	if err == nil {
+		return true, nil
+	}
+	var syntax *wire.SyntaxError
+	return errors.As(err, &syntax) && syntax.Problem == wire.ProblemNUL && wire.Check(body) == nil, err
 }
 
 // itemRef names a push item in a refusal: "item 3", "operation 1, item 0",
@@ -267,9 +286,8 @@ func ParseEphemeral(body []byte) (ProduceBatch, error) {
 // nothing decided from the operations depends on whether a value holds
 // what the broker cannot store.
 func ReadOperations(body []byte, members []string, values [][]byte, each func()) (b ProduceBatch, isBatch bool, err error) {
-	err = wire.CheckStored(body)
-	var syntax *wire.SyntaxError
-	if err != nil && (!errors.As(err, &syntax) || syntax.Problem != wire.ProblemNUL || wire.Check(body) != nil) {
+	walkable, err := checkStoredWalkable(body)
+	if !walkable {
 		return ProduceBatch{}, false, err
 	}
 	at := operationsAt(body)
@@ -361,7 +379,7 @@ func StoredTextError(body []byte) error {
 	return nil
 }
 
-// ParseCycle reads the sink items of a POST /streams/v1/cycle body
+// ReadCycle reads the sink items of a POST /streams/v1/cycle body
 // ("push_items"), and the size of the largest value its state_ops upsert,
 // in one walk; it refuses a consumer_group longer than MaxNameChars. Sink
 // items are read the way the broker packs them: each element on its own, so
@@ -373,15 +391,25 @@ func StoredTextError(body []byte) error {
 // included. A cycle that is not an object, or has no push_items (or null),
 // pushes nothing; push_items of another type is refused, since what the
 // broker would do with it is not known.
-func ParseCycle(body []byte) (ProduceBatch, error) {
-	var b ProduceBatch
+//
+// grows reports whether the cycle may push sink messages, for a push
+// block: its push_items is a non-empty array (whatever its elements hold)
+// or anything but absent, null or an array. It is read from a cycle
+// refused for its items, its consumer_group or U+0000 too; a body that is
+// not JSON the gateway reads grows, one that is not an object does not.
+func ReadCycle(body []byte) (b ProduceBatch, grows bool, err error) {
+	walkable, err := checkStoredWalkable(body)
+	if !walkable {
+		return ProduceBatch{}, true, err
+	}
 	b.reset()
 	var names nameBuf
 	kind := byte(0) // the first byte of the last push_items, 0 when absent
+	elements := 0   // the elements of the last push_items
 	var itemsErr error
 	var group []byte           // the last consumer_group
 	state := sizeRecord{-1, 0} // the largest state value of the last state_ops
-	_, err := walkTopFields(body, cycleFields[:], func(field, at int) int {
+	walkCheckedTop(body, cycleFields[:], func(field, at int) int {
 		switch field {
 		case 1:
 			group = body[at:wire.ValueEnd(body, at)]
@@ -406,40 +434,44 @@ func ParseCycle(body []byte) (ProduceBatch, error) {
 			})
 		}
 		b.reset()
-		kind = body[at]
+		kind, elements = body[at], 0
 		if kind != '[' {
 			return wire.ValueEnd(body, at)
 		}
-		pos := 0
 		itemsErr = nil
 		return wire.Elements(body, at, func(at int) int {
-			pos++
+			elements++
 			if itemsErr != nil {
 				return wire.ValueEnd(body, at)
 			}
-			end, err := names.addSinkItem(&b, body, at, pos-1)
+			end, err := names.addSinkItem(&b, body, at, elements-1)
 			itemsErr = err
 			return end
 		})
 	})
+	grows = kind == '[' && elements > 0 || kind != 0 && kind != '[' && kind != 'n'
 	switch {
 	case err != nil:
-		return ProduceBatch{}, err
 	case kind == '[' && itemsErr != nil:
-		return ProduceBatch{}, itemsErr
+		err = itemsErr
 	case kind != 0 && kind != '[' && kind != 'n':
-		return ProduceBatch{}, &BodyError{"push_items must be an array"}
+		err = &BodyError{"push_items must be an array"}
 	case len(group) > 0 && group[0] == '"' && rawStringTooLong(group):
-		return ProduceBatch{}, &BodyError{"consumer_group is longer than " + strconv.Itoa(MaxNameChars) +
+		err = &BodyError{"consumer_group is longer than " + strconv.Itoa(MaxNameChars) +
 			" characters, more than the broker can store"}
-	case kind != '[':
+	}
+	if err != nil {
+		b.Release()
+		return ProduceBatch{}, grows, err
+	}
+	if kind != '[' {
 		b.reset()
 	}
 	b.stateHeaviest = state
-	return b, nil
+	return b, grows, nil
 }
 
-// cycleFields are the members of a cycle ParseCycle reads, by index:
+// cycleFields are the members of a cycle ReadCycle reads, by index:
 // push_items (0), consumer_group (1; partition_consumers.consumer_group is
 // varchar(255)) and state_ops (2; each op's value is a stored client value).
 var cycleFields = [...]string{"push_items", "consumer_group", "state_ops"}

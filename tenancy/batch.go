@@ -94,31 +94,6 @@ func ReadBatch(body []byte) Batch {
 	return b
 }
 
-// CycleGrows reports whether a POST /streams/v1/cycle body may push sink
-// messages: a JSON object whose push_items is a non-empty array, or is
-// anything but absent, null or an array (limits.ParseCycle refuses those).
-// What the items hold does not matter here. A body that is not a JSON
-// object pushes nothing; one that is not JSON at all grows.
-func CycleGrows(body []byte) bool {
-	if wire.Check(body) != nil {
-		return true
-	}
-	i := wire.SkipSpace(body, 0)
-	if body[i] != '{' {
-		return false
-	}
-	var v [1][]byte
-	wire.MemberValues(body, i, []string{"push_items"}, v[:])
-	items := v[0]
-	switch {
-	case items == nil || items[0] == 'n':
-		return false
-	case items[0] != '[':
-		return true
-	}
-	return wire.SkipSpace(items, 1) < len(items)-1
-}
-
 // The members of an operation ReadBatch reads.
 const (
 	opNS = iota

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/queengate/queengate/limits"
 	"github.com/queengate/queengate/wire"
 )
 
@@ -140,7 +141,7 @@ func TestBatchGrows(t *testing.T) {
 }
 
 func TestCycleGrows(t *testing.T) {
-	runBodyCases(t, CycleGrows, "CycleGrows", []bodyCase{
+	runBodyCases(t, cycleGrows, "cycleGrows", []bodyCase{
 		{"one item", `{"query_id":"q1","push_items":[{"queue":"sink","payload":{"n":1}}]}`, true},
 		{"items with empty queue still grow", `{"push_items":[{"queue":""},{"queue":""}]}`, true},
 		{"non-object items still grow", `{"push_items":[1]}`, true},
@@ -153,6 +154,12 @@ func TestCycleGrows(t *testing.T) {
 		{"push_items in other case", `{"Push_Items":[{"queue":"sink"}]}`, false},
 		{"array body", `[{"push_items":[1]}]`, false},
 		{"null body", `null`, false},
+		// The verdict does not depend on refusals the push block comes
+		// before: an item's, the consumer group's, U+0000's.
+		{"a refused item", `{"push_items":[{"queue":"sink","traceId":"not a uuid"}]}`, true},
+		{"U+0000 in an item", `{"push_items":[{"queue":"sink","payload":"\u0000"}]}`, true},
+		{"U+0000 beside no items", `{"push_items":[],"consumer_group":"\u0000"}`, false},
+		{"a consumer group too long", `{"push_items":[],"consumer_group":"` + strings.Repeat("g", 256) + `"}`, false},
 		// Unreadable cycles grow: the push block refuses them.
 		{"empty body", ``, true},
 		{"unparsable", `{"push_items":[1]`, true},
@@ -162,12 +169,12 @@ func TestCycleGrows(t *testing.T) {
 	})
 }
 
-// FuzzReadBatch checks ReadBatch's verdicts, and CycleGrows', against a
+// FuzzReadBatch checks ReadBatch's verdicts, and limits.ReadCycle's, against a
 // plain model built on a generic JSON decoding. The seed corpus lives in
 // testdata/fuzz/FuzzReadBatch.
 func FuzzReadBatch(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
-		carve, grows, cycle := kvBatchIsCarveOut(body), batchGrows(body), CycleGrows(body)
+		carve, grows, cycle := kvBatchIsCarveOut(body), batchGrows(body), cycleGrows(body)
 		// What the gateway does not read (not JSON, not UTF-8, a
 		// byte-order mark, or refused by wire.Check for its depth or a
 		// half surrogate pair) must fail closed.
@@ -200,7 +207,7 @@ func FuzzReadBatch(f *testing.F) {
 			t.Fatalf("batchGrows(%s) = %v, model says %v", body, grows, want)
 		}
 		if want := modelCycleGrows(v); cycle != want {
-			t.Fatalf("CycleGrows(%s) = %v, model says %v", body, cycle, want)
+			t.Fatalf("limits.ReadCycle(%s) grows %v, model says %v", body, cycle, want)
 		}
 		if jsonKind(body) == '[' {
 			wrapped := append(append([]byte(`{"operations":`), body...), '}')
@@ -354,6 +361,12 @@ func kvCarveOut(body []byte) (CarveOutBatch, bool) {
 func kvBatchIsCarveOut(body []byte) bool {
 	_, ok := kvCarveOut(body)
 	return ok
+}
+
+// cycleGrows is limits.ReadCycle's push-block verdict alone.
+func cycleGrows(body []byte) bool {
+	_, grows, _ := limits.ReadCycle(body)
+	return grows
 }
 
 // batchGrows is ReadBatch's push-block verdict alone.

@@ -105,8 +105,10 @@
 //   - KV and timers batches: limits/producebody.go (ReadOperations, which
 //     sizes the operations and hands each one's members to its caller in
 //     the same walk), for tenancy/batch.go's carve-out and push-block
-//     verdicts; the probe's reserved names in any body:
-//     tenancy/reservedname.go;
+//     verdicts; streams cycles: limits/producebody.go (ReadCycle: the sink
+//     items, the state values and the push-block verdict in one walk);
+//     ephemeral pushes and traces: limits/producebody.go; the probe's
+//     reserved names in any body: tenancy/reservedname.go;
 //   - which check a body gets, and the order of refusals:
 //     caddymodule/bodycheck.go and caddymodule/admit.go.
 //
