@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -166,14 +167,33 @@ func tailFile(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
+// freePort picks a port on loopback that nothing listens on, and that it
+// has not picked before in this process: two servers started side by
+// side (the fanout's fleet) never share one, whichever binds it first.
+// Another process may still take it before the server that was given it
+// binds it (retryTakenPort).
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	pickedPorts.Lock()
+	defer pickedPorts.Unlock()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !pickedPorts.seen[port] {
+			pickedPorts.seen[port] = true
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// pickedPorts are the ports freePort has handed out.
+var pickedPorts = struct {
+	sync.Mutex
+	seen map[int]bool
+}{seen: map[int]bool{}}
 
 // build compiles the gateway (the same binary `go build ./cmd/caddy`
 // gives) and the fake broker into the work directory.

@@ -356,7 +356,11 @@ func (fe *fanoutEnv) startFleet(ctx context.Context, n int) error {
 		if err != nil {
 			return err
 		}
-		cfg := fmt.Sprintf(`{
+		// Each gateway starts, and is waited for, on a port of its own;
+		// one taken meanwhile by another process starts it again on
+		// another.
+		start := func() error {
+			cfg := fmt.Sprintf(`{
 	admin off
 	persist_config off
 	http_port %d
@@ -371,24 +375,26 @@ http:// {
 	queen_gateway
 }
 `, port, fe.dbURL, baseDomain, filepath.Join(fe.dir, fmt.Sprintf("spool-%03d", i)))
-		path := filepath.Join(fe.dir, fmt.Sprintf("Caddyfile.gw%03d", i))
-		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-			return err
+			path := filepath.Join(fe.dir, fmt.Sprintf("Caddyfile.gw%03d", i))
+			if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+				return err
+			}
+			p, err := fe.start(fmt.Sprintf("caddy-gw%03d", i), "run", "--config", path, "--adapter", "caddyfile")
+			if err != nil {
+				return err
+			}
+			fe.fleet[i] = &fleetGateway{proc: p, port: port, client: &http.Client{
+				Timeout:   30 * time.Second,
+				Transport: &http.Transport{MaxIdleConnsPerHost: 2, DisableCompression: true},
+			}}
+			return waitHTTP(p, fmt.Sprintf("http://127.0.0.1:%d/readyz", port), "x."+baseDomain, 200)
 		}
-		p, err := fe.start(fmt.Sprintf("caddy-gw%03d", i), "run", "--config", path, "--adapter", "caddyfile")
-		if err != nil {
-			return err
-		}
-		fe.fleet[i] = &fleetGateway{proc: p, port: port, client: &http.Client{
-			Timeout:   30 * time.Second,
-			Transport: &http.Transport{MaxIdleConnsPerHost: 2, DisableCompression: true},
-		}}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			errs[i] = waitHTTP(p, fmt.Sprintf("http://127.0.0.1:%d/readyz", port), "x."+baseDomain, 200)
+			errs[i] = retryTakenPort([]*int{&port}, start)
 		}()
 		if ctx.Err() != nil {
 			break
