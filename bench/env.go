@@ -16,12 +16,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/queengate/queengate/internal/freeport"
 	"github.com/queengate/queengate/internal/pgserver"
 	"github.com/queengate/queengate/migrations"
 	"github.com/queengate/queengate/tenancy"
@@ -167,34 +167,6 @@ func tailFile(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// freePort picks a port on loopback that nothing listens on, and that it
-// has not picked before in this process: two servers started side by
-// side (the fanout's fleet) never share one, whichever binds it first.
-// Another process may still take it before the server that was given it
-// binds it (retryTakenPort).
-func freePort() (int, error) {
-	pickedPorts.Lock()
-	defer pickedPorts.Unlock()
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if !pickedPorts.seen[port] {
-			pickedPorts.seen[port] = true
-			return port, nil
-		}
-	}
-}
-
-// pickedPorts are the ports freePort has handed out.
-var pickedPorts = struct {
-	sync.Mutex
-	seen map[int]bool
-}{seen: map[int]bool{}}
-
 // build compiles the gateway (the same binary `go build ./cmd/caddy`
 // gives) and the fake broker into the work directory.
 func (e *env) build(ctx context.Context) error {
@@ -240,7 +212,7 @@ func setup(ctx context.Context, o options) (*env, error) {
 		return nil, err
 	}
 	for _, p := range []*int{&e.brokerPort, &e.barePort, &e.gatewayPort, &e.metricsPort, &e.bareAdmin, &e.gatewayAdmin} {
-		if *p, err = freePort(); err != nil {
+		if *p, err = freeport.Pick(); err != nil {
 			return nil, err
 		}
 	}
@@ -307,9 +279,9 @@ func setup(ctx context.Context, o options) (*env, error) {
 	return e, nil
 }
 
-// retryTakenPort runs start, which listens on ports freePort picked, and
+// retryTakenPort runs start, which listens on ports freeport.Pick picked, and
 // runs it again on new ones when one of them was taken meanwhile: the
-// kernel may hand a port freePort gave back to the next listener that
+// kernel may hand a port freeport.Pick gave back to the next listener that
 // asks for any (the batch front, PostgreSQL) before start binds it.
 func retryTakenPort(ports []*int, start func() error) error {
 	for attempt := 1; ; attempt++ {
@@ -319,7 +291,7 @@ func retryTakenPort(ports []*int, start func() error) error {
 		}
 		logf("a port picked for it was taken meanwhile; starting it again on others")
 		for _, p := range ports {
-			if *p, err = freePort(); err != nil {
+			if *p, err = freeport.Pick(); err != nil {
 				return err
 			}
 		}

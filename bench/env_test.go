@@ -45,20 +45,3 @@ func TestRetryTakenPortPicksOtherPorts(t *testing.T) {
 		t.Fatalf("always taken: %v after %d starts, want it after 3", err, starts)
 	}
 }
-
-// Servers started side by side are never handed one port: freePort does
-// not pick a port twice, though the kernel may hand one out again as soon
-// as it was closed.
-func TestFreePortNeverPicksAPortTwice(t *testing.T) {
-	seen := map[int]bool{}
-	for range 500 {
-		port, err := freePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if seen[port] {
-			t.Fatalf("port %d picked twice", port)
-		}
-		seen[port] = true
-	}
-}

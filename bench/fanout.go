@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queengate/queengate/controlplane"
+	"github.com/queengate/queengate/internal/freeport"
 	"github.com/queengate/queengate/internal/pgserver"
 	"github.com/queengate/queengate/webhook"
 )
@@ -265,7 +266,7 @@ func setupFanout(ctx context.Context, o options) (*fanoutEnv, error) {
 	if err := fe.build(ctx); err != nil {
 		return nil, err
 	}
-	if fe.brokerPort, err = freePort(); err != nil {
+	if fe.brokerPort, err = freeport.Pick(); err != nil {
 		return nil, err
 	}
 	fe.cellKey = randomToken("cell_")
@@ -352,7 +353,7 @@ func (fe *fanoutEnv) startFleet(ctx context.Context, n int) error {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		port, err := freePort()
+		port, err := freeport.Pick()
 		if err != nil {
 			return err
 		}

@@ -27,6 +27,7 @@ import (
 
 	_ "github.com/queengate/queengate/caddymodule"
 	"github.com/queengate/queengate/internal/fakebroker"
+	"github.com/queengate/queengate/internal/freeport"
 	"github.com/queengate/queengate/internal/pgtest"
 	"github.com/queengate/queengate/migrations"
 	"github.com/queengate/queengate/tenancy"
@@ -53,15 +54,15 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// freePort returns a loopback port nobody listens on right now.
+// freePort returns a loopback port nobody listens on right now, never one
+// it returned before (freeport.Pick).
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Pick()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // startGateway loads a Caddyfile into the in-process Caddy and unloads it

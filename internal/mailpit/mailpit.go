@@ -22,6 +22,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/queengate/queengate/internal/freeport"
 )
 
 //go:embed VERSION
@@ -154,12 +156,11 @@ func Start(t testing.TB, o Options) *Server {
 
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Pick()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // waitReady waits for both the API and the SMTP port.

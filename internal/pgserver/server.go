@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/queengate/queengate/internal/freeport"
 )
 
 // Options configures Start. The zero value is a fresh server in a new
@@ -127,7 +129,7 @@ func (s *Server) init(ctx context.Context) error {
 func (s *Server) startPickingPort(ctx context.Context, pick bool) error {
 	for attempt := 0; ; attempt++ {
 		if pick {
-			port, err := freePort()
+			port, err := freeport.Pick()
 			if err != nil {
 				return err
 			}
@@ -142,16 +144,6 @@ func (s *Server) startPickingPort(ctx context.Context, pick bool) error {
 
 // errAddrInUse marks a start that failed because the port was taken.
 var errAddrInUse = errors.New("port already in use")
-
-// freePort asks the kernel for a free TCP port on 127.0.0.1.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pgserver: find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
 
 // args returns the postmaster command line.
 func (s *Server) args() []string {

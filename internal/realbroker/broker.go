@@ -21,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/queengate/queengate/internal/freeport"
 	"github.com/queengate/queengate/internal/pgtest"
 )
 
@@ -92,7 +93,7 @@ func StartWith(t testing.TB, opts Options) *Broker {
 		timeout = 30 * time.Second
 	}
 	for attempt := 1; ; attempt++ {
-		port, err := freePort()
+		port, err := freeport.Pick()
 		if err != nil {
 			t.Fatalf("realbroker: %v", err)
 		}
@@ -204,15 +205,6 @@ func postgresEnv(dbURL string) ([]string, error) {
 		"PG_USER=" + user,
 		"PG_PASSWORD=" + password,
 	}, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // waitReady polls /health until it answers 200 with the database connected.
