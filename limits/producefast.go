@@ -422,5 +422,5 @@ const quotedUUIDLen = 38
 // string must escape, so the string ends at the quote after them.
 func quotedCanonicalUUID(body []byte, at int) bool {
 	return len(body)-at >= quotedUUIDLen && body[at+quotedUUIDLen-1] == '"' &&
-		canonicalUUID(body[at+1:at+quotedUUIDLen-1])
+		wire.CanonicalUUID(body[at+1:at+quotedUUIDLen-1])
 }

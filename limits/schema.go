@@ -2,7 +2,6 @@ package limits
 
 import (
 	"bytes"
-	"encoding/binary"
 	"strconv"
 	"unicode/utf8"
 
@@ -56,7 +55,7 @@ func traceIDStorable(v []byte) bool {
 		return false
 	}
 	s := v[1 : len(v)-1]
-	if canonicalUUID(s) {
+	if wire.CanonicalUUID(s) {
 		return true // the form every SDK sends, read in one look
 	}
 	if len(s) > len(`"{01234567-89ab-cdef-0123-456789abcdef}"`)*6 {
@@ -102,20 +101,6 @@ func uuidText(s []byte) bool {
 		digits++
 	}
 	return digits == 32
-}
-
-// canonicalUUID reports whether s is a uuid in the usual 8-4-4-4-12
-// form, which uuidText accepts too; it is a shortcut, not a rule. The 32
-// digits are looked at eight at a time.
-func canonicalUUID(s []byte) bool {
-	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
-		return false
-	}
-	le := binary.LittleEndian
-	return wire.HexWord(le.Uint64(s[0:8])) &&
-		wire.HexWord(uint64(le.Uint32(s[9:13]))|uint64(le.Uint32(s[14:18]))<<32) &&
-		wire.HexWord(uint64(le.Uint32(s[19:23]))|uint64(le.Uint32(s[24:28]))<<32) &&
-		wire.HexWord(le.Uint64(s[28:36]))
 }
 
 // AckNamesError refuses a POST /api/v1/ack or /api/v1/ack/batch body whose

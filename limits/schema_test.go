@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/queengate/queengate/wire"
 )
 
 // schemaExamples are bodies holding each value the broker's schema cannot
@@ -262,10 +264,10 @@ func TestCanonicalUUIDEveryByteEveryPosition(t *testing.T) {
 		for c := range 256 {
 			s := []byte(good)
 			s[pos] = byte(c)
-			if got, want := canonicalUUID(s), naive(s); got != want {
-				t.Fatalf("%q: canonicalUUID %v, byte by byte %v", s, got, want)
+			if got, want := wire.CanonicalUUID(s), naive(s); got != want {
+				t.Fatalf("%q: wire.CanonicalUUID %v, byte by byte %v", s, got, want)
 			}
-			if canonicalUUID(s) && !uuidText(s) {
+			if wire.CanonicalUUID(s) && !uuidText(s) {
 				t.Fatalf("%q: the shortcut accepts what uuidText refuses", s)
 			}
 		}

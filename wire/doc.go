@@ -62,7 +62,7 @@
 //     holds the core to the two readers it replaced (oracle_test.go).
 //   - bytes.go: the byte-level tests the grammar is made of, each written
 //     once: SpecialBytes (eight bytes at a time: does any need a look),
-//     PlainRun, PlainByte, HexDigit, Hex4, HexWord, RuneStart (the bounds
+//     PlainRun, PlainByte, HexDigit, Hex4, CanonicalUUID, RuneStart (the bounds
 //     of a UTF-8 sequence) and Surrogate. Readers elsewhere call these
 //     rather than keep a copy.
 //   - number.go: NumberStep, RFC 8259's number grammar a byte at a time,
