@@ -277,10 +277,10 @@ func ParseEphemeral(body []byte) (ProduceBatch, error) {
 // from it is not known.
 //
 // A caller that decides on the operations themselves (tenancy's carve-out
-// and push-block rules) reads them in the same walk: before each is
-// called, once an operation, values[k] holds the raw text of the
-// operation's last member named members[k] (nil when absent, or when the
-// operation is not an object). isBatch reports that the body is JSON the
+// and push-block rules) reads them in the same walk: each is called once
+// for every operation, in order, with values[k] holding the raw text of
+// the operation's last member named members[k] (nil when absent, or when
+// the operation is not an object). isBatch reports that the body is JSON the
 // gateway reads (wire.Check) and a batch, each called for every one of its
 // operations; it is so for a batch refused only for U+0000 too, so that
 // nothing decided from the operations depends on whether a value holds
