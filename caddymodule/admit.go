@@ -51,13 +51,16 @@ func (g *Gateway) admitBody(r *http.Request, st *requestState, c *tenancy.Cluste
 	case gated(tenancy.FeatureStreams, tenancy.GatedMixed):
 		return g.admitCycle(r, st, c, st.batch)
 	case gated(tenancy.FeatureEphemeral, tenancy.GatedGrow):
-		return g.admitStored(st, c, body, limits.ParseEphemeral, true)
+		batch, err := limits.ParseEphemeral(body)
+		return g.admitStored(st, c, batch, err, true)
 	case gated(tenancy.FeatureKV, tenancy.GatedMixed), gated(tenancy.FeatureTimers, tenancy.GatedMixed):
-		return g.admitStored(st, c, body, func([]byte) (limits.ProduceBatch, error) { return st.batch.Items, st.batch.Err }, false)
+		return g.admitStored(st, c, st.batch.Items, st.batch.Err, false)
 	case gated(tenancy.FeatureKV, tenancy.GatedGrow):
-		return g.admitStored(st, c, body, limits.ParseStoredValue, false)
+		batch, err := limits.ParseStoredValue(body)
+		return g.admitStored(st, c, batch, err, false)
 	case gated(tenancy.FeatureTraces, tenancy.GatedOpen) && r.URL.Path == "/api/v1/traces":
-		return g.admitStored(st, c, body, limits.ParseTrace, false)
+		batch, err := limits.ParseTrace(body)
+		return g.admitStored(st, c, batch, err, false)
 	}
 	// Bodies no walker reads are searched for U+0000, and an ack's consumer
 	// group is measured.
@@ -73,11 +76,10 @@ func (g *Gateway) admitBody(r *http.Request, st *requestState, c *tenancy.Cluste
 }
 
 // admitStored applies the plan's size caps to the items of an ephemeral
-// push, a KV or timers batch or a KV value; an ephemeral push's messages
-// are taken from the message bucket too.
-func (g *Gateway) admitStored(st *requestState, c *tenancy.Cluster, body []byte,
-	parse func([]byte) (limits.ProduceBatch, error), messages bool) *apierror.Error {
-	batch, err := parse(body)
+// push, a KV or timers batch, a KV value or a trace, as read (err is the
+// reading's refusal: 400); an ephemeral push's messages are taken from
+// the message bucket too.
+func (g *Gateway) admitStored(st *requestState, c *tenancy.Cluster, batch limits.ProduceBatch, err error, messages bool) *apierror.Error {
 	if err != nil {
 		return badBody(err)
 	}
