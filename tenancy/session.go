@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/queengate/queengate/internal/uuidtext"
 )
 
 // SessionAlg is the signing algorithm of gateway-minted session tokens.
@@ -552,27 +554,10 @@ func validSessionRole(r string) bool {
 // canonicalUUID accepts a uuid in its 8-4-4-4-12 hex form, any case, and
 // returns it in lower case.
 func canonicalUUID(s string) (string, bool) {
-	if len(s) != 36 {
+	if !uuidtext.Valid(s) {
 		return "", false
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return "", false
-			}
-		default:
-			if !isHex(c) {
-				return "", false
-			}
-		}
-	}
 	return strings.ToLower(s), true
-}
-
-func isHex(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
 }
 
 // newUUIDv4 returns a random (version 4) uuid in its text form.
