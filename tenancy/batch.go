@@ -49,8 +49,10 @@ type CarveOutBatch struct {
 	Heaviest struct{ Index, Bytes int }
 }
 
-// Batch is a POST /api/v1/kv or /api/v1/timers batch as the gateway
-// decides on it.
+// Batch is a body that may or may not add stored data, as the gateway
+// decides on it: a POST /api/v1/kv or /api/v1/timers batch (ReadBatch), or
+// a streams cycle (limits.ReadCycle fills Items, Grows and Err; a cycle
+// has no carve-out).
 type Batch struct {
 	// Items is the operations as items for the plan's size caps
 	// (limits.ReadOperations); empty when Err is set.
@@ -65,11 +67,12 @@ type Batch struct {
 	// the broker would do with it is not known. Only an empty batch stores
 	// nothing for certain.
 	Grows bool
-	// CarveOut is set (Ops > 0) when the body is a KV batch whose every
-	// operation stays inside one reserved key space (the Kafka facade's or
-	// the S3 sink's): the facade keeping consumer state, which the caller
-	// reclassifies as ClassConsume (no kv plan flag, no push block,
-	// consume-scope authorization) and bounds on its own.
+	// CarveOut is set (Ops > 0) when every operation of the batch stays
+	// inside one reserved key space (the Kafka facade's or the S3 sink's).
+	// On /api/v1/kv, the only route the caller asks it of, that is the
+	// facade keeping consumer state, which the caller reclassifies as
+	// ClassConsume (no kv plan flag, no push block, consume-scope
+	// authorization) and bounds on its own.
 	CarveOut CarveOutBatch
 }
 
